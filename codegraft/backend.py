@@ -1,0 +1,196 @@
+"""What a vendor implements: a backend is a few small typed classes.
+
+NOTE: the contract is deliberately small.  A backend answers, per node, *yes or why not*
+(:meth:`Backend.supports`); it may declare fused groups it wants whole
+(:meth:`Backend.patterns`); it turns one :class:`Partition` into self-contained bytes
+(:meth:`Backend.compile`) and bytes back into a :class:`Runnable` (:meth:`Backend.load`).
+Everything else - optimisation, layout and precision conversion, grouping nodes into
+cycle-free partitions, the host fallback, the artifact, the runtime - is codegraft's.
+
+A minimal backend::
+
+    class MyBackend:
+        name = "mine"
+        capabilities = Capabilities(dynamic_shapes=False)
+
+        def supports(self, node: ir.Node) -> Support:
+            if node.op_type not in {"Conv", "Relu"}:
+                return Support.no(f"{node.op_type} is not implemented")
+            return Support.yes()
+
+        def compile(self, partition: Partition) -> bytes:
+            return my_codegen(partition.model)
+
+        def load(self, blob: bytes) -> Runnable:
+            return MyRunnable(blob)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
+
+import numpy as np
+import onnx_ir as ir
+
+if TYPE_CHECKING:
+    from codegraft.patterns import Pattern
+
+Layout = Literal["NCHW", "NHWC"]
+Precision = Literal["float32", "float16", "bfloat16", "int8"]
+
+
+@dataclass(frozen=True)
+class Support:
+    """A backend's answer for one node or one composite: yes, or no with the reason.
+
+    Example: ``Support.no("Conv: group=32 not supported")``.
+    """
+
+    ok: bool
+    reason: str = ""
+
+    @staticmethod
+    def yes() -> Support:
+        return _YES
+
+    @staticmethod
+    def no(reason: str) -> Support:
+        return Support(False, reason)
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+
+_YES = Support(True)
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend can take, declared once.
+
+    ``dynamic_shapes=False`` makes codegraft specialise each partition to the concrete
+    shapes seen at run time, compiling once per shape and caching the result.
+    ``dtypes`` lists the element types (ONNX names such as ``"float32"``) the backend
+    accepts on the values its nodes read and write; nodes touching others are declined
+    by codegraft with that reason before :meth:`Backend.supports` is asked.
+    ``layout`` is the layout the backend wants for layout-sensitive ops.
+    ``precisions`` are the compute precisions it runs.
+    ``native_code`` says the blob holds machine code, which the artifact records and
+    hash-checks before loading.
+    """
+
+    dynamic_shapes: bool = True
+    dtypes: frozenset[str] | None = None  # None: any
+    layout: Layout = "NCHW"
+    precisions: frozenset[str] = frozenset({"float32"})
+    native_code: bool = False
+
+
+@dataclass(frozen=True)
+class Composite:
+    """A fused group found by a pattern: the backend receives it whole, named.
+
+    Its nodes also carry ``metadata_props["codegraft.composite"] = instance`` in the
+    partition model, so a backend walking the graph sees the grouping too.
+    """
+
+    rule: str  # the pattern's name, e.g. "conv_bias_relu"
+    instance: str  # unique name of this match, e.g. "conv_bias_relu_3"
+    node_names: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Partition:
+    """One cycle-free subgraph handed to a backend's ``compile``.
+
+    ``model`` is a standalone ONNX model: its graph inputs are the partition's inputs (in
+    the order :meth:`Runnable.run` receives them), its graph outputs the partition's
+    outputs (in the order ``run`` must return them), and its initializers the constants
+    this partition alone owns.  Shapes are inferred; when the backend declared
+    ``dynamic_shapes=False`` every input shape is concrete.
+    """
+
+    name: str
+    model: ir.Model
+    composites: tuple[Composite, ...] = ()
+    precision: str = "float32"
+    layout: Layout = "NCHW"
+
+    @property
+    def input_names(self) -> list[str]:
+        return [v.name or "" for v in self.model.graph.inputs]
+
+    @property
+    def output_names(self) -> list[str]:
+        return [v.name or "" for v in self.model.graph.outputs]
+
+
+@runtime_checkable
+class Runnable(Protocol):
+    """A loaded partition.  ``run`` must be safe to call from several threads at once."""
+
+    def run(self, inputs: Sequence[np.ndarray]) -> Sequence[np.ndarray]:
+        """Take the partition inputs in order; return its outputs in order."""
+        ...
+
+
+# A check on a pattern match: yes, or why not.  Receives the named captures.
+CompositeCheck = Callable[[dict[str, "ir.Value | ir.Node"]], Support]
+
+
+@dataclass(frozen=True)
+class CompositeRule:
+    """A fused group a backend wants whole: ``(name, pattern, check)``, in priority order."""
+
+    name: str
+    pattern: Pattern
+    check: CompositeCheck | None = None
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """What a vendor implements.  See the module docstring for a complete example."""
+
+    name: str
+    capabilities: Capabilities
+
+    def supports(self, node: ir.Node) -> Support:
+        """Yes, or the reason this node cannot run here (shown in the report)."""
+        ...
+
+    def compile(self, partition: Partition) -> bytes:
+        """Turn one partition into a self-contained blob (stored in the artifact)."""
+        ...
+
+    def load(self, blob: bytes) -> Runnable:
+        """Turn a blob from :meth:`compile` back into something that runs."""
+        ...
+
+
+def backend_patterns(backend: Backend) -> Sequence[CompositeRule]:
+    """The backend's composite rules; a backend without ``patterns()`` has none."""
+    patterns = getattr(backend, "patterns", None)
+    return tuple(patterns()) if callable(patterns) else ()
+
+
+def backend_version(backend: Backend) -> str:
+    """A backend's version string (``version`` attribute), used to key caches."""
+    return str(getattr(backend, "version", "0"))
+
+
+__all__ = [
+    "Backend",
+    "Capabilities",
+    "Composite",
+    "CompositeCheck",
+    "CompositeRule",
+    "Layout",
+    "Partition",
+    "Precision",
+    "Runnable",
+    "Support",
+    "backend_patterns",
+    "backend_version",
+]

@@ -1,0 +1,35 @@
+"""Errors codegraft raises on purpose, each naming what is wrong and where."""
+
+from __future__ import annotations
+
+
+class CodegraftError(Exception):
+    """Base class of every error codegraft raises on purpose."""
+
+
+class ModelError(CodegraftError):
+    """The model could not be read or is not valid ONNX (names the file or the node)."""
+
+
+class InputError(CodegraftError):
+    """A feed given to ``Executable.run`` does not match the model's inputs."""
+
+
+class ArtifactError(CodegraftError):
+    """An artifact file is truncated, corrupted, of another format version, or unloadable."""
+
+
+class BackendError(CodegraftError):
+    """A backend is unknown, unavailable, or failed while ``strict=True``."""
+
+
+class BackendUnavailable(BackendError):
+    """Raised by a backend factory when the backend cannot run here, with the reason.
+
+    Example::
+
+        def make_backend() -> Backend:
+            if shutil.which("mycc") is None:
+                raise BackendUnavailable("the 'mycc' compiler is not on PATH")
+            return MyBackend()
+    """
