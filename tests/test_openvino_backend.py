@@ -1,0 +1,227 @@
+"""The OpenVINO backend on its own: support answers, compile/load, numerics, blob format."""
+
+from __future__ import annotations
+
+import sys
+import threading
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+import pytest
+from onnx import TensorProto, helper
+
+pytest.importorskip("openvino", reason="openvino is not installed: pip install codegraft[openvino]")
+
+from codegraft.backend import Backend, Partition
+from codegraft.backends import openvino as ov_backend
+from codegraft.errors import BackendError, BackendUnavailable
+from codegraft.testing import assert_close, light_model, random_feeds, run_onnxruntime
+
+# bf16 keeps 8 bits of mantissa; through ~50 layers the worst output error measured here
+# is ~5e-3 of the output scale, so 3e-2 leaves room without hiding a real bug.
+BF16_RTOL = 3e-2
+
+
+@pytest.fixture(scope="module")
+def backend() -> ov_backend.OpenVINOBackend:
+    return ov_backend.make_backend(num_threads=2)
+
+
+def _partition(model: onnx.ModelProto, precision: str = "float32") -> Partition:
+    inferred = onnx.shape_inference.infer_shapes(model, strict_mode=True)
+    return Partition(name="p", model=ir.from_proto(inferred), precision=precision)
+
+
+def _run(backend: ov_backend.OpenVINOBackend, model: onnx.ModelProto, precision: str = "float32") -> float:
+    feeds = random_feeds(model)
+    expected = run_onnxruntime(model, feeds)
+    partition = _partition(model, precision)
+    runnable = backend.load(backend.compile(partition))
+    outputs = runnable.run([feeds[name] for name in partition.input_names])
+    actual = dict(zip(partition.output_names, outputs, strict=True))
+    return assert_close(actual, expected, rtol=1e-4 if precision == "float32" else BF16_RTOL)
+
+
+def test_is_a_backend(backend: ov_backend.OpenVINOBackend) -> None:
+    assert isinstance(backend, Backend)
+    assert backend.name == "openvino"
+    assert backend.capabilities.precisions == {"float32", "bfloat16"}
+
+
+@pytest.mark.parametrize("name", ["resnet50", "squeezenet"])
+def test_light_model_matches_onnxruntime(backend: ov_backend.OpenVINOBackend, name: str) -> None:
+    _run(backend, light_model(name))
+
+
+def test_bfloat16_within_stated_tolerance(backend: ov_backend.OpenVINOBackend) -> None:
+    error = _run(backend, light_model("squeezenet"), precision="bfloat16")
+    assert error > 0  # it really ran in bf16: f32 gives ~1e-7 on this model
+
+
+def _two_in_two_out() -> onnx.ModelProto:
+    """Outputs listed in the opposite order of their computation, a shared input."""
+    nodes = [
+        helper.make_node("Add", ["a", "b"], ["s"]),
+        helper.make_node("Mul", ["s", "a"], ["m"]),
+        helper.make_node("Tanh", ["m"], ["t"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [
+            helper.make_tensor_value_info("a", TensorProto.FLOAT, [3, 4]),
+            helper.make_tensor_value_info("b", TensorProto.FLOAT, [3, 4]),
+        ],
+        [
+            helper.make_tensor_value_info("t", TensorProto.FLOAT, [3, 4]),
+            helper.make_tensor_value_info("s", TensorProto.FLOAT, [3, 4]),
+        ],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_multi_input_multi_output_order(backend: ov_backend.OpenVINOBackend) -> None:
+    _run(backend, _two_in_two_out())
+
+
+def test_dynamic_batch(backend: ov_backend.OpenVINOBackend) -> None:
+    model = _two_in_two_out()
+    for value in list(model.graph.input) + list(model.graph.output):
+        value.type.tensor_type.shape.dim[0].dim_param = "batch"
+    runnable = backend.load(backend.compile(_partition(model)))
+    for batch in (1, 5):
+        a, b = np.ones((batch, 4), np.float32), np.full((batch, 4), 2.0, np.float32)
+        t, s = runnable.run([a, b])
+        np.testing.assert_allclose(s, a + b)
+        np.testing.assert_allclose(t, np.tanh((a + b) * a), rtol=1e-6)
+
+
+def test_outputs_never_alias_between_runs(backend: ov_backend.OpenVINOBackend) -> None:
+    runnable = backend.load(backend.compile(_partition(_two_in_two_out())))
+    a = np.ones((3, 4), np.float32)
+    first = runnable.run([a, a])
+    second = runnable.run([a * 2, a])
+    assert not np.shares_memory(first[1], second[1])
+    np.testing.assert_allclose(first[1], 2.0)
+
+
+def test_run_from_many_threads(backend: ov_backend.OpenVINOBackend) -> None:
+    model = light_model("squeezenet")
+    partition = _partition(model)
+    runnable = backend.load(backend.compile(partition))
+    inputs = [random_feeds(model, seed=s)[partition.input_names[0]] for s in range(4)]
+    expected = [runnable.run([x])[0] for x in inputs]
+    results: dict[int, np.ndarray] = {}
+
+    def work(i: int) -> None:
+        for _ in range(3):
+            results[i] = runnable.run([inputs[i]])[0]
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for i in range(4):
+        np.testing.assert_array_equal(results[i], expected[i])
+
+
+def test_blob_round_trip_in_a_fresh_backend(backend: ov_backend.OpenVINOBackend) -> None:
+    model = _two_in_two_out()
+    blob = backend.compile(_partition(model))
+    header, exported, onnx_bytes = ov_backend.unpack_blob(blob)
+    assert header.input_names == ("a", "b") and header.output_names == ("t", "s")
+    assert header.precision_hint == "f32" and exported
+    assert onnx.load_from_string(onnx_bytes).graph.node[0].op_type == "Add"
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    _t, s = ov_backend.make_backend().load(blob).run([a, a])
+    np.testing.assert_allclose(s, 2 * a)
+
+
+def test_blob_from_another_openvino_recompiles_from_onnx(backend: ov_backend.OpenVINOBackend) -> None:
+    header, _, onnx_bytes = ov_backend.unpack_blob(backend.compile(_partition(_two_in_two_out())))
+    old = ov_backend._BlobHeader("1999.0", header.precision_hint, 0, header.input_names, header.output_names)
+    blob = ov_backend.pack_blob(old, b"not an openvino export", onnx_bytes)
+    a = np.ones((3, 4), np.float32)
+    _, s = backend.load(blob).run([a, a])
+    np.testing.assert_allclose(s, 2.0)
+
+
+@pytest.mark.parametrize(
+    ("mangle", "message"),
+    [
+        (lambda b: b[:10], "truncated"),
+        (lambda b: b"XXXX" + b[4:], "not an openvino blob"),
+        (lambda b: b[:-1], "do not add up"),
+    ],
+)
+def test_bad_blob_is_a_clear_error(backend: ov_backend.OpenVINOBackend, mangle, message: str) -> None:  # type: ignore[no-untyped-def]
+    blob = backend.compile(_partition(_two_in_two_out()))
+    with pytest.raises(BackendError, match=message):
+        backend.load(mangle(blob))
+
+
+def _model_with(op: str, domain: str = "") -> ir.Model:
+    nodes = [
+        helper.make_node("Relu", ["x"], ["y"], name="relu"),
+        helper.make_node(op, ["y"], ["z"], name="odd", domain=domain),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, None)],
+    )
+    opsets = [helper.make_opsetid("", 17)] + ([helper.make_opsetid(domain, 1)] if domain else [])
+    model = ir.from_proto(helper.make_model(graph, opset_imports=opsets))
+    for node in model.graph:
+        node.outputs[0].dtype = ir.DataType.FLOAT
+    return model
+
+
+@pytest.mark.parametrize("prepared", [True, False])
+def test_unknown_op_reason_quotes_openvino(prepared: bool) -> None:
+    backend = ov_backend.make_backend()
+    model = _model_with("Frobnicate", domain="vendor.x")
+    if prepared:
+        backend.prepare(model)
+    relu, odd = list(model.graph)
+    assert backend.supports(relu)
+    answer = backend.supports(odd)
+    assert not answer
+    assert answer.reason.startswith("OpenVINO CPU plugin does not support vendor.x.Frobnicate")
+    assert "No conversion rule found" in answer.reason
+
+
+def test_op_without_cpu_kernel_reason() -> None:
+    # OpenVINO converts Unique, but its CPU plugin has no kernel for an input of unknown rank.
+    graph = helper.make_graph(
+        [helper.make_node("Unique", ["x"], ["z"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, None)],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, None)],
+    )
+    model = ir.from_proto(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    answer = ov_backend.make_backend().supports(next(iter(model.graph)))
+    assert not answer
+    assert answer.reason.startswith("OpenVINO CPU plugin does not support Unique (query_model:")
+
+
+def test_prepare_answers_every_node_of_a_supported_model(backend: ov_backend.OpenVINOBackend) -> None:
+    model = _partition(light_model("squeezenet")).model
+    backend.prepare(model)
+    assert all(backend.supports(node) for node in model.graph)
+
+
+def test_probe_answers_are_shared_by_identical_nodes() -> None:
+    backend = ov_backend.make_backend()
+    model = _partition(light_model("squeezenet")).model  # never prepared: per-node probes
+    assert all(backend.supports(node) for node in model.graph)
+    assert len(backend._probe_answers) < model.graph.num_nodes()
+
+
+def test_factory_without_openvino(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "openvino", None)  # makes `import openvino` fail
+    with pytest.raises(BackendUnavailable, match=r"pip install codegraft\[openvino\]"):
+        ov_backend.make_backend()
