@@ -55,10 +55,6 @@ _PRECISION_HINTS = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
 
 def make_backend(num_threads: int | None = None) -> OpenVINOBackend:
     """The factory codegraft calls; raises :class:`BackendUnavailable` without openvino."""
-    try:
-        import openvino  # noqa: F401
-    except ImportError as exc:
-        raise BackendUnavailable("openvino is not installed: pip install codegraft[openvino]") from exc
     return OpenVINOBackend(num_threads=num_threads)
 
 
@@ -125,14 +121,21 @@ class OpenVINOBackend:
 
     ``num_threads`` sets ``INFERENCE_NUM_THREADS`` (``None``: OpenVINO's default, all
     cores).  Each partition is compiled with an f32 inference-precision hint unless its
-    ``precision`` asks for bfloat16 (or float16).
+    ``precision`` asks for bfloat16 (or float16).  Raises :class:`BackendUnavailable`
+    when openvino is not installed.
+
+    Call :meth:`prepare` with the whole model before asking :meth:`supports` node by
+    node: one OpenVINO query then answers for all of them.
     """
 
     name = "openvino"
     capabilities = Capabilities(dynamic_shapes=True, precisions=frozenset({"float32", "bfloat16"}))
 
     def __init__(self, num_threads: int | None = None) -> None:
-        import openvino
+        try:
+            import openvino
+        except ImportError as exc:
+            raise BackendUnavailable("openvino is not installed: pip install codegraft[openvino]") from exc
 
         self.num_threads = num_threads
         self.version: str = openvino.get_version()
