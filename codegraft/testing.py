@@ -20,7 +20,7 @@ from collections.abc import Mapping
 
 import numpy as np
 import onnx
-from onnx import helper, numpy_helper
+from onnx import numpy_helper
 
 LIGHT_MODELS = (
     "bvlc_alexnet",
@@ -61,6 +61,8 @@ def randomize_constant_weights(
     """
     rng = np.random.default_rng(seed)
     model = onnx.ModelProto.FromString(model.SerializeToString())
+    # IR version 4 is the first that lets an initializer not be a graph input.
+    model.ir_version = max(model.ir_version, 4)
     graph = model.graph
     inits = {t.name: t for t in graph.initializer}
     variance_inputs = {n.input[4] for n in graph.node if n.op_type == "BatchNormalization"}
@@ -107,7 +109,9 @@ def _drop_final_softmax(graph: onnx.GraphProto) -> None:
         if node.op_type == "Softmax" and node.output[0] in outputs:
             out = outputs[node.output[0]]
             graph.node.remove(node)
-            new_out = helper.make_tensor_value_info(node.input[0], out.type.tensor_type.elem_type, None)
+            # Softmax keeps the shape, so the logits have the output's type.
+            new_out = onnx.ValueInfoProto(name=node.input[0])
+            new_out.type.CopyFrom(out.type)
             index = list(graph.output).index(out)
             graph.output.remove(out)
             graph.output.insert(index, new_out)

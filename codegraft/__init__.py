@@ -1,0 +1,59 @@
+"""codegraft: bring your own code generator to a deep-learning compiler.
+
+The public API::
+
+    import codegraft as cg
+
+    exe = cg.compile("model.onnx", targets=["c"])   # ordered by preference; the host takes the rest
+    out = exe.run({"input": x})                     # output name -> numpy array
+    print(exe.report())                             # which node went where, and why not elsewhere
+    exe.save("model.cgx")
+    exe2 = cg.load_executable("model.cgx")
+
+Vendors implement :class:`Backend` (see :mod:`codegraft.backend`).
+"""
+
+from codegraft._artifact import load_executable
+from codegraft._compiler import CompileOptions, compile
+from codegraft._executable import Executable, Profile, TensorSpec
+from codegraft._report import NodeReport, PartitionReport, Report
+from codegraft.backend import Backend, Capabilities, Composite, CompositeRule, Partition, Runnable, Support
+from codegraft.backends import BackendInfo, get_backend, list_backends
+from codegraft.errors import (
+    ArtifactError,
+    BackendError,
+    BackendUnavailable,
+    CodegraftError,
+    InputError,
+    ModelError,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ArtifactError",
+    "Backend",
+    "BackendError",
+    "BackendInfo",
+    "BackendUnavailable",
+    "Capabilities",
+    "CodegraftError",
+    "CompileOptions",
+    "Composite",
+    "CompositeRule",
+    "Executable",
+    "InputError",
+    "ModelError",
+    "NodeReport",
+    "Partition",
+    "PartitionReport",
+    "Profile",
+    "Report",
+    "Runnable",
+    "Support",
+    "TensorSpec",
+    "compile",
+    "get_backend",
+    "list_backends",
+    "load_executable",
+]

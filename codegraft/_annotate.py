@@ -1,0 +1,172 @@
+"""Annotation: which backend takes each node, and why every other target declined it.
+
+Targets are asked in the user's order of preference.  For each target, its composite
+patterns claim whole groups first, then single nodes it supports; a node claimed by an earlier
+target is not offered to a later one, but every target is still asked so the report can say
+why each declined.  Whatever no target claims goes to the host.  Nodes with subgraphs (If,
+Loop, Scan) always run on the host with their bodies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import onnx_ir as ir
+
+from codegraft._dtypes import dtype_name
+from codegraft._graphinfo import NodeInfo, node_infos
+from codegraft.backend import Backend, Composite, Support, backend_patterns
+
+CONTROL_FLOW_REASON = "control flow runs on the host with its bodies"
+
+
+@dataclass(frozen=True)
+class Decline:
+    """A target's reason for not taking a node."""
+
+    backend: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Unit:
+    """What the partitioner places: one node, or a composite claimed whole."""
+
+    nodes: tuple[int, ...]
+    backend: str
+    composite: Composite | None = None
+
+
+@dataclass(frozen=True)
+class Annotation:
+    """The annotated graph: nodes, their units, and every decline."""
+
+    infos: tuple[NodeInfo, ...]
+    units: tuple[Unit, ...]
+    unit_of_node: tuple[int, ...]
+    declines: tuple[tuple[Decline, ...], ...]  # per node
+    capable: tuple[tuple[str, ...], ...]  # per node: targets that accept it alone, in order
+
+    def unit_predecessors(self) -> list[list[int]]:
+        """For each unit, the units producing the values it reads."""
+        producer_unit: dict[ir.Value, int] = {}
+        for index, info in enumerate(self.infos):
+            for value in info.node.outputs:
+                producer_unit[value] = self.unit_of_node[index]
+        preds: list[list[int]] = [[] for _ in self.units]
+        for index, info in enumerate(self.infos):
+            unit = self.unit_of_node[index]
+            for value in info.reads:
+                pred = producer_unit.get(value)
+                if pred is not None and pred != unit:
+                    preds[unit].append(pred)
+        return preds
+
+
+def check_node(backend: Backend, node: ir.Node) -> Support:
+    """Ask ``backend`` about ``node``: declared dtypes first, then its own ``supports``."""
+    allowed = backend.capabilities.dtypes
+    if allowed is not None:
+        for value in (*node.inputs, *node.outputs):
+            if value is None:
+                continue
+            name = dtype_name(value.dtype)
+            if name not in allowed:
+                return Support.no(f"{name} not supported ({value.name})")
+    try:
+        verdict = backend.supports(node)
+    except Exception as error:  # a vendor's bug must not take the compile down
+        return Support.no(f"supports() raised {type(error).__name__}: {error}")
+    if isinstance(verdict, bool):  # tolerate a plain bool from a hurried vendor
+        return Support.yes() if verdict else Support.no("declined")
+    return verdict
+
+
+def annotate(graph: ir.Graph, targets: Sequence[Backend], *, host: str) -> Annotation:
+    """Decide a backend for each top-level node of ``graph``; see the module docstring."""
+    infos = node_infos(graph)
+    index_of = {info.node: i for i, info in enumerate(infos)}
+    count = len(infos)
+    claimed: list[str | None] = [None] * count
+    composite_of: list[Composite | None] = [None] * count
+    declines: list[list[Decline]] = [[] for _ in range(count)]
+    capable: list[list[str]] = [[] for _ in range(count)]
+
+    for i, info in enumerate(infos):
+        if info.has_subgraphs:
+            claimed[i] = host
+            declines[i] = [Decline(t.name, CONTROL_FLOW_REASON) for t in targets]
+
+    composite_members: dict[str, tuple[int, ...]] = {}
+    for target in targets:
+        composite_members.update(_claim_composites(graph, target, index_of, claimed, composite_of, declines))
+        for i, info in enumerate(infos):
+            if info.has_subgraphs:
+                continue
+            if composite_of[i] is not None and claimed[i] == target.name:
+                capable[i].append(target.name)
+                continue
+            verdict = check_node(target, info.node)
+            if verdict.ok:
+                capable[i].append(target.name)
+                if claimed[i] is None:
+                    claimed[i] = target.name
+            else:
+                declines[i].append(Decline(target.name, verdict.reason))
+
+    units: list[Unit] = []
+    unit_of_node = [-1] * count
+    seen_composites: dict[str, int] = {}
+    for i in range(count):
+        backend = claimed[i] or host
+        composite = composite_of[i]
+        if composite is not None:
+            if composite.instance not in seen_composites:
+                seen_composites[composite.instance] = len(units)
+                units.append(Unit(composite_members[composite.instance], backend, composite))
+            unit_of_node[i] = seen_composites[composite.instance]
+        else:
+            unit_of_node[i] = len(units)
+            units.append(Unit((i,), backend))
+    return Annotation(
+        tuple(infos),
+        tuple(units),
+        tuple(unit_of_node),
+        tuple(tuple(d) for d in declines),
+        tuple(tuple(c) for c in capable),
+    )
+
+
+def _claim_composites(
+    graph: ir.Graph,
+    target: Backend,
+    index_of: dict[ir.Node, int],
+    claimed: list[str | None],
+    composite_of: list[Composite | None],
+    declines: list[list[Decline]],
+) -> dict[str, tuple[int, ...]]:
+    """Claim ``target``'s pattern matches; returns each composite's member node indices."""
+    members_of: dict[str, tuple[int, ...]] = {}
+    rules = backend_patterns(target)
+    if not rules:
+        return members_of
+    from codegraft.patterns import find_composites
+
+    excluded = [node for node, i in index_of.items() if claimed[i] is not None]
+    result = find_composites(graph, rules, excluded=excluded)
+    for decline in result.declines:
+        for node in decline.nodes:
+            if node in index_of:
+                declines[index_of[node]].append(Decline(target.name, f"pattern {decline.rule}: {decline.reason}"))
+    for number, match in enumerate(result.matches):
+        members = [index_of[node] for node in match.nodes if node in index_of]
+        if len(members) != len(match.nodes) or any(claimed[i] is not None for i in members):
+            continue  # a match inside a body, or one overlapping an earlier claim
+        instance = f"{target.name}.{match.rule}_{number}"
+        composite = Composite(match.rule, instance, tuple(n.name or "" for n in match.nodes))
+        members_of[instance] = tuple(sorted(members))
+        for i in members:
+            claimed[i] = target.name
+            composite_of[i] = composite
+    return members_of

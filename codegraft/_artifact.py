@@ -1,0 +1,225 @@
+"""The one-file artifact (``.cgx``): written by ``Executable.save``, read by ``load_executable``.
+
+Layout (all integers little-endian)::
+
+    magic        b"CODEGRAFT\\x00CGX\\n"              (14 bytes)
+    version      u32                                 (FORMAT_VERSION)
+    header_size  u64
+    header       JSON, UTF-8: inputs, outputs, steps, constants, report, and for every
+                 payload its offset, size and SHA-256
+    payload      the partitions' blobs and the shared constants' raw bytes, each stored once
+    digest       SHA-256 of everything above          (32 bytes)
+
+NOTE: nothing is unpickled or evaluated.  Constants are raw little-endian C-order bytes with
+their dtype and shape in the header.  A blob holding native code is flagged in the header and
+its own hash is checked again right before the backend loads it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import struct
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from codegraft._executable import Executable, Step, TensorSpec
+from codegraft._lower import LoweringRequest, ShapeSpecialisingRunnable, load_runnable
+from codegraft._report import Report
+from codegraft.backend import Backend, Composite, Runnable
+from codegraft.backends import get_backend
+from codegraft.backends.onnxruntime import OnnxRuntimeBackend
+from codegraft.errors import ArtifactError, BackendError
+
+MAGIC = b"CODEGRAFT\x00CGX\n"
+FORMAT_VERSION = 1
+_PREFIX = struct.Struct("<IQ")
+_DIGEST_SIZE = 32
+
+
+@dataclass(frozen=True)
+class _Payload:
+    offset: int
+    size: int
+    sha256: str
+
+
+class _PayloadWriter:
+    def __init__(self) -> None:
+        self.chunks: list[bytes] = []
+        self.size = 0
+
+    def add(self, data: bytes) -> dict[str, Any]:
+        entry = {"offset": self.size, "size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+        self.chunks.append(data)
+        self.size += len(data)
+        return entry
+
+
+def write_artifact(path: str | os.PathLike[str], exe: Executable) -> None:
+    """Serialise ``exe`` to ``path`` (written to a temporary file, then renamed)."""
+    from codegraft import __version__
+
+    payload = _PayloadWriter()
+    steps = []
+    for step in exe.steps:
+        steps.append(
+            {
+                "name": step.name,
+                "backend": step.backend,
+                "inputs": list(step.inputs),
+                "outputs": list(step.outputs),
+                "native_code": step.native_code,
+                "precision": step.precision,
+                "composites": [
+                    {"rule": c.rule, "instance": c.instance, "node_names": list(c.node_names)} for c in step.composites
+                ],
+                "blob": None if step.blob is None else payload.add(step.blob),
+                "template": None if step.template is None else payload.add(step.template),
+            }
+        )
+    constants = []
+    for name, array in exe.constants.items():
+        data = np.ascontiguousarray(array)
+        little = data.astype(data.dtype.newbyteorder("<"), copy=False)
+        constants.append(
+            {"name": name, "dtype": data.dtype.name, "shape": list(data.shape), **payload.add(little.tobytes())}
+        )
+    header = {
+        "format_version": FORMAT_VERSION,
+        "codegraft_version": __version__,
+        "inputs": [{"name": s.name, "dtype": s.dtype, "shape": None if s.shape is None else list(s.shape)}
+                   for s in exe.inputs],
+        "outputs": list(exe.outputs),
+        "steps": steps,
+        "constants": constants,
+        "native_code": any(step.native_code for step in exe.steps),
+        "report": json.loads(exe.report().to_json()),
+    }
+    header_bytes = json.dumps(header).encode()
+    body = b"".join([MAGIC, _PREFIX.pack(FORMAT_VERSION, len(header_bytes)), header_bytes, *payload.chunks])
+    tmp = f"{os.fspath(path)}.tmp"
+    with open(tmp, "wb") as handle:
+        handle.write(body)
+        handle.write(hashlib.sha256(body).digest())
+    os.replace(tmp, path)
+
+
+def load_executable(
+    path: str | os.PathLike[str],
+    *,
+    backends: Sequence[Backend] = (),
+    strict: bool = False,
+) -> Executable:
+    """Load an artifact written by ``Executable.save``; no recompilation, no original model.
+
+    Backends are found by name among the installed ones; pass ``backends=`` to supply
+    instances (for example a vendor backend that is not installed as a package).
+    """
+    where = os.fspath(path)
+    try:
+        with open(where, "rb") as handle:
+            data = handle.read()
+    except OSError as error:
+        raise ArtifactError(f"cannot read artifact {where}: {error.strerror}") from None
+    header, payload = _parse(data, where)
+    supplied = {b.name: b for b in backends}
+    host = OnnxRuntimeBackend()
+    resolved: dict[str, Backend] = {host.name: host, **supplied}
+
+    steps: list[Step] = []
+    runnables: list[Runnable] = []
+    try:
+        for entry in header["steps"]:
+            step = _step(entry, payload, where)
+            backend = resolved.get(step.backend) or resolved.setdefault(step.backend, _backend(step.backend, where))
+            steps.append(step)
+            runnables.append(_runnable(step, backend, host, strict))
+        constants = {c["name"]: _constant(c, payload, where) for c in header["constants"]}
+        inputs = [TensorSpec(i["name"], i["dtype"], None if i["shape"] is None else tuple(i["shape"]))
+                  for i in header["inputs"]]
+        report = Report.from_json(json.dumps(header["report"]))
+        outputs = list(header["outputs"])
+    except (KeyError, TypeError, ValueError) as error:
+        raise ArtifactError(f"{where}: malformed artifact header ({type(error).__name__}: {error})") from None
+    return Executable(inputs=inputs, outputs=outputs, steps=steps, runnables=runnables,
+                      constants=constants, report=report, backends=resolved)
+
+
+def _parse(data: bytes, where: str) -> tuple[Mapping[str, Any], memoryview]:
+    minimum = len(MAGIC) + _PREFIX.size + _DIGEST_SIZE
+    if len(data) < minimum or not data.startswith(MAGIC):
+        if data.startswith(MAGIC[:4]) or len(data) < len(MAGIC):
+            raise ArtifactError(f"{where} is truncated ({len(data)} bytes)")
+        raise ArtifactError(f"{where} is not a codegraft artifact (bad magic bytes)")
+    version, header_size = _PREFIX.unpack_from(data, len(MAGIC))
+    if version != FORMAT_VERSION:
+        raise ArtifactError(
+            f"{where} has artifact format version {version}; this codegraft reads version {FORMAT_VERSION}"
+        )
+    body, digest = data[:-_DIGEST_SIZE], data[-_DIGEST_SIZE:]
+    header_start = len(MAGIC) + _PREFIX.size
+    if header_start + header_size > len(body):
+        raise ArtifactError(f"{where} is truncated: the header runs past the end of the file")
+    if hashlib.sha256(body).digest() != digest:
+        raise ArtifactError(f"{where} is corrupted or truncated: its SHA-256 does not match")
+    try:
+        header = json.loads(bytes(data[header_start : header_start + header_size]))
+    except ValueError as error:
+        raise ArtifactError(f"{where}: unreadable header: {error}") from None
+    return header, memoryview(body)[header_start + header_size :]
+
+
+def _bytes(entry: Mapping[str, Any], payload: memoryview, where: str, what: str) -> bytes:
+    start, size = int(entry["offset"]), int(entry["size"])
+    if start < 0 or start + size > len(payload):
+        raise ArtifactError(f"{where}: {what} lies outside the file")
+    data = bytes(payload[start : start + size])
+    if hashlib.sha256(data).hexdigest() != entry["sha256"]:
+        raise ArtifactError(f"{where}: {what} fails its SHA-256 check; refusing to load it")
+    return data
+
+
+def _step(entry: Mapping[str, Any], payload: memoryview, where: str) -> Step:
+    name = entry["name"]
+    blob = None if entry["blob"] is None else _bytes(entry["blob"], payload, where, f"blob of {name}")
+    template = None if entry["template"] is None else _bytes(entry["template"], payload, where, f"model of {name}")
+    return Step(
+        name=name,
+        backend=entry["backend"],
+        inputs=tuple(entry["inputs"]),
+        outputs=tuple(entry["outputs"]),
+        blob=blob,
+        template=template,
+        native_code=bool(entry["native_code"]),
+        composites=tuple(Composite(c["rule"], c["instance"], tuple(c["node_names"])) for c in entry["composites"]),
+        precision=entry.get("precision", "float32"),
+    )
+
+
+def _backend(name: str, where: str) -> Backend:
+    try:
+        return get_backend(name)
+    except BackendError as error:
+        raise ArtifactError(f"{where} needs backend {name!r}, which cannot be used here: {error}") from None
+
+
+def _runnable(step: Step, backend: Backend, host: Backend, strict: bool) -> Runnable:
+    if step.blob is None:
+        assert step.template is not None
+        request = LoweringRequest(step.name, step.composites, step.precision)
+        return ShapeSpecialisingRunnable(backend, step.template, request, host, strict=strict)
+    try:
+        return load_runnable(backend, step.blob, step.name)
+    except BackendError as error:
+        raise ArtifactError(str(error)) from None
+
+
+def _constant(entry: Mapping[str, Any], payload: memoryview, where: str) -> np.ndarray:
+    data = _bytes(entry, payload, where, f"constant {entry['name']}")
+    dtype = np.dtype(entry["dtype"]).newbyteorder("<")
+    return np.frombuffer(data, dtype=dtype).reshape(entry["shape"]).astype(dtype.newbyteorder("="), copy=False)

@@ -1,0 +1,275 @@
+"""``compile``: import, optimise, annotate, partition, lower each partition, build the executable."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+
+from codegraft._annotate import Annotation, annotate
+from codegraft._dtypes import numpy_dtype
+from codegraft._executable import Executable, Step, TensorSpec
+from codegraft._extract import Plan, PartitionPlan, partition_proto, plan_partitions
+from codegraft._lower import LoweringRequest, ShapeSpecialisingRunnable, compile_blob, load_runnable
+from codegraft._model import ModelSource, import_model
+from codegraft._partition import demote_small_groups, partition_units
+from codegraft._report import NodeReport, PartitionReport, PassReport, PlacementReport, Report
+from codegraft.backend import Backend, Partition, Runnable
+from codegraft.backends import get_backend
+from codegraft.backends.onnxruntime import OnnxRuntimeBackend
+from codegraft.errors import BackendError
+
+log = logging.getLogger("codegraft")
+
+Target = str | Backend
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    """How to compile; every field has a keyword of the same name on :func:`compile`.
+
+    ``min_partition_size``: non-host partitions with fewer nodes go back to the host.
+    ``strict``: a partition its backend fails to compile is an error instead of a fallback.
+    ``precision``: compute precision asked of backends that declare it.
+    ``passes``: names of the common passes to run (``None``: the default set; ``()``: none).
+    ``placement``: ``"first"`` (first target that supports a node) or ``"measured"``.
+    ``threads``: intra-op threads of the host (0: all cores).
+    """
+
+    min_partition_size: int = 1
+    strict: bool = False
+    precision: str = "float32"
+    passes: Sequence[str] | None = None
+    placement: Literal["first", "measured"] = "first"
+    threads: int = 0
+    sample_inputs: tuple[dict[str, np.ndarray], ...] = field(default=())
+
+
+def compile(  # noqa: A001 - the public name the README promises
+    model: ModelSource,
+    targets: Sequence[Target] = (),
+    *,
+    example_inputs: Sequence[Any] | None = None,
+    options: CompileOptions | None = None,
+    **overrides: Any,
+) -> Executable:
+    """Compile ``model`` for ``targets`` (ordered by preference); the host takes the rest.
+
+    ``model`` is a path, bytes, ``onnx.ModelProto``, ``onnx_ir.Model`` or a torch module
+    (with ``example_inputs``).  ``targets`` holds backend names or backend objects.
+    Keyword overrides set :class:`CompileOptions` fields, e.g. ``strict=True``.
+
+    Example::
+
+        exe = codegraft.compile("model.onnx", targets=["c"], min_partition_size=3)
+        print(exe.report())
+    """
+    options = _with_overrides(options or CompileOptions(), overrides)
+    host = OnnxRuntimeBackend(threads=options.threads)
+    backends = _resolve_targets(targets)
+    ir_model = import_model(model, example_inputs=example_inputs)
+    pass_reports = _run_common_passes(ir_model, options)
+
+    annotation = annotate(ir_model.graph, backends, host=host.name)
+    placements: tuple[PlacementReport, ...] = ()
+    unit_backends = [unit.backend for unit in annotation.units]
+    if options.placement == "measured" and len(backends) > 1:
+        from codegraft._placement import measure_placement
+
+        unit_backends, placements = measure_placement(ir_model, annotation, backends, host, options)
+    plan = _partition(ir_model, annotation, unit_backends, host.name, backends, options)
+    by_name: dict[str, Backend] = {b.name: b for b in backends}
+    by_name[host.name] = host
+
+    steps: list[Step] = []
+    runnables: list[Runnable] = []
+    part_reports: list[PartitionReport] = []
+    for part in plan.partitions:
+        step, runnable, report = _lower_partition(ir_model, annotation, part, by_name, host, options)
+        steps.append(step)
+        runnables.append(runnable)
+        part_reports.append(report)
+
+    constants = {
+        name: ir_model.graph.initializers[name].const_value.numpy()  # type: ignore[union-attr]
+        for name in plan.shared_constants
+    }
+    constants.update(_constant_outputs(ir_model))
+    report = _build_report(ir_model, annotation, plan, part_reports, backends, host, pass_reports, placements)
+    return Executable(
+        inputs=[_tensor_spec(v) for v in ir_model.graph.inputs],
+        outputs=[v.name or "" for v in ir_model.graph.outputs],
+        steps=steps,
+        runnables=runnables,
+        constants=constants,
+        report=report,
+        backends=by_name,
+    )
+
+
+def _with_overrides(options: CompileOptions, overrides: dict[str, Any]) -> CompileOptions:
+    known = set(CompileOptions.__dataclass_fields__)
+    unknown = sorted(set(overrides) - known)
+    if unknown:
+        raise TypeError(f"compile() got unknown option(s) {unknown}; known: {sorted(known)}")
+    if "sample_inputs" in overrides:
+        overrides["sample_inputs"] = tuple(overrides["sample_inputs"])
+    from dataclasses import replace
+
+    return replace(options, **overrides)
+
+
+def _resolve_targets(targets: Sequence[Target]) -> list[Backend]:
+    if isinstance(targets, str):
+        targets = [targets]
+    resolved = [get_backend(t) if isinstance(t, str) else t for t in targets]
+    names = [b.name for b in resolved]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise BackendError(f"target(s) listed twice: {duplicates}")
+    return resolved
+
+
+def _run_common_passes(model: ir.Model, options: CompileOptions) -> tuple[PassReport, ...]:
+    if options.passes is not None and not options.passes:
+        return ()
+    try:
+        from codegraft.passes.pipeline import PassOptions, run_common_passes
+    except ImportError:
+        return ()
+    pass_options = PassOptions() if options.passes is None else PassOptions.from_names(list(options.passes))
+    result = run_common_passes(model, pass_options)
+    return tuple(
+        PassReport(r.name, r.nodes_before, r.nodes_after, getattr(r, "detail", "") or "") for r in result.records
+    )
+
+
+def _partition(
+    model: ir.Model,
+    annotation: Annotation,
+    unit_backends: list[str],
+    host: str,
+    backends: Sequence[Backend],
+    options: CompileOptions,
+) -> Plan:
+    preds = annotation.unit_predecessors()
+    sizes = [len(unit.nodes) for unit in annotation.units]
+    preference = [b.name for b in backends]
+    while True:
+        groups = partition_units(unit_backends, preds, host=host, preference=preference)
+        if options.min_partition_size <= 1 or not demote_small_groups(
+            groups, unit_backends, host=host, min_nodes=options.min_partition_size, unit_sizes=sizes
+        ):
+            break
+    return plan_partitions(model, annotation, groups)
+
+
+def _lower_partition(
+    model: ir.Model,
+    annotation: Annotation,
+    part: PartitionPlan,
+    backends: dict[str, Backend],
+    host: OnnxRuntimeBackend,
+    options: CompileOptions,
+) -> tuple[Step, Runnable, PartitionReport]:
+    proto = partition_proto(model, annotation, part)
+    backend = backends[part.backend]
+    request = LoweringRequest(part.name, part.composites, options.precision)
+    base = PartitionReport(part.name, part.backend, len(part.node_indices), part.inputs, part.outputs)
+    caps = backend.capabilities
+    if backend is not host and not caps.dynamic_shapes and not _static_inputs(proto):
+        template = proto.SerializeToString()
+        runnable = ShapeSpecialisingRunnable(backend, template, request, host, strict=options.strict)
+        step = Step(part.name, part.backend, part.inputs, part.outputs, None, template, caps.native_code,
+                    part.composites, options.precision)
+        return step, runnable, PartitionReport(**{**base.__dict__, "deferred": True})
+    try:
+        blob = compile_blob(backend, proto, request)
+        runnable = load_runnable(backend, blob, part.name)
+    except BackendError as error:
+        if options.strict or backend is host:
+            raise
+        log.warning("%s; falling back to %s", error, host.name)
+        blob = host.compile(Partition(part.name, ir.from_proto(proto)))
+        step = Step(part.name, host.name, part.inputs, part.outputs, blob)
+        report = PartitionReport(
+            part.name, host.name, base.nodes, part.inputs, part.outputs,
+            requested_backend=part.backend, fallback_error=str(error),
+        )
+        return step, host.load(blob), report
+    step = Step(part.name, part.backend, part.inputs, part.outputs, blob, None, caps.native_code,
+                part.composites, options.precision)
+    return step, runnable, base
+
+
+def _static_inputs(proto: onnx.ModelProto) -> bool:
+    return all(
+        d.HasField("dim_value") for value in proto.graph.input for d in value.type.tensor_type.shape.dim
+    ) and all(value.type.tensor_type.HasField("shape") for value in proto.graph.input)
+
+
+def _constant_outputs(model: ir.Model) -> dict[str, np.ndarray]:
+    """Graph outputs that are initializers: no node produces them, the runtime supplies them."""
+    return {
+        v.name or "": v.const_value.numpy()
+        for v in model.graph.outputs
+        if v.producer() is None and v.const_value is not None and v.is_initializer()
+    }
+
+
+def _tensor_spec(value: ir.Value) -> TensorSpec:
+    dtype = numpy_dtype(value.dtype).name if value.dtype is not None else "float32"
+    shape = None if value.shape is None else tuple(
+        d if isinstance(d, int) else (d.value if d.value else None) for d in value.shape
+    )
+    return TensorSpec(value.name or "", dtype, shape)
+
+
+def _build_report(
+    model: ir.Model,
+    annotation: Annotation,
+    plan: Plan,
+    partitions: Sequence[PartitionReport],
+    backends: Sequence[Backend],
+    host: Backend,
+    passes: tuple[PassReport, ...],
+    placements: tuple[PlacementReport, ...],
+) -> Report:
+    where = {}
+    for part, report in zip(plan.partitions, partitions, strict=True):
+        for i in part.node_indices:
+            where[i] = (report.backend, part.name)
+    nodes = []
+    for i, info in enumerate(annotation.infos):
+        backend, partition = where[i]
+        unit = annotation.units[annotation.unit_of_node[i]]
+        nodes.append(
+            NodeReport(
+                name=info.node.name or "",
+                op_type=info.node.op_type,
+                backend=backend,
+                partition=partition,
+                composite=unit.composite.instance if unit.composite else None,
+                declined=tuple((d.backend, d.reason) for d in annotation.declines[i] if d.backend != backend),
+            )
+        )
+    notes = []
+    demoted = sum(
+        1 for i, n in enumerate(nodes) if n.backend == host.name and annotation.capable[i] and not n.declined
+    )
+    if demoted:
+        notes.append(f"{demoted} supported node(s) run on the host (partition below minimum size or placement)")
+    return Report(
+        targets=tuple(b.name for b in backends),
+        host=host.name,
+        nodes=tuple(nodes),
+        partitions=tuple(partitions),
+        passes=passes,
+        placements=placements,
+        notes=tuple(notes),
+    )

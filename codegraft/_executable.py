@@ -1,0 +1,205 @@
+"""The executable: a static schedule of compiled partitions, and the runtime that runs it.
+
+``run`` keeps all per-call state in local variables, so it is safe to call from several
+threads at once (runnables are required to be thread-safe).  Each intermediate is dropped
+right after its last reader has run.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from codegraft._report import Report
+from codegraft.backend import Backend, Composite, Runnable
+from codegraft.errors import InputError
+
+Dim = int | str | None
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """A model input: its name, numpy dtype name and shape (``str``/``None`` dims are free)."""
+
+    name: str
+    dtype: str
+    shape: tuple[Dim, ...] | None
+
+    def describe(self) -> str:
+        if self.shape is None:
+            return f"{self.dtype}[?]"
+        return f"{self.dtype}[{', '.join('?' if d is None else str(d) for d in self.shape)}]"
+
+
+@dataclass(frozen=True)
+class Step:
+    """One partition in the schedule, as stored in the artifact.
+
+    ``blob`` is the backend's compiled partition; ``template`` the partition's ONNX, kept
+    only for partitions compiled per input shape at run time (``blob`` is then ``None``).
+    """
+
+    name: str
+    backend: str
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    blob: bytes | None
+    template: bytes | None = None
+    native_code: bool = False
+    composites: tuple[Composite, ...] = ()
+    precision: str = "float32"
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Time per partition of one ``profile`` call (median over repeats, in milliseconds)."""
+
+    partitions: tuple[tuple[str, str, float], ...]  # (partition, backend, ms)
+    total_ms: float
+
+    def __str__(self) -> str:
+        lines = [f"{'partition':<24} {'backend':<12} {'ms':>9} {'share':>6}"]
+        for name, backend, ms in self.partitions:
+            share = 100 * ms / self.total_ms if self.total_ms else 0.0
+            lines.append(f"{name:<24} {backend:<12} {ms:9.3f} {share:5.1f}%")
+        lines.append(f"{'total':<24} {'':<12} {self.total_ms:9.3f}")
+        return "\n".join(lines)
+
+
+class Executable:
+    """A compiled model: ``run`` it, read its ``report``, ``save`` it, ``profile`` it.
+
+    Example::
+
+        exe = codegraft.compile("model.onnx", targets=["c"])
+        outputs = exe.run({"input": x})      # output name -> numpy array
+        exe.save("model.cgx")
+    """
+
+    def __init__(
+        self,
+        *,
+        inputs: Sequence[TensorSpec],
+        outputs: Sequence[str],
+        steps: Sequence[Step],
+        runnables: Sequence[Runnable],
+        constants: Mapping[str, np.ndarray],
+        report: Report,
+        backends: Mapping[str, Backend],
+    ) -> None:
+        self.inputs = tuple(inputs)
+        self.outputs = tuple(outputs)
+        self.steps = tuple(steps)
+        self._runnables = tuple(runnables)
+        self.constants = dict(constants)
+        self._report = report
+        self._backends = dict(backends)
+        self._input_by_name = {spec.name: spec for spec in self.inputs}
+        self._drop_after = _last_uses(self.steps, set(self.outputs))
+
+    # -- running ---------------------------------------------------------------------------
+    def run(self, feeds: Mapping[str, object]) -> dict[str, np.ndarray]:
+        """Run the model on ``feeds`` (input name -> array); returns output name -> array."""
+        env = self._validated(feeds)
+        env.update(self.constants)
+        for step, runnable, drop in zip(self.steps, self._runnables, self._drop_after, strict=True):
+            results = runnable.run([env[name] for name in step.inputs])
+            env.update(zip(step.outputs, results, strict=True))
+            for name in drop:
+                del env[name]
+        return {name: env[name] for name in self.outputs}
+
+    __call__ = run
+
+    def profile(self, feeds: Mapping[str, object], *, repeat: int = 10) -> Profile:
+        """Time each partition on ``feeds``: median of ``repeat`` runs after one warm-up."""
+        samples: list[list[float]] = [[] for _ in self.steps]
+        for _ in range(repeat + 1):
+            env = self._validated(feeds)
+            env.update(self.constants)
+            for index, (step, runnable) in enumerate(zip(self.steps, self._runnables, strict=True)):
+                start = time.perf_counter()
+                results = runnable.run([env[name] for name in step.inputs])
+                samples[index].append(time.perf_counter() - start)
+                env.update(zip(step.outputs, results, strict=True))
+        medians = [float(np.median(s[1:])) * 1e3 for s in samples]
+        rows = tuple((s.name, s.backend, ms) for s, ms in zip(self.steps, medians, strict=True))
+        return Profile(rows, sum(medians))
+
+    def _validated(self, feeds: Mapping[str, object]) -> dict[str, np.ndarray]:
+        if not isinstance(feeds, Mapping):
+            raise InputError(f"feeds must be a mapping of input name to array, got {type(feeds).__name__}")
+        unknown = sorted(set(feeds) - set(self._input_by_name))
+        if unknown:
+            raise InputError(
+                f"unknown input {unknown[0]!r}; the model's inputs are: "
+                + ", ".join(f"{s.name} {s.describe()}" for s in self.inputs)
+            )
+        env: dict[str, np.ndarray] = {}
+        bound: dict[str, tuple[int, str]] = {}
+        for spec in self.inputs:
+            if spec.name not in feeds:
+                raise InputError(f"missing input {spec.name!r}: expected {spec.describe()}")
+            array = np.asarray(feeds[spec.name])
+            if array.dtype != np.dtype(spec.dtype):
+                raise InputError(
+                    f"input {spec.name!r} has dtype {array.dtype}, expected {spec.dtype} ({spec.describe()})"
+                )
+            if spec.shape is not None:
+                _check_shape(spec, array.shape, bound)
+            env[spec.name] = array
+        return env
+
+    # -- reporting and saving ----------------------------------------------------------------
+    def report(self) -> Report:
+        """Which node went where and why not elsewhere; ``print(exe.report())`` for tables."""
+        return self._report
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the one-file artifact; :func:`codegraft.load_executable` reads it back."""
+        from codegraft._artifact import write_artifact
+
+        write_artifact(path, self)
+
+    def __repr__(self) -> str:
+        backends = ", ".join(f"{s.name}:{s.backend}" for s in self.steps)
+        return f"<codegraft.Executable inputs={[s.name for s in self.inputs]} partitions=[{backends}]>"
+
+
+def _check_shape(spec: TensorSpec, shape: tuple[int, ...], bound: dict[str, tuple[int, str]]) -> None:
+    assert spec.shape is not None
+    if len(shape) != len(spec.shape):
+        raise InputError(
+            f"input {spec.name!r} has rank {len(shape)} (shape {list(shape)}), expected rank "
+            f"{len(spec.shape)}: {spec.describe()}"
+        )
+    for axis, (got, want) in enumerate(zip(shape, spec.shape, strict=True)):
+        if isinstance(want, int) and got != want:
+            raise InputError(
+                f"input {spec.name!r} has size {got} on axis {axis} (shape {list(shape)}), "
+                f"expected {want}: {spec.describe()}"
+            )
+        if isinstance(want, str):
+            seen = bound.setdefault(want, (got, spec.name))
+            if seen[0] != got:
+                raise InputError(
+                    f"input {spec.name!r} axis {axis} is {want}={got}, but input {seen[1]!r} "
+                    f"set {want}={seen[0]}"
+                )
+
+
+def _last_uses(steps: Sequence[Step], keep: set[str]) -> list[tuple[str, ...]]:
+    """For each step, the values to drop once it has run (read for the last time)."""
+    last: dict[str, int] = {}
+    for index, step in enumerate(steps):
+        for name in step.inputs:
+            last[name] = index
+    drop: list[list[str]] = [[] for _ in steps]
+    for name, index in last.items():
+        if name not in keep:
+            drop[index].append(name)
+    return [tuple(d) for d in drop]

@@ -1,0 +1,191 @@
+"""The report: which node went where, and why not elsewhere.
+
+It is plain data (frozen dataclasses), stored in the artifact as JSON and rendered as tables.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass(frozen=True)
+class NodeReport:
+    """One node: where it runs, its composite if any, and each other target's reason."""
+
+    name: str
+    op_type: str
+    backend: str
+    partition: str
+    composite: str | None = None
+    declined: tuple[tuple[str, str], ...] = ()  # (backend, reason)
+
+
+@dataclass(frozen=True)
+class PartitionReport:
+    """One partition: its backend, size, edges, and any fallback that happened to it."""
+
+    name: str
+    backend: str
+    nodes: int
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    requested_backend: str | None = None  # set when the partition fell back to the host
+    fallback_error: str | None = None
+    deferred: bool = False  # compiled at run time, once per input shape
+
+
+@dataclass(frozen=True)
+class PassReport:
+    """What one optimisation or conversion pass changed."""
+
+    name: str
+    nodes_before: int
+    nodes_after: int
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class PlacementReport:
+    """One measured-placement decision with the numbers behind it."""
+
+    region: str
+    chosen: str
+    timings_us: tuple[tuple[str, float], ...]
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class Report:
+    """Everything codegraft decided for one compile.  ``str(report)`` is a readable table."""
+
+    targets: tuple[str, ...]
+    host: str
+    nodes: tuple[NodeReport, ...]
+    partitions: tuple[PartitionReport, ...]
+    passes: tuple[PassReport, ...] = ()
+    placements: tuple[PlacementReport, ...] = ()
+    notes: tuple[str, ...] = field(default=())
+
+    # -- summaries -------------------------------------------------------------------------
+    def nodes_per_backend(self) -> dict[str, int]:
+        return dict(Counter(n.backend for n in self.nodes))
+
+    def partitions_per_backend(self) -> dict[str, int]:
+        return dict(Counter(p.backend for p in self.partitions))
+
+    def fallbacks(self) -> list[PartitionReport]:
+        return [p for p in self.partitions if p.fallback_error]
+
+    def decline_reasons(self) -> list[tuple[str, str, str, int]]:
+        """(backend, op_type, reason, count) for every decline, most frequent first."""
+        counts = Counter((b, n.op_type, r) for n in self.nodes for b, r in n.declined)
+        return [(b, op, r, c) for (b, op, r), c in counts.most_common()]
+
+    # -- serialisation ---------------------------------------------------------------------
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=1)
+
+    @staticmethod
+    def from_json(text: str) -> Report:
+        data = json.loads(text)
+        return Report(
+            targets=tuple(data["targets"]),
+            host=data["host"],
+            nodes=tuple(
+                NodeReport(**{**n, "declined": tuple(tuple(d) for d in n["declined"])}) for n in data["nodes"]
+            ),
+            partitions=tuple(
+                PartitionReport(**{**p, "inputs": tuple(p["inputs"]), "outputs": tuple(p["outputs"])})
+                for p in data["partitions"]
+            ),
+            passes=tuple(PassReport(**p) for p in data.get("passes", ())),
+            placements=tuple(
+                PlacementReport(**{**p, "timings_us": tuple(tuple(t) for t in p["timings_us"])})
+                for p in data.get("placements", ())
+            ),
+            notes=tuple(data.get("notes", ())),
+        )
+
+    # -- rendering -------------------------------------------------------------------------
+    def __str__(self) -> str:
+        return self.render()
+
+    def render(self, *, details: bool = False, width: int = 120) -> str:
+        """The report as text tables: summary, partitions, declines (and every node with
+        ``details``)."""
+        from rich.console import Console
+
+        console = Console(width=width, record=True, file=_NullFile(), color_system=None)
+        for table in self.tables(details=details):
+            console.print(table)
+        return console.export_text()
+
+    def tables(self, *, details: bool = False) -> list[object]:
+        """rich renderables for the CLI; see :meth:`render`."""
+        from rich.table import Table
+
+        per_backend_nodes = self.nodes_per_backend()
+        per_backend_parts = self.partitions_per_backend()
+        summary = Table(title=f"codegraft: {len(self.nodes)} nodes, {len(self.partitions)} partitions "
+                        f"(targets: {', '.join(self.targets) or 'none'}; host: {self.host})")
+        for column in ("backend", "nodes", "share", "partitions"):
+            summary.add_column(column)
+        total = max(len(self.nodes), 1)
+        for backend in sorted(per_backend_nodes, key=lambda b: -per_backend_nodes[b]):
+            summary.add_row(backend, str(per_backend_nodes[backend]),
+                            f"{100 * per_backend_nodes[backend] / total:.0f}%", str(per_backend_parts.get(backend, 0)))
+        tables: list[object] = [summary]
+
+        parts = Table(title="partitions (execution order)")
+        for column in ("partition", "backend", "nodes", "inputs", "outputs", "note"):
+            parts.add_column(column)
+        for p in self.partitions:
+            note = ""
+            if p.fallback_error:
+                note = f"fell back from {p.requested_backend}: {p.fallback_error}"
+            elif p.deferred:
+                note = "compiled per input shape at run time"
+            parts.add_row(p.name, p.backend, str(p.nodes), str(len(p.inputs)), str(len(p.outputs)), note)
+        tables.append(parts)
+
+        reasons = self.decline_reasons()
+        if reasons:
+            why = Table(title="why not: declines by target")
+            for column in ("target", "op", "reason", "nodes"):
+                why.add_column(column)
+            for backend, op, reason, count in reasons:
+                why.add_row(backend, op, reason, str(count))
+            tables.append(why)
+        if self.passes:
+            passes = Table(title="passes")
+            for column in ("pass", "nodes before", "nodes after", "detail"):
+                passes.add_column(column)
+            for p in self.passes:
+                passes.add_row(p.name, str(p.nodes_before), str(p.nodes_after), p.detail)
+            tables.append(passes)
+        if self.placements:
+            placed = Table(title="measured placement")
+            for column in ("region", "chosen", "timings (us)", "detail"):
+                placed.add_column(column)
+            for d in self.placements:
+                placed.add_row(d.region, d.chosen, ", ".join(f"{b}: {t:.1f}" for b, t in d.timings_us), d.detail)
+            tables.append(placed)
+        if details:
+            nodes = Table(title="nodes")
+            for column in ("node", "op", "backend", "partition", "composite", "declined by"):
+                nodes.add_column(column)
+            for n in self.nodes:
+                nodes.add_row(n.name, n.op_type, n.backend, n.partition, n.composite or "",
+                              "; ".join(f"{b}: {r}" for b, r in n.declined))
+            tables.append(nodes)
+        return tables
+
+
+class _NullFile:
+    def write(self, text: str) -> int:
+        return len(text)
+
+    def flush(self) -> None:
+        pass

@@ -1,0 +1,110 @@
+"""Finding backends: the built-ins, an explicit list, plus the ``codegraft.backends`` entry points.
+
+NOTE: nothing registers itself on import.  A built-in is a factory in :data:`BUILTIN_BACKENDS`
+that imports its module only when called, so a missing optional dependency (openvino, a C
+compiler) makes that one backend unavailable, with the reason, and nothing else.  A vendor
+ships a backend as its own package with an entry point::
+
+    [project.entry-points."codegraft.backends"]
+    mybackend = "my_package:make_backend"      # a class or a function returning a Backend
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib import metadata
+
+from codegraft.backend import Backend
+from codegraft.errors import BackendError, BackendUnavailable
+
+BackendFactory = Callable[[], Backend]
+
+
+def _onnxruntime() -> Backend:
+    from codegraft.backends.onnxruntime import OnnxRuntimeBackend
+
+    return OnnxRuntimeBackend()
+
+
+def _openvino() -> Backend:
+    try:
+        from codegraft.backends.openvino import OpenVINOBackend
+    except ImportError as error:
+        raise BackendUnavailable(f"openvino is not installed ({error}): pip install 'codegraft[openvino]'") from None
+    return OpenVINOBackend()
+
+
+def _c() -> Backend:
+    from codegraft.backends.c import CBackend
+
+    return CBackend()
+
+
+BUILTIN_BACKENDS: dict[str, BackendFactory] = {
+    "onnxruntime": _onnxruntime,
+    "openvino": _openvino,
+    "c": _c,
+}
+ENTRY_POINT_GROUP = "codegraft.backends"
+
+
+@dataclass(frozen=True)
+class BackendInfo:
+    """One installed backend: where it comes from, and why it is unavailable if it is."""
+
+    name: str
+    origin: str  # "built-in" or the distribution providing the entry point
+    available: bool
+    reason: str = ""
+
+
+def _factories() -> dict[str, tuple[str, Callable[[], object]]]:
+    found: dict[str, tuple[str, Callable[[], object]]] = {
+        name: ("built-in", factory) for name, factory in BUILTIN_BACKENDS.items()
+    }
+    for entry in metadata.entry_points(group=ENTRY_POINT_GROUP):
+        origin = entry.dist.name if entry.dist is not None else entry.value
+        found.setdefault(entry.name, (origin, _entry_point_factory(entry)))
+    return found
+
+
+def _entry_point_factory(entry: metadata.EntryPoint) -> Callable[[], object]:
+    def factory() -> object:
+        try:
+            target = entry.load()
+        except ImportError as error:
+            raise BackendUnavailable(f"cannot import {entry.value}: {error}") from None
+        return target()
+
+    return factory
+
+
+def get_backend(name: str) -> Backend:
+    """Create the backend called ``name``; a clear error if unknown or unavailable."""
+    factories = _factories()
+    if name not in factories:
+        raise BackendError(f"unknown backend {name!r}; installed: {', '.join(sorted(factories))}")
+    origin, factory = factories[name]
+    try:
+        backend = factory()
+    except BackendUnavailable as error:
+        raise BackendUnavailable(f"backend {name!r} is unavailable: {error}") from None
+    except Exception as error:
+        raise BackendError(f"backend {name!r} ({origin}) failed to start: {type(error).__name__}: {error}") from None
+    if not isinstance(backend, Backend):
+        raise BackendError(f"backend {name!r} ({origin}) does not implement the Backend protocol")
+    return backend
+
+
+def list_backends() -> list[BackendInfo]:
+    """Every installed backend, available or not (with the reason)."""
+    infos = []
+    for name, (origin, _) in sorted(_factories().items()):
+        try:
+            get_backend(name)
+        except BackendError as error:
+            infos.append(BackendInfo(name, origin, False, str(error)))
+        else:
+            infos.append(BackendInfo(name, origin, True))
+    return infos

@@ -1,0 +1,80 @@
+"""The onnxruntime backend: the host that runs whatever no accelerator claimed, and a target.
+
+Its blob is the partition as ONNX bytes; the ``InferenceSession`` is built once, on first use,
+and reused (sessions are safe to run from several threads).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+
+from codegraft.backend import Capabilities, Partition, Runnable, Support
+
+
+class OnnxRuntimeBackend:
+    """onnxruntime on the CPU.  Takes every op of the ONNX standard and its own contrib ops.
+
+    ``threads`` sets the intra-op thread count (0: onnxruntime's default, all cores).
+    """
+
+    name = "onnxruntime"
+    capabilities = Capabilities(
+        dynamic_shapes=True, precisions=frozenset({"float32", "float16", "int8"})
+    )
+
+    def __init__(self, threads: int = 0) -> None:
+        import onnxruntime
+
+        self.version = onnxruntime.__version__
+        self.threads = threads
+
+    def supports(self, node: ir.Node) -> Support:
+        if node.domain in ("", "ai.onnx", "com.microsoft", "ai.onnx.ml"):
+            return Support.yes()
+        if onnx.defs.has(node.op_type, node.domain):
+            return Support.yes()
+        return Support.no(f"unknown op {node.domain or 'ai.onnx'}::{node.op_type}")
+
+    def compile(self, partition: Partition) -> bytes:
+        return ir.to_proto(partition.model).SerializeToString()
+
+    def load(self, blob: bytes) -> Runnable:
+        return OnnxRuntimeRunnable(blob, threads=self.threads)
+
+
+class OnnxRuntimeRunnable:
+    """An ONNX model run by one lazily created, shared ``InferenceSession``."""
+
+    def __init__(self, model_bytes: bytes, *, threads: int = 0) -> None:
+        self._model_bytes = model_bytes
+        self._threads = threads
+        self._session: object | None = None
+        self._lock = threading.Lock()
+        self._input_names: list[str] = []
+        self._output_names: list[str] = []
+
+    def _ensure_session(self) -> object:
+        if self._session is None:
+            with self._lock:
+                if self._session is None:
+                    import onnxruntime as ort
+
+                    options = ort.SessionOptions()
+                    options.intra_op_num_threads = self._threads
+                    session = ort.InferenceSession(
+                        self._model_bytes, options, providers=["CPUExecutionProvider"]
+                    )
+                    self._input_names = [i.name for i in session.get_inputs()]
+                    self._output_names = [o.name for o in session.get_outputs()]
+                    self._session = session
+        return self._session
+
+    def run(self, inputs: Sequence[np.ndarray]) -> Sequence[np.ndarray]:
+        session = self._ensure_session()
+        feeds = dict(zip(self._input_names, inputs, strict=True))
+        return session.run(self._output_names, feeds)  # type: ignore[attr-defined, no-any-return]
