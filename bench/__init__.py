@@ -1,0 +1,1 @@
+"""Benchmarks (not tests): the model zoo, the peer comparison, the boundary-crossing cost."""
