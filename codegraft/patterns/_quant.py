@@ -1,0 +1,74 @@
+"""Quantized units: ``DequantizeLinear -> op -> QuantizeLinear`` groups never to be split.
+
+NOTE: in the QDQ format an op "runs quantized" only as a whole unit: the DequantizeLinear
+nodes feeding it, the op, and the QuantizeLinear nodes reading its result.  A backend that
+takes the op but not its Q/DQ would compute in float what the model meant in int8, so the
+partitioner treats each unit like a composite.  Units sharing a node (a DequantizeLinear
+feeding two ops) are merged, since either split would cut one of them.
+"""
+
+from __future__ import annotations
+
+import onnx_ir as ir
+
+_QUANT_DOMAINS = frozenset({"", "ai.onnx", "com.microsoft"})
+
+
+def _is(node: ir.Node | None, op_type: str) -> bool:
+    return (
+        node is not None and node.op_type == op_type and node.domain in _QUANT_DOMAINS
+    )
+
+
+def quantized_units(graph: ir.Graph) -> list[tuple[ir.Node, ...]]:
+    """Every ``DequantizeLinear* -> op -> QuantizeLinear+`` unit of ``graph``, in graph order.
+
+    The op must read at least one DequantizeLinear output, and each of its outputs must be
+    read only by QuantizeLinear nodes (and not be a graph output).  Each unit lists its
+    nodes in graph order.
+
+    Example::
+
+        for unit in quantized_units(model.graph):
+            print([n.op_type for n in unit])   # ['DequantizeLinear', 'DequantizeLinear', 'Conv', 'QuantizeLinear']
+    """
+    order = {node: i for i, node in enumerate(graph)}
+    parent: dict[ir.Node, ir.Node] = {}
+
+    def find(node: ir.Node) -> ir.Node:
+        while parent[node] is not node:
+            parent[node] = parent[parent[node]]
+            node = parent[node]
+        return node
+
+    for node in graph:
+        if _is(node, "QuantizeLinear") or _is(node, "DequantizeLinear"):
+            continue
+        dqs = [
+            v.producer()
+            for v in node.inputs
+            if v is not None and _is(v.producer(), "DequantizeLinear")
+        ]
+        if not dqs:
+            continue
+        uses = [u.node for v in node.outputs for u in v.uses()]
+        if not uses or any(v.is_graph_output() for v in node.outputs):
+            continue
+        if not all(_is(u, "QuantizeLinear") for u in uses):
+            continue
+        unit = [node, *(d for d in dqs if d is not None), *uses]
+        for member in unit:
+            parent.setdefault(member, member)
+        root = find(node)
+        for member in unit:
+            other = find(member)
+            if other is not root:
+                parent[other] = root
+    groups: dict[ir.Node, list[ir.Node]] = {}
+    for node in parent:
+        groups.setdefault(find(node), []).append(node)
+    units = [tuple(sorted(set(g), key=order.__getitem__)) for g in groups.values()]
+    return sorted(units, key=lambda u: order[u[0]])
+
+
+__all__ = ["quantized_units"]
