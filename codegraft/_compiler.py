@@ -90,6 +90,10 @@ def compile(  # noqa: A001 - the public name the README promises
     runnables: list[Runnable] = []
     part_reports: list[PartitionReport] = []
     for part in plan.partitions:
+        if not part.outputs:  # nothing reads what it computes: nothing to run
+            part_reports.append(PartitionReport(part.name, part.backend, len(part.node_indices), part.inputs, (),
+                                                unused=True))
+            continue
         step, runnable, report = _lower_partition(ir_model, annotation, part, by_name, host, options)
         steps.append(step)
         runnables.append(runnable)

@@ -34,6 +34,7 @@ class PartitionReport:
     requested_backend: str | None = None  # set when the partition fell back to the host
     fallback_error: str | None = None
     deferred: bool = False  # compiled at run time, once per input shape
+    unused: bool = False  # no output is read by anything: not compiled, not run
 
 
 @dataclass(frozen=True)
@@ -147,6 +148,8 @@ class Report:
                 note = f"fell back from {p.requested_backend}: {p.fallback_error}"
             elif p.deferred:
                 note = "compiled per input shape at run time"
+            elif p.unused:
+                note = "outputs unused: not run"
             parts.add_row(p.name, p.backend, str(p.nodes), str(len(p.inputs)), str(len(p.outputs)), note)
         tables.append(parts)
 

@@ -150,6 +150,7 @@ def run_onnxruntime(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> 
 
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.log_severity_level = 3
     session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
     names = [o.name for o in session.get_outputs()]
     return dict(zip(names, session.run(names, dict(feeds)), strict=True))
@@ -182,3 +183,58 @@ def assert_close(
         worst = max(worst, err)
         assert err <= rtol + atol / scale, f"{name}: relative error {err:.3g} > {rtol:.3g}"
     return worst
+
+
+class SubsetBackend:
+    """A test backend that claims only ``ops`` and runs its partitions with onnxruntime.
+
+    It exercises everything codegraft does around a backend (annotation, partitioning,
+    specialisation, fallback, artifacts) without a real accelerator.  ``compiled`` records the
+    input shapes of every partition compiled, ``fail_on`` makes compile raise for partitions
+    containing that op (to test the host fallback).
+
+    Example::
+
+        exe = codegraft.compile(model, targets=[SubsetBackend("acc", {"Conv", "Relu"})])
+    """
+
+    def __init__(
+        self,
+        name: str,
+        ops: set[str] | frozenset[str],
+        *,
+        dynamic_shapes: bool = True,
+        fail_on: str | None = None,
+    ) -> None:
+        from codegraft.backend import Capabilities
+
+        self.name = name
+        self.ops = frozenset(ops)
+        self.capabilities = Capabilities(dynamic_shapes=dynamic_shapes)
+        self.fail_on = fail_on
+        self.compiled: list[list[tuple[int | str | None, ...]]] = []
+
+    def supports(self, node):  # type: ignore[no-untyped-def]
+        from codegraft.backend import Support
+
+        if node.op_type in self.ops:
+            return Support.yes()
+        return Support.no(f"{node.op_type} is not in {self.name}'s op set")
+
+    def compile(self, partition):  # type: ignore[no-untyped-def]
+        import onnx_ir as ir
+
+        if self.fail_on and any(n.op_type == self.fail_on for n in partition.model.graph):
+            raise RuntimeError(f"{self.name} cannot compile {self.fail_on} (simulated failure)")
+        self.compiled.append(
+            [tuple(d if isinstance(d, int) else str(d) for d in (v.shape or ())) for v in partition.model.graph.inputs]
+        )
+        return self.name.encode() + b"\0" + ir.to_proto(partition.model).SerializeToString()
+
+    def load(self, blob):  # type: ignore[no-untyped-def]
+        from codegraft.backends.onnxruntime import OnnxRuntimeRunnable
+
+        prefix = self.name.encode() + b"\0"
+        if not blob.startswith(prefix):
+            raise ValueError(f"not a {self.name} blob")
+        return OnnxRuntimeRunnable(blob[len(prefix) :], threads=1)

@@ -66,6 +66,7 @@ class OnnxRuntimeRunnable:
 
                     options = ort.SessionOptions()
                     options.intra_op_num_threads = self._threads
+                    options.log_severity_level = 3  # warnings about unused initializers are noise here
                     session = ort.InferenceSession(
                         self._model_bytes, options, providers=["CPUExecutionProvider"]
                     )

@@ -1,0 +1,55 @@
+"""``inspect``: the report of a compile, without compiling (annotation and partitioning only)."""
+
+from __future__ import annotations
+
+import pathlib
+from collections.abc import Sequence
+
+from codegraft._annotate import annotate
+from codegraft._compiler import Target, _resolve_targets, _run_common_passes, CompileOptions
+from codegraft._extract import plan_partitions
+from codegraft._model import ModelSource, import_model
+from codegraft._partition import demote_small_groups, partition_units
+from codegraft._report import NodeReport, PartitionReport, Report
+from codegraft.backends.onnxruntime import OnnxRuntimeBackend
+
+
+def inspect_model(model: ModelSource, targets: Sequence[Target], *, min_partition_size: int = 1) -> Report:
+    """Where each node would run and why; no backend compiles anything."""
+    host = OnnxRuntimeBackend()
+    backends = _resolve_targets(targets)
+    ir_model = import_model(model)
+    passes = _run_common_passes(ir_model, CompileOptions())
+    annotation = annotate(ir_model.graph, backends, host=host.name)
+    unit_backends = [u.backend for u in annotation.units]
+    preds = annotation.unit_predecessors()
+    sizes = [len(u.nodes) for u in annotation.units]
+    while True:
+        groups = partition_units(unit_backends, preds, host=host.name, preference=[b.name for b in backends])
+        if min_partition_size <= 1 or not demote_small_groups(
+            groups, unit_backends, host=host.name, min_nodes=min_partition_size, unit_sizes=sizes
+        ):
+            break
+    plan = plan_partitions(ir_model, annotation, groups)
+    partition_of = {i: part for part in plan.partitions for i in part.node_indices}
+    nodes = []
+    for i, info in enumerate(annotation.infos):
+        part = partition_of[i]
+        unit = annotation.units[annotation.unit_of_node[i]]
+        nodes.append(NodeReport(
+            info.node.name or "", info.node.op_type, part.backend, part.name,
+            unit.composite.instance if unit.composite else None,
+            tuple((d.backend, d.reason) for d in annotation.declines[i] if d.backend != part.backend),
+        ))
+    partitions = tuple(
+        PartitionReport(p.name, p.backend, len(p.node_indices), p.inputs, p.outputs) for p in plan.partitions
+    )
+    return Report(tuple(b.name for b in backends), host.name, tuple(nodes), partitions, passes)
+
+
+def draw_report(report: Report, model: ModelSource, path: pathlib.Path, *, fmt: str, collapse: bool) -> None:
+    """Draw the partitioned graph (needs graphviz's ``dot``)."""
+    from codegraft import _draw
+
+    ir_model = import_model(model)
+    _draw.draw(report, ir_model, path, fmt=fmt, collapse=collapse)  # type: ignore[attr-defined]
