@@ -1,0 +1,291 @@
+"""``codegraft bench``: one model under the peers (onnxruntime, OpenVINO) and under codegraft.
+
+NOTE: a fair comparison runs every configuration in the same process, with the same thread
+count (onnxruntime's intra-op threads, OpenVINO's ``INFERENCE_NUM_THREADS``, codegraft's host
+and backends), on the same inputs, after a warm-up.  Runs are interleaved round-robin, one
+block of runs of each configuration in turn, so a slow phase of the machine (another process, thermal
+throttling) hurts every configuration alike instead of whichever ran then.  Within a round a
+configuration runs several times back to back, after one untimed run: onnxruntime's worker
+threads keep spinning for a while after a run, and timing OpenVINO right after onnxruntime
+(or the reverse) would measure that contention, not either tool.  Figures are
+medians; each is also given as a ratio to the best peer, the number a user compares against.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+
+from codegraft.backend import Backend
+
+# progress(label, done, total): called after each step of the measurement.
+Progress = Callable[[str, int, int], None]
+RunFn = Callable[[Mapping[str, np.ndarray]], Mapping[str, np.ndarray]]
+
+# Runs are split into this many rounds; see the module note.
+_ROUNDS = 3
+PEER_ORT = "onnxruntime"
+PEER_OPENVINO = "openvino"
+
+
+@dataclass(frozen=True)
+class BenchRow:
+    """One configuration's result; ``error`` is set (and times are NaN) when it could not run."""
+
+    config: str  # "onnxruntime", "openvino", "codegraft[openvino]", "codegraft[measured]", ...
+    peer: bool  # a reference tool, not codegraft
+    median_ms: float
+    min_ms: float
+    ratio: float  # median / the best peer's median; < 1 is faster than every peer
+    max_rel_error: float  # against onnxruntime with optimisations off
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class BenchTable:
+    """The comparison for one model."""
+
+    model: str
+    threads: int
+    runs: int
+    rows: tuple[BenchRow, ...]
+
+    def best_peer(self) -> BenchRow | None:
+        peers = [r for r in self.rows if r.peer and not r.error]
+        return min(peers, key=lambda r: r.median_ms) if peers else None
+
+    def row(self, config: str) -> BenchRow | None:
+        return next((r for r in self.rows if r.config == config), None)
+
+    def render(self) -> str:
+        """A plain-text table (also valid Markdown)."""
+        lines = [
+            f"{self.model}: median of {self.runs} runs, {self.threads} thread(s)",
+            "",
+            "| configuration | median ms | min ms | vs best peer | max rel. error |",
+            "|---|---:|---:|---:|---:|",
+        ]
+        for r in self.rows:
+            if r.error:
+                lines.append(f"| {r.config} | - | - | - | failed: {r.error} |")
+            else:
+                lines.append(
+                    f"| {r.config} | {r.median_ms:.3f} | {r.min_ms:.3f} | {r.ratio:.2f}x | {r.max_rel_error:.1e} |"
+                )
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class _Config:
+    name: str
+    peer: bool
+    build: Callable[[], RunFn]
+
+
+def compare(
+    model: str | os.PathLike[str] | bytes | onnx.ModelProto,
+    targets: Sequence[str],
+    *,
+    runs: int = 20,
+    threads: int = 2,
+    warmup: int = 3,
+    measured: bool = True,
+    progress: Progress | None = None,
+    name: str | None = None,
+) -> BenchTable:
+    """Time ``model`` under the peers and under codegraft with each target, host only, and
+    (``measured``, with at least one target) measured placement over all targets.
+
+    Example::
+
+        table = compare("model.onnx", ["openvino"], runs=20, threads=2)
+        print(table.render())
+    """
+    from codegraft.testing import random_feeds, run_onnxruntime
+
+    proto = _load(model)
+    feeds = random_feeds(proto)
+    reference = run_onnxruntime(proto, feeds)
+    configs = _configs(proto, targets, threads, measured)
+    total = len(configs) * (1 + warmup + runs)
+    done = 0
+
+    def tick(label: str) -> None:
+        nonlocal done
+        done += 1
+        if progress is not None:
+            progress(label, done, total)
+
+    runners: dict[str, RunFn] = {}
+    errors: dict[str, str] = {}
+    accuracy: dict[str, float] = {}
+    for config in configs:
+        try:
+            runners[config.name] = config.build()
+            accuracy[config.name] = _max_rel_error(runners[config.name](feeds), reference)
+        except Exception as error:  # a configuration that cannot run is a result, not a crash
+            errors[config.name] = f"{type(error).__name__}: {str(error).splitlines()[0][:200]}"
+        tick(f"compile {config.name}")
+    for _ in range(warmup):
+        for config in configs:
+            if config.name in runners:
+                runners[config.name](feeds)
+            tick(f"warm-up {config.name}")
+    samples: dict[str, list[float]] = {c.name: [] for c in configs}
+    for block in _blocks(runs):
+        for config in configs:
+            runner = runners.get(config.name)
+            if runner is not None:
+                runner(feeds)  # re-warm after the previous configuration's threads
+            for _ in range(block):
+                if runner is not None:
+                    start = time.perf_counter()
+                    runner(feeds)
+                    samples[config.name].append((time.perf_counter() - start) * 1e3)
+                tick(f"run {config.name}")
+
+    medians = {n: statistics.median(s) for n, s in samples.items() if s}
+    peer_medians = [medians[c.name] for c in configs if c.peer and c.name in medians]
+    best = min(peer_medians) if peer_medians else float("nan")
+    rows = []
+    for config in configs:
+        if config.name in errors:
+            nan = float("nan")
+            rows.append(BenchRow(config.name, config.peer, nan, nan, nan, nan, errors[config.name]))
+            continue
+        median = medians[config.name]
+        rows.append(
+            BenchRow(
+                config.name,
+                config.peer,
+                median,
+                min(samples[config.name]),
+                median / best,
+                accuracy[config.name],
+            )
+        )
+    return BenchTable(name or _model_name(model), threads, runs, tuple(rows))
+
+
+def _blocks(runs: int) -> list[int]:
+    """Split ``runs`` into rounds of consecutive runs; see the module note."""
+    rounds = min(_ROUNDS, max(runs, 1))
+    return [runs // rounds + (1 if i < runs % rounds else 0) for i in range(rounds)]
+
+
+def _configs(proto: onnx.ModelProto, targets: Sequence[str], threads: int, measured: bool) -> list[_Config]:
+    data = proto.SerializeToString()
+    configs = [_Config(PEER_ORT, True, lambda: _onnxruntime_peer(data, threads))]
+    if _openvino_installed():
+        configs.append(_Config(PEER_OPENVINO, True, lambda: _openvino_peer(data, threads)))
+    for target in targets:
+        configs.append(_Config(f"codegraft[{target}]", False, _codegraft(proto, [target], threads, "first")))
+    configs.append(_Config("codegraft[host]", False, _codegraft(proto, [], threads, "first")))
+    if measured and targets:
+        configs.append(_Config("codegraft[measured]", False, _codegraft(proto, list(targets), threads, "measured")))
+    return configs
+
+
+def _onnxruntime_peer(model: bytes, threads: int) -> RunFn:
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    session = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+    names = [o.name for o in session.get_outputs()]
+
+    def run(feeds: Mapping[str, np.ndarray]) -> Mapping[str, np.ndarray]:
+        return dict(zip(names, session.run(names, dict(feeds)), strict=True))
+
+    return run
+
+
+def _openvino_peer(model: bytes, threads: int) -> RunFn:
+    import openvino
+
+    core = openvino.Core()
+    config = {"INFERENCE_NUM_THREADS": threads, "INFERENCE_PRECISION_HINT": "f32"}
+    compiled = core.compile_model(core.read_model(model, b""), "CPU", config)
+    request = compiled.create_infer_request()
+    outputs = [(port, port.get_any_name()) for port in compiled.outputs]
+
+    def run(feeds: Mapping[str, np.ndarray]) -> Mapping[str, np.ndarray]:
+        result = request.infer(dict(feeds))
+        return {name: np.array(result[port]) for port, name in outputs}
+
+    return run
+
+
+def _codegraft(proto: onnx.ModelProto, targets: list[str], threads: int, placement: str) -> Callable[[], RunFn]:
+    def build() -> RunFn:
+        import codegraft
+
+        backends = [make_target(t, threads) for t in targets]
+        exe = codegraft.compile(proto, targets=backends, threads=threads, placement=placement)
+        return exe.run
+
+    return build
+
+
+def make_target(name: str, threads: int) -> Backend:
+    """The backend called ``name``, with ``threads`` where the backend takes a thread count."""
+    if name == "openvino":
+        from codegraft.backends.openvino import OpenVINOBackend
+
+        return OpenVINOBackend(num_threads=threads)
+    if name == "onnxruntime":
+        from codegraft.backends.onnxruntime import OnnxRuntimeBackend
+
+        return OnnxRuntimeBackend(threads=threads)
+    from codegraft.backends import get_backend
+
+    return get_backend(name)
+
+
+def _openvino_installed() -> bool:
+    try:
+        import openvino  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _load(model: str | os.PathLike[str] | bytes | onnx.ModelProto) -> onnx.ModelProto:
+    if isinstance(model, onnx.ModelProto):
+        proto = model
+    elif isinstance(model, bytes):
+        proto = onnx.load_from_string(model)
+    else:
+        proto = onnx.load(os.fspath(model))
+    return onnx.shape_inference.infer_shapes(proto)
+
+
+def _model_name(model: object) -> str:
+    if isinstance(model, str | os.PathLike):
+        return os.path.basename(os.fspath(model))
+    if isinstance(model, onnx.ModelProto) and model.graph.name:
+        return model.graph.name
+    return "model"
+
+
+def _max_rel_error(actual: Mapping[str, np.ndarray], expected: Mapping[str, np.ndarray]) -> float:
+    worst = 0.0
+    for name, want in expected.items():
+        got = np.asarray(actual[name], dtype=np.float64)
+        want64 = want.astype(np.float64)
+        scale = max(float(np.max(np.abs(want64))) if want64.size else 0.0, 1e-6)
+        if got.shape != want64.shape:
+            return float("inf")
+        if want64.size:
+            worst = max(worst, float(np.max(np.abs(got - want64))) / scale)
+    return worst
+
+
+__all__ = ["BenchRow", "BenchTable", "Progress", "compare", "make_target"]
