@@ -1,0 +1,74 @@
+"""The runtime: input validation errors, profiling, freeing intermediates."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+import codegraft as cg
+from codegraft._executable import Step, _last_uses
+from codegraft.testing import SubsetBackend
+
+
+def _model():  # type: ignore[no-untyped-def]
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["a", "b"], ["s"]), helper.make_node("Relu", ["s"], ["y"])],
+        "g",
+        [
+            helper.make_tensor_value_info("a", TensorProto.FLOAT, ["n", 4]),
+            helper.make_tensor_value_info("b", TensorProto.FLOAT, ["n", 4]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4])],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.fixture(scope="module")
+def exe() -> cg.Executable:
+    return cg.compile(_model(), targets=[SubsetBackend("acc", {"Relu"})])
+
+
+def _ok(n: int = 2) -> dict[str, np.ndarray]:
+    return {"a": np.ones((n, 4), np.float32), "b": np.ones((n, 4), np.float32)}
+
+
+def test_runs(exe: cg.Executable) -> None:
+    np.testing.assert_array_equal(exe.run(_ok())["y"], np.full((2, 4), 2, np.float32))
+
+
+@pytest.mark.parametrize(
+    ("feeds", "message"),
+    [
+        ({"a": np.ones((2, 4), np.float32)}, r"missing input 'b': expected float32\[n, 4\]"),
+        ({**_ok(), "c": np.ones(1)}, r"unknown input 'c'; the model's inputs are: a float32\[n, 4\], b"),
+        ({**_ok(), "a": np.ones((2, 4), np.float64)}, r"input 'a' has dtype float64, expected float32"),
+        ({**_ok(), "a": np.ones((2, 4, 1), np.float32)}, r"input 'a' has rank 3 .* expected rank 2"),
+        ({**_ok(), "a": np.ones((2, 5), np.float32)}, r"input 'a' has size 5 on axis 1 .* expected 4"),
+        ({"a": np.ones((2, 4), np.float32), "b": np.ones((3, 4), np.float32)}, r"input 'b' axis 0 is n=3, but input 'a' set n=2"),
+    ],
+)
+def test_bad_feeds_get_a_clear_error(exe: cg.Executable, feeds: dict[str, np.ndarray], message: str) -> None:
+    with pytest.raises(cg.InputError, match=message):
+        exe.run(feeds)
+
+
+def test_feeds_must_be_a_mapping(exe: cg.Executable) -> None:
+    with pytest.raises(cg.InputError, match="mapping"):
+        exe.run([np.ones((2, 4), np.float32)])  # type: ignore[arg-type]
+
+
+def test_profile_times_every_partition(exe: cg.Executable) -> None:
+    profile = exe.profile(_ok(), repeat=3)
+    assert [name for name, _, _ in profile.partitions] == [s.name for s in exe.steps]
+    assert profile.total_ms == pytest.approx(sum(ms for _, _, ms in profile.partitions))
+    assert "total" in str(profile)
+
+
+def test_intermediates_are_dropped_after_their_last_reader() -> None:
+    steps = [
+        Step("p0", "x", ("in",), ("a",), b""),
+        Step("p1", "x", ("a",), ("b",), b""),
+        Step("p2", "x", ("a", "b"), ("out",), b""),
+    ]
+    assert _last_uses(steps, {"out"}) == [("in",), (), ("a", "b")]

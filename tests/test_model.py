@@ -1,0 +1,55 @@
+"""Bringing models in: every accepted form, and clear errors for bad ones."""
+
+from __future__ import annotations
+
+import pathlib
+
+import onnx
+import onnx_ir as ir
+import pytest
+from onnx import TensorProto, helper
+
+import codegraft as cg
+from codegraft._model import import_model
+from codegraft.testing import light_model, light_model_path
+
+
+def test_every_source_form_gives_the_same_graph(tmp_path: pathlib.Path) -> None:
+    proto = light_model("squeezenet")
+    path = tmp_path / "m.onnx"
+    onnx.save(proto, path)
+    forms = [proto, proto.SerializeToString(), str(path), path, ir.from_proto(proto)]
+    counts = {len(import_model(f).graph) for f in forms}
+    assert counts == {len(proto.graph.node)}
+
+
+def test_shapes_are_inferred_at_import() -> None:
+    model = import_model(light_model_path("resnet50"))
+    assert all(v.shape is not None for node in model.graph for v in node.outputs)
+
+
+def test_missing_file() -> None:
+    with pytest.raises(cg.ModelError, match="model file not found: nope.onnx"):
+        cg.compile("nope.onnx")
+
+
+def test_garbage_bytes(tmp_path: pathlib.Path) -> None:
+    (tmp_path / "bad.onnx").write_bytes(b"\x08\x07garbage")
+    with pytest.raises(cg.ModelError, match="bad.onnx"):
+        cg.compile(tmp_path / "bad.onnx")
+
+
+def test_invalid_node_is_named() -> None:
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"], name="broken_relu"), helper.make_node("NoSuchOp", ["y"], ["z"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, [2])],
+    )
+    with pytest.raises(cg.ModelError, match="NoSuchOp"):
+        cg.compile(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+
+
+def test_unsupported_source_type() -> None:
+    with pytest.raises(cg.ModelError, match="cannot compile a int"):
+        cg.compile(42)  # type: ignore[arg-type]
