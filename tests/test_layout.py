@@ -1,0 +1,293 @@
+"""The NHWC layout pass: equivalence on random inputs, and golden counts of what remains.
+
+onnxruntime cannot run ``codegraft.nhwc`` ops, so every check lowers them back with the
+reference :func:`codegraft.passes.lower_nhwc` and compares with the untouched model.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from onnxscript import optimizer
+
+from codegraft.passes import NHWC_DOMAIN, LayoutResult, lower_nhwc, to_nhwc
+from codegraft.testing import assert_close, light_model, random_feeds, run_onnxruntime
+
+RNG = np.random.default_rng(0)
+
+
+def _init(name: str, *shape: int) -> onnx.TensorProto:
+    return numpy_helper.from_array(RNG.standard_normal(shape).astype(np.float32) * 0.3, name)
+
+
+def _model(
+    nodes: list[onnx.NodeProto],
+    inputs: list[tuple[str, list[int | str]]],
+    outputs: list[str],
+    inits: list[onnx.TensorProto],
+    opset: int = 17,
+) -> onnx.ModelProto:
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in outputs],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    return onnx.shape_inference.infer_shapes(model)
+
+
+def _check(
+    proto: onnx.ModelProto, *, fold_first: bool = False, **dims: int
+) -> tuple[LayoutResult, ir.Model]:
+    """Rewrite, check outputs keep names, lower back, compare with the original on random data."""
+    model = ir.serde.deserialize_model(proto)
+    if fold_first:
+        optimizer.fold_constants(model)
+    output_names = [o.name for o in model.graph.outputs]
+    output_shapes = [o.shape for o in model.graph.outputs]
+    result = to_nhwc(model)
+    assert [o.name for o in model.graph.outputs] == output_names
+    assert [o.shape for o in model.graph.outputs] == output_shapes
+    rewritten = ir.serde.serialize_model(model)
+    onnx.checker.check_model(rewritten)
+    lowered = lower_nhwc(ir.serde.deserialize_model(rewritten))
+    feeds = random_feeds(proto, dim_values=dims)
+    assert_close(
+        run_onnxruntime(ir.serde.serialize_model(lowered), feeds), run_onnxruntime(proto, feeds)
+    )
+    return result, model
+
+
+def _ops(model: ir.Model) -> collections.Counter[str]:
+    return collections.Counter(
+        f"{n.domain}::{n.op_type}" if n.domain else n.op_type for n in model.graph
+    )
+
+
+def test_cnn_keeps_one_transpose_at_the_input() -> None:
+    proto = _model(
+        [
+            helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+            helper.make_node("Relu", ["c1"], ["r1"]),
+            helper.make_node("MaxPool", ["r1"], ["p1"], kernel_shape=[2, 2], strides=[2, 2]),
+            helper.make_node("Conv", ["p1", "w2"], ["c2"], group=2),
+            helper.make_node("Add", ["c2", "bias"], ["a2"]),  # [C,1,1] broadcast bias
+            helper.make_node("PRelu", ["a2", "slope"], ["r2"]),
+            helper.make_node("GlobalAveragePool", ["r2"], ["g"]),
+            helper.make_node("Flatten", ["g"], ["f"]),
+            helper.make_node("Gemm", ["f", "fc"], ["y"], transB=1),
+        ],
+        [("x", [2, 3, 8, 8])],
+        ["y"],
+        [_init("w1", 4, 3, 3, 3), _init("b1", 4), _init("w2", 6, 2, 3, 3), _init("bias", 6, 1, 1),
+         _init("slope", 6, 1, 1), _init("fc", 5, 6)],
+    )  # fmt: skip
+    result, model = _check(proto)
+    assert result.converted_ops == 4
+    assert result.transposes_inserted == 1
+    assert result.constants_folded == 4  # two weights, bias, slope
+    ops = _ops(model)
+    assert ops["Transpose"] == 1
+    assert ops[f"{NHWC_DOMAIN}::Conv"] == 2
+    assert model.opset_imports[NHWC_DOMAIN] == 17
+    conv = next(n for n in model.graph if n.op_type == "Conv")
+    assert conv.inputs[1] is not None and list(conv.inputs[1].shape) == [4, 3, 3, 3]  # OHWI
+    second = [n for n in model.graph if n.op_type == "Conv"][1]
+    assert second.inputs[1] is not None and list(second.inputs[1].shape) == [6, 3, 3, 2]
+    assert "w1" not in model.graph.initializers  # the NCHW copy is not kept
+
+
+def test_graph_output_in_nhwc_gets_one_transpose_back_and_keeps_its_name() -> None:
+    proto = _model(
+        [
+            helper.make_node("Conv", ["x", "w"], ["c"]),
+            helper.make_node("Relu", ["c"], ["y"]),
+            helper.make_node("Sigmoid", ["c"], ["z"]),
+        ],
+        [("x", ["N", 3, 5, 5])],
+        ["y", "z"],
+        [_init("w", 4, 3, 1, 1)],
+    )
+    result, model = _check(proto, N=3)
+    assert result.transposes_inserted == 3  # input, and each output back
+    assert _ops(model)["Transpose"] == 3
+
+
+def test_axis_ops_are_remapped_not_transposed() -> None:
+    proto = _model(
+        [
+            helper.make_node("Conv", ["x", "w1"], ["c1"]),
+            helper.make_node("Conv", ["x", "w2"], ["c2"], pads=[1, 1, 1, 1]),
+            helper.make_node("Concat", ["c1", "c2"], ["cat"], axis=1),
+            helper.make_node("Softmax", ["cat"], ["s"], axis=1),
+            helper.make_node("ReduceMean", ["s"], ["m"], axes=[2, 3], keepdims=0),
+            helper.make_node("ReduceMax", ["s"], ["k"], axes=[1], keepdims=1),
+            helper.make_node("Conv", ["k", "w3"], ["y2"]),
+        ],
+        [("x", [1, 3, 6, 7])],
+        ["m", "y2"],
+        [_init("w1", 2, 3, 1, 1), _init("w2", 3, 3, 3, 3), _init("w3", 2, 1, 1, 1)],
+        opset=17,
+    )
+    result, model = _check(proto)
+    # the input, and y2 back to NCHW; m is [N, C] in either layout
+    assert result.transposes_inserted == 2
+    concat = next(n for n in model.graph if n.op_type == "Concat")
+    assert concat.attributes.get_int("axis") == 3
+    softmax = next(n for n in model.graph if n.op_type == "Softmax")
+    assert softmax.attributes.get_int("axis") == 3
+    mean = next(n for n in model.graph if n.op_type == "ReduceMean")
+    assert list(mean.attributes.get_ints("axes") or []) == [1, 2]
+
+
+def test_old_softmax_and_reduce_with_axes_input() -> None:
+    proto = _model(
+        [
+            helper.make_node("Conv", ["x", "w"], ["c"]),
+            helper.make_node("Softmax", ["c"], ["s"], axis=1),  # opset 11: flattens from axis 1
+            helper.make_node("ReduceSum", ["s", "axes"], ["y"], keepdims=0),
+        ],
+        [("x", [2, 3, 4, 5])],
+        ["y"],
+        [_init("w", 4, 3, 1, 1), numpy_helper.from_array(np.array([1], np.int64), "axes")],
+        opset=13,
+    )
+    result, _ = _check(proto)
+    # only the input: y drops C, and [N, H, W] is stored in that order already
+    assert result.transposes_inserted == 1
+    old = _model(
+        [
+            helper.make_node("Conv", ["x", "w"], ["c"]),
+            helper.make_node("Softmax", ["c"], ["y"], axis=1),
+        ],
+        [("x", [2, 3, 4, 5])],
+        ["y"],
+        [_init("w", 4, 3, 1, 1)],
+        opset=11,
+    )  # before opset 13 Softmax normalises over everything from axis 1: stays NHWC
+    result, _ = _check(old)
+    assert result.transposes_inserted == 2
+
+
+def test_model_transposes_compose_away() -> None:
+    """An NHWC-input model that transposes to NCHW for its conv needs no transpose at all."""
+    proto = _model(
+        [
+            helper.make_node("Transpose", ["x"], ["xt"], perm=[0, 3, 1, 2]),
+            helper.make_node("Conv", ["xt", "w"], ["c"]),
+            helper.make_node("Relu", ["c"], ["r"]),
+            helper.make_node("Transpose", ["r"], ["y"], perm=[0, 2, 3, 1]),
+        ],
+        [("x", [1, 5, 6, 3])],
+        ["y"],
+        [_init("w", 4, 3, 3, 3)],
+    )
+    result, model = _check(proto)
+    assert result.transposes_inserted == 0
+    assert _ops(model)["Transpose"] == 0
+
+
+def test_ops_without_nhwc_form_get_transposes_around_them() -> None:
+    proto = _model(
+        [
+            helper.make_node("Conv", ["x", "w"], ["c"]),
+            helper.make_node("LRN", ["c"], ["l"], size=3),
+            helper.make_node("Conv", ["l", "w2"], ["y"]),
+        ],
+        [("x", [1, 3, 6, 6])],
+        ["y"],
+        [_init("w", 4, 3, 3, 3), _init("w2", 2, 4, 1, 1)],
+    )
+    result, _ = _check(proto)
+    assert result.converted_ops == 2
+    assert result.transposes_inserted == 4  # in, around LRN (2), out
+
+
+def test_conv1d_pool1d_batchnorm_resize_and_computed_weight() -> None:
+    proto = _model(
+        [
+            helper.make_node("Conv", ["x1", "w1"], ["c1"]),
+            helper.make_node("AveragePool", ["c1"], ["y1"], kernel_shape=[2]),
+            helper.make_node("Conv", ["x", "wx"], ["c"]),  # weight is a graph input: transposed
+            helper.make_node("BatchNormalization", ["c", "s", "b", "m", "v"], ["bn"]),
+            helper.make_node("Resize", ["bn", "", "scales"], ["rs"], mode="nearest"),
+            helper.make_node("MaxPool", ["rs"], ["y", "idx"], kernel_shape=[2, 2]),  # Indices: stays
+        ],
+        [("x1", [2, 3, 9]), ("x", [1, 2, 4, 4]), ("wx", [3, 2, 1, 1])],
+        ["y1", "y"],
+        [_init("w1", 4, 3, 2), _init("s", 3), _init("b", 3), _init("m", 3),
+         numpy_helper.from_array(np.ones(3, np.float32), "v"),
+         numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales")],
+    )  # fmt: skip
+    result, model = _check(proto)
+    assert result.converted_ops == 5
+    assert _ops(model)["MaxPool"] == 1
+    # x1, y1 back, x, and rs back for the MaxPool that keeps Indices; wx [3,2,1,1] -> OHWI
+    # only moves unit axes, so a Reshape does it
+    assert result.transposes_inserted == 4
+    assert result.reshapes_inserted == 1
+
+
+def test_subgraph_reading_an_nhwc_value_sees_nchw() -> None:
+    then_graph = helper.make_graph(
+        [helper.make_node("Relu", ["c"], ["t"])],
+        "then",
+        [],
+        [helper.make_tensor_value_info("t", 1, None)],
+    )
+    else_graph = helper.make_graph(
+        [helper.make_node("Neg", ["c"], ["e"])],
+        "else",
+        [],
+        [helper.make_tensor_value_info("e", 1, None)],
+    )
+    proto = _model(
+        [
+            helper.make_node("Conv", ["x", "w"], ["c"]),
+            helper.make_node("ReduceSum", ["x"], ["sum"], keepdims=0),
+            helper.make_node("Greater", ["sum", "zero"], ["cond"]),
+            helper.make_node("If", ["cond"], ["y"], then_branch=then_graph, else_branch=else_graph),
+        ],
+        [("x", [1, 3, 4, 4])],
+        ["y"],
+        [_init("w", 2, 3, 3, 3), numpy_helper.from_array(np.array(0, np.float32), "zero")],
+    )
+    _check(proto)
+
+
+@functools.cache
+def _light(name: str) -> onnx.ModelProto:
+    return light_model(name)
+
+
+# name -> (Transposes, Reshapes) left after the rewrite (constants folded first, as the
+# pipeline does).  The input is the one transpose; a final [1, C, 1, 1] output stored as
+# [1, 1, 1, C] needs only a Reshape; Reshape/Flatten after a global pool read NHWC as is.
+LIGHT_GOLDEN = {
+    "resnet50": (1, 0),
+    "squeezenet": (1, 1),
+    "densenet121": (1, 1),
+    "inception_v1": (5, 0),  # two LRNs, each needs NCHW and back
+    "inception_v2": (1, 0),
+    "bvlc_alexnet": (6, 0),  # two LRNs, and the last MaxPool -> Reshape needs NCHW order
+    "shufflenet": (49, 0),  # 16 channel shuffles (Reshape-Transpose-Reshape), 3 each
+}
+
+
+@pytest.mark.parametrize("name", sorted(LIGHT_GOLDEN))
+def test_light_models(name: str) -> None:
+    result, model = _check(_light(name), fold_first=True)
+    transposes, reshapes = LIGHT_GOLDEN[name]
+    assert (result.transposes_inserted, result.reshapes_inserted) == (transposes, reshapes)
+    assert _ops(model)["Transpose"] == transposes
+    convs = sum(1 for n in model.graph if n.op_type == "Conv")
+    assert result.converted_ops >= convs > 0
+    assert all(n.domain == NHWC_DOMAIN for n in model.graph if n.op_type == "Conv")
