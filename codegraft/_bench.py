@@ -129,7 +129,7 @@ def compare(
         try:
             runners[config.name] = config.build()
             accuracy[config.name] = _max_rel_error(runners[config.name](feeds), reference)
-        except Exception as error:  # a configuration that cannot run is a result, not a crash
+        except Exception as error:  # noqa: BLE001 - a configuration that cannot run is a result, not a crash
             errors[config.name] = f"{type(error).__name__}: {str(error).splitlines()[0][:200]}"
         tick(f"compile {config.name}")
     for _ in range(warmup):
