@@ -1,0 +1,88 @@
+"""Finding backends: built-ins, entry-point plugins (the example package), unavailability."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import codegraft as cg
+from codegraft.testing import assert_close, random_feeds, run_onnxruntime
+
+EXAMPLE = pathlib.Path(__file__).parents[1] / "examples" / "numpy-backend"
+
+
+@pytest.fixture(scope="module")
+def example_plugin(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The example plugin, installed the way a user would (``make test`` installs it too)."""
+    if any(e.name == "numpy_example" for e in importlib.metadata.entry_points(group="codegraft.backends")):
+        return
+    target = tmp_path_factory.mktemp("site")
+    result = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), str(EXAMPLE)],
+        capture_output=True, text=True, check=False,
+    )
+    if result.returncode != 0:
+        pytest.skip(f"could not pip-install the example plugin: {result.stderr.strip()[-300:]}")
+    sys.path.insert(0, str(target))
+    importlib.invalidate_caches()
+
+
+def _mlp() -> object:
+    rng = np.random.default_rng(0)
+    inits = [
+        numpy_helper.from_array(rng.standard_normal((16, 32)).astype(np.float32) / 4, "w1"),
+        numpy_helper.from_array(rng.standard_normal(32).astype(np.float32), "b1"),
+        numpy_helper.from_array(rng.standard_normal((32, 8)).astype(np.float32) / 6, "w2"),
+    ]
+    graph = helper.make_graph(
+        [
+            helper.make_node("Gemm", ["x", "w1", "b1"], ["h"]),
+            helper.make_node("Relu", ["h"], ["r"]),
+            helper.make_node("LayerNormalization", ["r", "b1"], ["n"], axis=-1),
+            helper.make_node("MatMul", ["n", "w2"], ["z"]),
+            helper.make_node("Softmax", ["z"], ["y"], axis=-1),
+        ],
+        "mlp",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 8])],
+        initializer=inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_example_plugin_is_found_and_compiles(example_plugin: None) -> None:
+    infos = {i.name: i for i in cg.list_backends()}
+    assert infos["numpy_example"].available and infos["numpy_example"].origin == "codegraft-numpy-backend"
+    model = _mlp()
+    exe = cg.compile(model, targets=["numpy_example"])
+    assert [s.backend for s in exe.steps] == ["numpy_example", "onnxruntime", "numpy_example"]
+    layer_norm = next(n for n in exe.report().nodes if n.op_type == "LayerNormalization")
+    assert dict(layer_norm.declined)["numpy_example"] == "LayerNormalization not implemented"
+    feeds = random_feeds(model, dim_values={"batch": 5})
+    assert_close(exe.run(feeds), run_onnxruntime(model, feeds))
+
+
+def test_builtins_are_listed_with_reasons() -> None:
+    infos = {i.name: i for i in cg.list_backends()}
+    assert {"onnxruntime", "openvino", "c"} <= set(infos)
+    assert infos["onnxruntime"].available
+    for info in infos.values():
+        assert info.available or info.reason
+
+
+def test_unavailable_backend_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
+    from codegraft import backends
+
+    def missing() -> cg.Backend:
+        raise cg.BackendUnavailable("the 'mycc' compiler is not on PATH")
+
+    monkeypatch.setitem(backends.BUILTIN_BACKENDS, "mine", missing)
+    with pytest.raises(cg.BackendUnavailable, match="backend 'mine' is unavailable: the 'mycc' compiler"):
+        cg.compile(_mlp(), targets=["mine"])
+    assert {i.name: i.reason for i in cg.list_backends()}["mine"].endswith("is not on PATH")
