@@ -1,0 +1,154 @@
+"""The common passes: options, before/after equivalence on random inputs, golden counts."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from codegraft.passes import PASS_NAMES, PassOptions, run_common_passes
+from codegraft.testing import assert_close, light_model, random_feeds, run_onnxruntime
+
+
+def _const(name: str, value: np.ndarray) -> onnx.TensorProto:
+    return numpy_helper.from_array(np.asarray(value, dtype=np.float32), name)
+
+
+def _messy_model() -> onnx.ModelProto:
+    """Identity chains, no-ops, foldable constants, duplicates and dead code."""
+    nodes = [
+        helper.make_node("Identity", ["x"], ["x1"]),
+        helper.make_node("Identity", ["x1"], ["x2"]),
+        helper.make_node("Add", ["c1", "c2"], ["c12"]),  # folds
+        helper.make_node("Mul", ["c12", "two"], ["c12x2"]),  # folds
+        helper.make_node("Mul", ["x2", "one"], ["x3"]),  # no-op
+        helper.make_node("Add", ["x3", "c12x2"], ["a"]),
+        helper.make_node("Relu", ["a"], ["r1"]),
+        helper.make_node("Relu", ["a"], ["r2"]),  # duplicate of r1
+        helper.make_node("Add", ["r1", "r2"], ["s"]),
+        helper.make_node("Shape", ["x"], ["shape"]),  # static: folds
+        helper.make_node("Reshape", ["s", "shape"], ["y"]),
+        helper.make_node("Sigmoid", ["x"], ["dead"]),  # unused
+        helper.make_node("Identity", ["x"], ["passthrough"]),  # must stay: input -> output
+        helper.make_node("Neg", ["c1"], ["const_out"]),  # output that is a constant
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "messy",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3]),
+            helper.make_tensor_value_info("passthrough", TensorProto.FLOAT, [2, 3]),
+            helper.make_tensor_value_info("const_out", TensorProto.FLOAT, [3]),
+        ],
+        [
+            _const("c1", [1.0, 2.0, 3.0]),
+            _const("c2", [0.5, 0.5, 0.5]),
+            _const("two", 2.0),
+            _const("one", 1.0),
+        ],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _run(proto: onnx.ModelProto, options: PassOptions) -> tuple[onnx.ModelProto, ir.Model]:
+    model = ir.serde.deserialize_model(proto)
+    result = run_common_passes(model, options)
+    assert result.model is model
+    optimized = ir.serde.serialize_model(model)
+    onnx.checker.check_model(optimized)
+    assert [i.name for i in optimized.graph.input] == [i.name for i in proto.graph.input]
+    assert [o.name for o in optimized.graph.output] == [o.name for o in proto.graph.output]
+    feeds = random_feeds(proto)
+    assert_close(run_onnxruntime(optimized, feeds), run_onnxruntime(proto, feeds), rtol=1e-6)
+    return optimized, model
+
+
+def test_options_from_names() -> None:
+    options = PassOptions.from_names(["fold_constants", "cse", "dce", "identity"])
+    assert options.enabled == ("identity", "fold_constants", "cse", "dce")
+    assert PassOptions().enabled == PASS_NAMES
+    assert PassOptions.none().enabled == ()
+    assert PassOptions().without("cse").enabled == (
+        "shape_inference",
+        "identity",
+        "fold_constants",
+        "dce",
+    )
+    with pytest.raises(ValueError, match="unknown pass name.*'fold'.*known: shape_inference"):
+        PassOptions.from_names(["fold"])
+
+
+def test_all_passes_on_a_messy_model() -> None:
+    proto = _messy_model()
+    model = ir.serde.deserialize_model(proto)
+    result = run_common_passes(model, PassOptions())
+    names = [r.name for r in result.records]
+    assert names == [*PASS_NAMES, "shape_inference"]
+    by_name = {r.name: r for r in result.records}
+    assert by_name["identity"].nodes_removed == 3  # x1, x2 and x*1; the passthrough stays
+    assert by_name["fold_constants"].constants_folded == 2  # c12x2, const_out (shape: gone)
+    assert by_name["cse"].nodes_removed == 1
+    assert result.nodes_removed == len(proto.graph.node) - len(list(model.graph))
+    optimized, _ = _run(_messy_model(), PassOptions())
+    ops = sorted(n.op_type for n in optimized.graph.node)
+    assert ops.count("Relu") == 1 and "Sigmoid" not in ops and "Shape" not in ops
+    assert ops.count("Identity") == 1
+
+
+@pytest.mark.parametrize("name", PASS_NAMES)
+def test_each_pass_alone_keeps_outputs(name: str) -> None:
+    _run(_messy_model(), PassOptions.from_names([name]))
+
+
+def test_no_passes_change_nothing() -> None:
+    proto = _messy_model()
+    model = ir.serde.deserialize_model(proto)
+    result = run_common_passes(model, PassOptions.none())
+    assert result.records == ()
+    assert len(list(model.graph)) == len(proto.graph.node)
+
+
+def test_folding_does_not_blow_up_the_model() -> None:
+    """Expand of a scalar to 2M elements could fold; it must not be stored."""
+    graph = helper.make_graph(
+        [
+            helper.make_node("Expand", ["c", "big_shape"], ["big"]),
+            helper.make_node("ReduceSum", ["big"], ["total"], keepdims=0),
+            helper.make_node("Add", ["x", "total"], ["y"]),
+        ],
+        "blowup",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])],
+        [
+            _const("c", 0.001),
+            numpy_helper.from_array(np.array([2000, 1000], np.int64), "big_shape"),
+        ],
+    )
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    optimized, _ = _run(proto, PassOptions())
+    stored = sum(int(np.prod(t.dims)) for t in optimized.graph.initializer)
+    for node in optimized.graph.node:
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.TENSOR:
+                stored += int(np.prod(attr.t.dims))
+    assert stored < 100
+
+
+@functools.cache
+def _light(name: str) -> onnx.ModelProto:
+    return light_model(name)
+
+
+# name -> nodes after the pipeline (densenet/inception_v2 fold their per-channel Unsqueezes)
+LIGHT_GOLDEN = {"resnet50": 175, "densenet121": 668, "inception_v2": 370, "squeezenet": 65}
+
+
+@pytest.mark.parametrize("name", sorted(LIGHT_GOLDEN))
+def test_light_models(name: str) -> None:
+    _, model = _run(_light(name), PassOptions())
+    assert len(list(model.graph)) == LIGHT_GOLDEN[name]
