@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import onnx_ir as ir
 
 from codegraft._dtypes import dtype_name
+from codegraft._gcpause import without_gc
 from codegraft._graphinfo import NodeInfo, node_infos
 from codegraft.backend import Backend, Composite, Support, backend_patterns
 
@@ -48,6 +49,7 @@ class Annotation:
     declines: tuple[tuple[Decline, ...], ...]  # per node
     capable: tuple[tuple[str, ...], ...]  # per node: targets that accept it alone, in order
 
+    @without_gc
     def unit_predecessors(self) -> list[list[int]]:
         """For each unit, the units producing the values it reads."""
         producer_unit: dict[ir.Value, int] = {}
@@ -83,6 +85,7 @@ def check_node(backend: Backend, node: ir.Node) -> Support:
     return verdict
 
 
+@without_gc
 def annotate(graph: ir.Graph, targets: Sequence[Backend], *, host: str) -> Annotation:
     """Decide a backend for each top-level node of ``graph``; see the module docstring."""
     infos = node_infos(graph)

@@ -15,6 +15,7 @@ import onnx
 import onnx_ir as ir
 
 from codegraft._annotate import Annotation
+from codegraft._gcpause import without_gc
 from codegraft._partition import Group
 from codegraft.backend import Composite
 
@@ -43,6 +44,7 @@ class Plan:
     shared_constants: tuple[str, ...]
 
 
+@without_gc
 def plan_partitions(model: ir.Model, annotation: Annotation, groups: Sequence[Group]) -> Plan:
     """Work out each partition's inputs, outputs and constants."""
     graph = model.graph

@@ -18,6 +18,8 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from codegraft._gcpause import without_gc
+
 
 @dataclass(frozen=True)
 class Group:
@@ -27,6 +29,7 @@ class Group:
     units: tuple[int, ...]
 
 
+@without_gc
 def partition_units(
     backends: Sequence[str],
     predecessors: Sequence[Sequence[int]],
