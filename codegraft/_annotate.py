@@ -118,6 +118,8 @@ def annotate(graph: ir.Graph, targets: Sequence[Backend], *, host: str) -> Annot
             else:
                 declines[i].append(Decline(target.name, verdict.reason))
 
+    quantized_members = _keep_quantized_units_whole(graph, index_of, claimed, composite_of, declines, host)
+
     units: list[Unit] = []
     unit_of_node = [-1] * count
     seen_composites: dict[str, int] = {}
@@ -129,6 +131,12 @@ def annotate(graph: ir.Graph, targets: Sequence[Backend], *, host: str) -> Annot
                 seen_composites[composite.instance] = len(units)
                 units.append(Unit(composite_members[composite.instance], backend, composite))
             unit_of_node[i] = seen_composites[composite.instance]
+        elif i in quantized_members:
+            members = quantized_members[i]
+            if unit_of_node[members[0]] < 0:
+                for member in members:
+                    unit_of_node[member] = len(units)
+                units.append(Unit(members, backend))
         else:
             unit_of_node[i] = len(units)
             units.append(Unit((i,), backend))
@@ -172,4 +180,34 @@ def _claim_composites(
         for i in members:
             claimed[i] = target.name
             composite_of[i] = composite
+    return members_of
+
+
+def _keep_quantized_units_whole(
+    graph: ir.Graph,
+    index_of: dict[ir.Node, int],
+    claimed: list[str | None],
+    composite_of: list[Composite | None],
+    declines: list[list[Decline]],
+    host: str,
+) -> dict[int, tuple[int, ...]]:
+    """DequantizeLinear -> op -> QuantizeLinear units are placed whole: on the one backend that
+    claimed all their nodes, else on the host.  Returns node index -> the unit's members."""
+    if not any(node.op_type == "QuantizeLinear" for node in index_of):
+        return {}
+    from codegraft.patterns import quantized_units
+
+    members_of: dict[int, tuple[int, ...]] = {}
+    for nodes in quantized_units(graph):
+        members = tuple(sorted(index_of[n] for n in nodes if n in index_of))
+        if len(members) != len(nodes) or any(composite_of[i] is not None for i in members):
+            continue  # inside a body, or already whole inside a composite
+        owners = {claimed[i] for i in members}
+        if len(owners) != 1 or None in owners:
+            for i in members:
+                if claimed[i] not in (None, host):
+                    declines[i].append(Decline(str(claimed[i]), "quantized unit is not supported whole"))
+                claimed[i] = host
+        for i in members:
+            members_of[i] = members
     return members_of

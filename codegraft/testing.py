@@ -205,6 +205,7 @@ class SubsetBackend:
         *,
         dynamic_shapes: bool = True,
         fail_on: str | None = None,
+        rules: tuple[object, ...] = (),
     ) -> None:
         from codegraft.backend import Capabilities
 
@@ -213,6 +214,11 @@ class SubsetBackend:
         self.capabilities = Capabilities(dynamic_shapes=dynamic_shapes)
         self.fail_on = fail_on
         self.compiled: list[list[tuple[int | str | None, ...]]] = []
+        self.rules = tuple(rules)
+        self.received_composites: list[object] = []
+
+    def patterns(self):  # type: ignore[no-untyped-def]
+        return self.rules
 
     def supports(self, node):  # type: ignore[no-untyped-def]
         from codegraft.backend import Support
@@ -226,6 +232,7 @@ class SubsetBackend:
 
         if self.fail_on and any(n.op_type == self.fail_on for n in partition.model.graph):
             raise RuntimeError(f"{self.name} cannot compile {self.fail_on} (simulated failure)")
+        self.received_composites.extend(partition.composites)
         self.compiled.append(
             [tuple(d if isinstance(d, int) else str(d) for d in (v.shape or ())) for v in partition.model.graph.inputs]
         )

@@ -1,0 +1,78 @@
+"""Annotation with composites and quantized units: claimed whole, never split, with reasons."""
+
+from __future__ import annotations
+
+import numpy as np
+from onnx import TensorProto, helper, numpy_helper
+
+import codegraft as cg
+from codegraft.patterns import library
+from codegraft.testing import SubsetBackend, assert_close, light_model, random_feeds, run_onnxruntime
+
+
+def test_conv_bn_relu_composites_stay_whole_on_resnet50() -> None:
+    model = light_model("resnet50")
+    # The backend runs no Relu alone: only inside a composite.
+    acc = SubsetBackend("acc", {"Conv", "BatchNormalization"}, rules=(library.CONV_BIAS_ACT.rule(),))
+    exe = cg.compile(model, targets=[acc], passes=())
+    report = exe.report()
+    composites: dict[str, set[str]] = {}
+    for node in report.nodes:
+        if node.composite:
+            composites.setdefault(node.composite, set()).add(node.partition)
+    conv_bn_relu = sum(1 for n in model.graph.node if n.op_type == "Relu")
+    assert len(composites) >= conv_bn_relu - 1  # the stem and every bottleneck Conv+BN+Relu
+    assert all(len(parts) == 1 for parts in composites.values()), "a composite was split"
+    assert {c.instance for c in acc.received_composites} == set(composites)
+    relus = [n for n in report.nodes if n.op_type == "Relu"]
+    assert all(n.backend == "acc" for n in relus if n.composite)
+    feeds = random_feeds(model)
+    assert_close(exe.run(feeds), run_onnxruntime(model, feeds))
+
+
+def test_pattern_check_reason_reaches_the_report() -> None:
+    model = light_model("squeezenet")
+    rule = library.CONV_BIAS_ACT.rule(check=lambda captures: cg.Support.no("bias is not 1-D"))
+    acc = SubsetBackend("acc", {"Conv"}, rules=(rule,))
+    exe = cg.compile(model, targets=[acc])
+    relu = next(n for n in exe.report().nodes if n.op_type == "Relu")
+    assert any(reason == f"pattern {rule.name}: bias is not 1-D" for _, reason in relu.declined)
+
+
+def _qdq_model() -> object:
+    rng = np.random.default_rng(0)
+    inits = [
+        numpy_helper.from_array(rng.integers(-20, 20, (4, 3, 3, 3)).astype(np.int8), "w_q"),
+        numpy_helper.from_array(np.array(0.05, np.float32), "s"),
+        numpy_helper.from_array(np.array(0, np.int8), "z"),
+    ]
+    graph = helper.make_graph(
+        [
+            helper.make_node("QuantizeLinear", ["x", "s", "z"], ["x_q"]),
+            helper.make_node("DequantizeLinear", ["x_q", "s", "z"], ["x_dq"]),
+            helper.make_node("DequantizeLinear", ["w_q", "s", "z"], ["w_dq"]),
+            helper.make_node("Conv", ["x_dq", "w_dq"], ["c"]),
+            helper.make_node("QuantizeLinear", ["c", "s", "z"], ["c_q"]),
+            helper.make_node("DequantizeLinear", ["c_q", "s", "z"], ["y"]),
+        ],
+        "qdq",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 6, 6])],
+        initializer=inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_quantized_unit_is_never_split() -> None:
+    model = _qdq_model()
+    # Takes Conv and DequantizeLinear but not QuantizeLinear: the unit must stay whole on the host.
+    partial = SubsetBackend("partial", {"Conv", "DequantizeLinear"})
+    exe = cg.compile(model, targets=[partial], passes=())
+    conv = next(n for n in exe.report().nodes if n.op_type == "Conv")
+    assert conv.backend == "onnxruntime"
+    assert ("partial", "quantized unit is not supported whole") in conv.declined
+    whole = SubsetBackend("whole", {"Conv", "DequantizeLinear", "QuantizeLinear"})
+    exe = cg.compile(model, targets=[whole], passes=())
+    assert {n.backend for n in exe.report().nodes} == {"whole"}
+    feeds = random_feeds(model)
+    assert_close(exe.run(feeds), run_onnxruntime(model, feeds))
