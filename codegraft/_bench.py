@@ -188,7 +188,9 @@ def _configs(proto: onnx.ModelProto, targets: Sequence[str], threads: int, measu
         configs.append(_Config(f"codegraft[{target}]", False, _codegraft(proto, [target], threads, "first")))
     configs.append(_Config("codegraft[host]", False, _codegraft(proto, [], threads, "first")))
     if measured and targets:
-        configs.append(_Config("codegraft[measured]", False, _codegraft(proto, list(targets), threads, "measured")))
+        # The host is listed as a target too, so that it is a candidate even with one target.
+        everything = [*targets, "onnxruntime"] if "onnxruntime" not in targets else list(targets)
+        configs.append(_Config("codegraft[measured]", False, _codegraft(proto, everything, threads, "measured")))
     return configs
 
 

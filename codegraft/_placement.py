@@ -1,0 +1,508 @@
+"""Measured placement: where several backends can run a region, time it on each and choose.
+
+NOTE: the unit of decision is a *region*, one partition of the default placement (first target
+that supports a node).  Each region is timed whole on every backend that can run all of it -
+the host included, since onnxruntime runs any standard op - and, when it is large enough, also
+cut into a few *chunks* timed on each backend, so that a region can end up split (its
+convolutions on one backend, its matrix products on another).  Chunks are contiguous stretches
+of the region's topological order, cut where the fewest tensors are live.
+
+Costs are in microseconds.  A backend's fixed cost of one partition call (``overhead``) is
+measured with a one-node model; each measured chunk time has that overhead taken out, and a
+chain of chunks pays it again each time the backend changes - that is the cost of a boundary
+crossing (arrays are handed over without copies where backends allow).  The cheapest chain is
+found by dynamic programming over the chunks.  A split is chosen over the best whole-region time
+only when it wins by :data:`SPLIT_MARGIN`, because chunk times, measured apart, miss fusions
+across the cuts and the cache effects of running back to back.
+
+Measurements are cached on disk (:class:`MeasurementCache`) by a hash of the region's ONNX and
+input shapes, the backend's name, version and thread count, and the precision, so a second
+compile of the same model measures nothing.  Inputs of inner regions are real intermediates:
+the whole model runs once on the host on the sample inputs (given, or generated from the
+declared shapes) to produce them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import os
+import pathlib
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+
+from codegraft._annotate import Annotation, check_node
+from codegraft._extract import PartitionPlan, partition_proto
+from codegraft._lower import LoweringRequest, compile_blob, load_runnable, specialise
+from codegraft._partition import partition_units
+from codegraft._report import PlacementReport
+from codegraft.backend import Backend, Composite, backend_version
+from codegraft.errors import BackendError
+
+if TYPE_CHECKING:
+    from codegraft._compiler import CompileOptions
+
+CACHE_ENV = "CODEGRAFT_CACHE_DIR"
+# A split region must beat the best whole-region time by this fraction; see the module note.
+SPLIT_MARGIN = 0.10
+# Regions of at least this many nodes are also measured in chunks...
+MIN_SPLIT_NODES = 12
+# ...of at least this many nodes each, at most this many chunks.
+MIN_CHUNK_NODES = 6
+MAX_CHUNKS = 6
+# Timing: warm-up runs, then timed runs until both limits are reached (whichever is later).
+_WARMUP = 2
+_MIN_RUNS = 8
+_MIN_SECONDS = 0.1
+_MAX_RUNS = 50
+
+
+# --- the cache ------------------------------------------------------------------------------
+def default_cache_dir() -> pathlib.Path:
+    """``$CODEGRAFT_CACHE_DIR/placement``, else ``~/.cache/codegraft/placement``."""
+    root = os.environ.get(CACHE_ENV)
+    base = pathlib.Path(root) if root else pathlib.Path.home() / ".cache" / "codegraft"
+    return base / "placement"
+
+
+class MeasurementCache:
+    """Microsecond timings on disk, one small JSON file per key (safe to share between runs)."""
+
+    def __init__(self, directory: pathlib.Path | None = None) -> None:
+        self.directory = directory or default_cache_dir()
+        self.hits = 0
+
+    def get(self, key: str) -> float | None:
+        path = self.directory / f"{key}.json"
+        try:
+            value = float(json.loads(path.read_text())["us"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        self.hits += 1
+        return value
+
+    def put(self, key: str, microseconds: float, what: str) -> None:
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            temporary = self.directory / f"{key}.{os.getpid()}.tmp"
+            temporary.write_text(json.dumps({"us": microseconds, "what": what}))
+            temporary.replace(self.directory / f"{key}.json")  # atomic: readers never see half a file
+        except OSError:
+            pass  # a read-only home only costs a re-measurement next time
+
+
+# --- what is measured -------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Region:
+    """Units that the default placement groups into one partition, in execution order."""
+
+    name: str
+    units: tuple[int, ...]
+    candidates: tuple[str, ...]  # backends able to run every unit, in preference order
+
+
+@dataclass(frozen=True)
+class Decision:
+    """How one region is placed: each unit's backend, and the record for the report."""
+
+    unit_backends: Mapping[int, str]
+    record: PlacementReport
+
+
+@dataclass(frozen=True)
+class _Piece:
+    """A standalone sub-model of the graph that can be compiled and timed."""
+
+    proto: onnx.ModelProto
+    inputs: tuple[str, ...]
+    composites: tuple[Composite, ...]
+    key: str  # hash of the ONNX and the input shapes
+
+
+class _Timer:
+    """Compiles pieces on backends and times them on real intermediate values."""
+
+    def __init__(
+        self,
+        backends: Mapping[str, Backend],
+        values: Mapping[str, np.ndarray],
+        precision: str,
+        cache: MeasurementCache,
+    ) -> None:
+        self.backends = backends
+        self.values = values
+        self.precision = precision
+        self.cache = cache
+        self.failures: dict[tuple[str, str], str] = {}
+        self._overheads: dict[str, float] = {}
+
+    def time_us(self, piece: _Piece, backend_name: str) -> float | None:
+        """Microseconds of one call (lower quartile), or ``None`` (reason in ``failures``)."""
+        backend = self.backends[backend_name]
+        key = _hash(piece.key, backend_name, backend_version(backend), _threads(backend), self.precision)
+        cached = self.cache.get(key)
+        if cached is not None:
+            return cached
+        proto = piece.proto
+        inputs = [self.values[name] for name in piece.inputs]
+        if not backend.capabilities.dynamic_shapes:
+            proto = specialise(proto, [a.shape for a in inputs])
+        request = LoweringRequest(f"measure_{backend_name}", piece.composites, self.precision)
+        try:
+            runnable = load_runnable(backend, compile_blob(backend, proto, request), request.name)
+            microseconds = _call_us(lambda: runnable.run(inputs))
+        except BackendError as error:
+            self.failures[(piece.key, backend_name)] = str(error)
+            return None
+        self.cache.put(key, microseconds, f"{backend_name} {proto.graph.name}")
+        return microseconds
+
+    def overhead_us(self, backend_name: str) -> float:
+        """The fixed cost of one partition call on this backend (an Identity of 16 floats)."""
+        if backend_name not in self._overheads:
+            value = np.zeros(16, np.float32)
+            graph = onnx.helper.make_graph(
+                [onnx.helper.make_node("Identity", ["x"], ["y"])],
+                "overhead",
+                [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [16])],
+                [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [16])],
+            )
+            proto = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
+            piece = _Piece(proto, ("x",), (), _hash(proto.SerializeToString(), "overhead"))
+            timer = _Timer(self.backends, {"x": value}, self.precision, self.cache)
+            self._overheads[backend_name] = timer.time_us(piece, backend_name) or 0.0
+        return self._overheads[backend_name]
+
+
+# --- the entry point --------------------------------------------------------------------------
+def measure_placement(
+    model: ir.Model,
+    annotation: Annotation,
+    backends: Sequence[Backend],
+    host: Backend,
+    options: CompileOptions,
+    *,
+    cache: MeasurementCache | None = None,
+) -> tuple[list[str], tuple[PlacementReport, ...]]:
+    """Choose a backend for every unit of ``annotation`` by measurement.
+
+    Returns each unit's backend (the host's name for the host) and one report record per
+    region with the numbers behind the choice.  Sample inputs come from
+    ``options.sample_inputs`` (the first one) or are generated from the declared shapes.
+    """
+    cache = cache or MeasurementCache()
+    by_name: dict[str, Backend] = {b.name: b for b in backends}
+    by_name[host.name] = host
+    unit_backends = [unit.backend for unit in annotation.units]
+    regions = find_regions(annotation, backends, host)
+    if not regions:
+        return unit_backends, ()
+    feeds = _sample_feeds(model, options)
+    # Any value a region reads may become a chunk's input.
+    needed = {
+        value.name or ""
+        for region in regions
+        for unit in region.units
+        for node in annotation.units[unit].nodes
+        for value in annotation.infos[node].reads
+        if not value.is_initializer()
+    }
+    values = _intermediates(model, feeds, needed, host)
+    timer = _Timer(by_name, values, options.precision, cache)
+    records = []
+    for region in regions:
+        decision = decide_region(model, annotation, region, timer, host.name)
+        for unit, backend in decision.unit_backends.items():
+            unit_backends[unit] = backend
+        records.append(decision.record)
+    return unit_backends, tuple(records)
+
+
+def find_regions(annotation: Annotation, backends: Sequence[Backend], host: Backend) -> list[Region]:
+    """Partitions of the default placement that more than one backend could run."""
+    preds = annotation.unit_predecessors()
+    default = [unit.backend for unit in annotation.units]
+    groups = partition_units(default, preds, host=host.name, preference=[b.name for b in backends])
+    order = list(dict.fromkeys([*(b.name for b in backends), host.name]))
+    host_ok = _host_capable(annotation, host)
+    regions = []
+    for index, group in enumerate(groups):
+        if group.backend == host.name:
+            continue  # no target claimed these nodes: nothing to choose
+        able = set(order)
+        for unit_index in group.units:
+            unit = annotation.units[unit_index]
+            if unit.composite is not None:  # a composite is its claimer's, or the host's
+                able &= {unit.backend, host.name}
+            for node in unit.nodes:
+                able &= set(annotation.capable[node]) | ({host.name} if host_ok[node] else set())
+        candidates = tuple(name for name in order if name in able)
+        if len(candidates) > 1:
+            regions.append(Region(f"r{index}_{group.backend}", group.units, candidates))
+    return regions
+
+
+def decide_region(model: ir.Model, annotation: Annotation, region: Region, timer: _Timer, host: str) -> Decision:
+    """Time ``region`` whole and in chunks on each candidate; choose the cheapest placement."""
+    whole = _piece(model, annotation, region.units, region.name)
+    whole_us = {b: t for b in region.candidates if (t := timer.time_us(whole, b)) is not None}
+    if not whole_us:
+        fallback = region.candidates[0]
+        record = PlacementReport(region.name, fallback, (), "no candidate could be measured; kept the default")
+        return Decision(dict.fromkeys(region.units, fallback), record)
+    best = min(whole_us, key=lambda b: (whole_us[b], region.candidates.index(b)))
+    chosen: dict[int, str] = dict.fromkeys(region.units, best)
+    timings = [(b, round(t, 1)) for b, t in whole_us.items()]
+    detail = f"{_node_count(annotation, region.units)} nodes; whole region fastest on {best}"
+
+    chunks = _chunks(annotation, region.units)
+    if len(chunks) > 1 and len(whole_us) > 1:
+        split = _best_split(model, annotation, region, chunks, timer, list(whole_us))
+        if split is not None:
+            split_us, assignment = split
+            timings.append(("split", round(split_us, 1)))
+            used = [b for b, _ in _runs(assignment)]
+            if split_us < (1 - SPLIT_MARGIN) * whole_us[best] and len(set(used)) > 1:
+                chosen = {u: b for chunk, b in zip(chunks, assignment, strict=True) for u in chunk}
+                best = "+".join(used)
+                detail = (
+                    f"{_node_count(annotation, region.units)} nodes split in {len(chunks)} chunks "
+                    f"({', '.join(f'{b}x{n}' for b, n in _runs(assignment))}), estimated {split_us:.0f} us "
+                    f"vs {min(whole_us.values()):.0f} us whole"
+                )
+            else:
+                detail += f"; best split ({'/'.join(used)}) estimated {split_us:.0f} us, not {SPLIT_MARGIN:.0%} better"
+    return Decision(chosen, PlacementReport(region.name, best, tuple(timings), detail))
+
+
+def _best_split(
+    model: ir.Model,
+    annotation: Annotation,
+    region: Region,
+    chunks: list[tuple[int, ...]],
+    timer: _Timer,
+    candidates: list[str],
+) -> tuple[float, list[str]] | None:
+    """Cheapest backend per chunk, paying a backend's call overhead at each change."""
+    costs: list[dict[str, float]] = []
+    for number, chunk in enumerate(chunks):
+        piece = _piece(model, annotation, chunk, f"{region.name}_c{number}")
+        row = {}
+        for backend in candidates:
+            measured = timer.time_us(piece, backend)
+            if measured is not None:
+                row[backend] = max(measured - timer.overhead_us(backend), 0.0)
+        if not row:
+            return None
+        costs.append(row)
+    # best[b]: (cost, assignment) of the cheapest chain so far ending on backend b.
+    best: dict[str, tuple[float, list[str]]] = {b: (timer.overhead_us(b) + t, [b]) for b, t in costs[0].items()}
+    for row in costs[1:]:
+        step: dict[str, tuple[float, list[str]]] = {}
+        for backend, t in row.items():
+            options = [
+                (cost + t + (0.0 if prev == backend else timer.overhead_us(backend)), path + [backend])
+                for prev, (cost, path) in best.items()
+            ]
+            step[backend] = min(options, key=lambda o: o[0])
+        best = step
+    return min(best.values(), key=lambda o: o[0])
+
+
+# --- regions as standalone models -------------------------------------------------------------
+def _piece(model: ir.Model, annotation: Annotation, units: Sequence[int], name: str) -> _Piece:
+    inputs, outputs, initializers = _region_io(annotation, units)
+    nodes = tuple(sorted(i for u in units for i in annotation.units[u].nodes))
+    composites = tuple(dict.fromkeys(c for u in units if (c := annotation.units[u].composite) is not None))
+    plan = PartitionPlan(name, "", nodes, inputs, outputs, initializers, composites)
+    proto = partition_proto(model, annotation, plan)
+    proto.graph.name = "region"  # the name must not change the hash of identical regions
+    shapes = [tuple(d.dim_value for d in v.type.tensor_type.shape.dim) for v in proto.graph.input]
+    key = _hash(proto.SerializeToString(), repr(shapes))
+    proto.graph.name = name
+    return _Piece(proto, inputs, composites, key)
+
+
+def _region_io(
+    annotation: Annotation, units: Sequence[int]
+) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    """(inputs, outputs, initializers) of the sub-model made of ``units``."""
+    nodes = sorted(i for u in units for i in annotation.units[u].nodes)
+    inside = set(nodes)
+    produced: set[ir.Value] = set()
+    inputs: list[str] = []
+    initializers: list[str] = []
+    for i in nodes:
+        for value in annotation.infos[i].reads:
+            if value in produced:
+                continue
+            name = value.name or ""
+            if value.is_initializer() and value.const_value is not None:
+                if name not in initializers:
+                    initializers.append(name)
+            elif name not in inputs:
+                inputs.append(name)
+        produced.update(annotation.infos[i].node.outputs)
+    read_outside = {value for j, info in enumerate(annotation.infos) if j not in inside for value in info.reads}
+    outputs = [
+        value.name or ""
+        for i in nodes
+        for value in annotation.infos[i].node.outputs
+        if value in read_outside or value.is_graph_output()
+    ]
+    return tuple(inputs), tuple(outputs), tuple(initializers)
+
+
+def _chunks(annotation: Annotation, units: tuple[int, ...]) -> list[tuple[int, ...]]:
+    """Contiguous stretches of ``units`` cut where the fewest tensors are live."""
+    sizes = [len(annotation.units[u].nodes) for u in units]
+    total = sum(sizes)
+    if total < MIN_SPLIT_NODES:
+        return [units]
+    count = min(MAX_CHUNKS, total // MIN_CHUNK_NODES)
+    live = _live_at_cuts(annotation, units)
+    starts = np.cumsum([0, *sizes])  # node count before each unit
+    cuts: list[int] = []
+    for k in range(1, count):
+        target = total * k / count
+        window = total / count / 3  # move a cut at most a third of a chunk to find a narrow spot
+        lo = max(cuts[-1] + 1 if cuts else 1, int(np.searchsorted(starts, target - window)))
+        hi = min(len(units) - 1, int(np.searchsorted(starts, target + window)))
+        if lo > hi:
+            continue
+        cuts.append(min(range(lo, hi + 1), key=lambda p: (live[p], abs(starts[p] - target))))
+    bounds = [0, *cuts, len(units)]
+    return [units[a:b] for a, b in itertools.pairwise(bounds) if b > a]
+
+
+def _live_at_cuts(annotation: Annotation, units: tuple[int, ...]) -> list[int]:
+    """For each position p, how many values made before unit p are read at or after it."""
+    position = {u: p for p, u in enumerate(units)}
+    made_at: dict[ir.Value, int] = {}
+    for p, u in enumerate(units):
+        for i in annotation.units[u].nodes:
+            for value in annotation.infos[i].node.outputs:
+                made_at[value] = p
+    delta = [0] * (len(units) + 1)
+    last_read: dict[ir.Value, int] = {}
+    for u in units:
+        for i in annotation.units[u].nodes:
+            for value in annotation.infos[i].reads:
+                if value in made_at:
+                    last_read[value] = max(last_read.get(value, -1), position[u])
+    for value, last in last_read.items():
+        first = made_at[value] + 1
+        if last >= first:
+            delta[first] += 1
+            delta[last + 1] -= 1
+    live = list(np.cumsum(delta[:-1]))
+    return [int(v) for v in live]
+
+
+def _runs(assignment: Sequence[str]) -> list[tuple[str, int]]:
+    """Run-length encoding: ["a", "a", "b"] -> [("a", 2), ("b", 1)]."""
+    runs: list[tuple[str, int]] = []
+    for backend in assignment:
+        if runs and runs[-1][0] == backend:
+            runs[-1] = (backend, runs[-1][1] + 1)
+        else:
+            runs.append((backend, 1))
+    return runs
+
+
+def _node_count(annotation: Annotation, units: Sequence[int]) -> int:
+    return sum(len(annotation.units[u].nodes) for u in units)
+
+
+def _host_capable(annotation: Annotation, host: Backend) -> list[bool]:
+    return [not info.has_subgraphs and bool(check_node(host, info.node)) for info in annotation.infos]
+
+
+# --- sample inputs and intermediates ----------------------------------------------------------
+def _sample_feeds(model: ir.Model, options: CompileOptions) -> dict[str, np.ndarray]:
+    if options.sample_inputs:
+        return {k: np.asarray(v) for k, v in options.sample_inputs[0].items()}
+    from codegraft.testing import random_feeds
+
+    return random_feeds(ir.to_proto(model))
+
+
+def _intermediates(
+    model: ir.Model, feeds: Mapping[str, np.ndarray], names: set[str], host: Backend
+) -> dict[str, np.ndarray]:
+    """Graph inputs plus the values named in ``names``, from one host run of the model.
+
+    A model the host cannot run (a vendor's custom op) gets random values of the declared
+    shapes instead.
+    """
+    import onnxruntime as ort
+
+    proto = ir.to_proto(model)
+    wanted = sorted(names - set(feeds) - {o.name for o in proto.graph.output})
+    types = {v.name: v for v in (*proto.graph.value_info, *proto.graph.output)}
+    for name in wanted:
+        proto.graph.output.append(types[name] if name in types else onnx.ValueInfoProto(name=name))
+    session_options = ort.SessionOptions()
+    session_options.intra_op_num_threads = _threads(host) or 0
+    try:
+        session = ort.InferenceSession(proto.SerializeToString(), session_options, providers=["CPUExecutionProvider"])
+        out_names = [o.name for o in session.get_outputs()]
+        values = dict(zip(out_names, session.run(out_names, dict(feeds)), strict=True))
+    except Exception:  # noqa: BLE001 - onnxruntime raises several types; random values will do
+        values = _random_values(model, names)
+    values.update(feeds)
+    return values
+
+
+def _random_values(model: ir.Model, names: set[str]) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(0)
+    values: dict[str, np.ndarray] = {}
+    for node in model.graph:
+        for value in node.outputs:
+            if value.name in names and value.dtype is not None:
+                shape = [d if isinstance(d, int) else 1 for d in (value.shape or ())]
+                dtype = np.dtype(value.dtype.numpy())
+                sample = rng.standard_normal(shape) if dtype.kind == "f" else np.zeros(shape)
+                values[value.name] = sample.astype(dtype)
+    return values
+
+
+# --- small helpers ----------------------------------------------------------------------------
+def _call_us(call: Callable[[], object]) -> float:
+    """Lower quartile of the call's time: other processes only ever add time, so the low
+    end of the distribution is the steadiest estimate of the call's own cost."""
+    for _ in range(_WARMUP):
+        call()
+    samples: list[float] = []
+    began = time.perf_counter()
+    while len(samples) < _MAX_RUNS and (len(samples) < _MIN_RUNS or time.perf_counter() - began < _MIN_SECONDS):
+        start = time.perf_counter()
+        call()
+        samples.append((time.perf_counter() - start) * 1e6)
+    return float(np.percentile(samples, 25))
+
+
+def _threads(backend: Backend) -> int | None:
+    for attribute in ("num_threads", "threads"):
+        value = getattr(backend, attribute, None)
+        if isinstance(value, int):
+            return value
+    return None
+
+
+def _hash(*parts: object) -> str:
+    digest = hashlib.sha256()
+    for part in parts:
+        digest.update(part if isinstance(part, bytes) else repr(part).encode())
+        digest.update(b"\0")
+    return digest.hexdigest()[:32]
+
+
+__all__ = ["MeasurementCache", "Region", "default_cache_dir", "find_regions", "measure_placement"]
