@@ -1,0 +1,89 @@
+"""The ``c`` backend: a real code generator that turns a partition into C, then native code.
+
+A partition goes in, C source comes out (one entry point, loops for the ops, fused
+epilogues, channels-last convolutions on a register-blocked SIMD micro-kernel, OpenMP
+across cores), the system C compiler turns it into a shared library, ctypes calls it.
+See ``_codegen.py`` for the pipeline and ``_kernels.py`` for the kernels.
+
+Example::
+
+    from codegraft.backends.c import CBackend
+
+    backend = CBackend(num_threads=4)
+    blob = backend.compile(partition)          # bytes: library + source + weights
+    outputs = backend.load(blob).run(inputs)
+"""
+
+from __future__ import annotations
+
+import pathlib
+import platform
+
+import onnx_ir as ir
+
+from codegraft.backend import Capabilities, Partition, Support
+from codegraft.backends.c._blob import Blob, BlobError
+from codegraft.backends.c._codegen import Program, generate
+from codegraft.backends.c._runtime import CRunnable
+from codegraft.backends.c._support import supports
+from codegraft.backends.c._toolchain import CompilerNotFoundError, Target, Toolchain, host_target
+
+
+class CBackend:
+    """Generates, compiles and runs C for float32 partitions with static shapes.
+
+    ``compiler``: the C compiler (default: ``cc``/``gcc``/``clang`` on PATH);
+    ``cache_dir``: where compiled libraries are cached (default
+    ``$CODEGRAFT_CACHE_DIR/c`` or ``~/.cache/codegraft/c``); ``num_threads``: OpenMP
+    threads per call (default: all cores); ``target``: the CPU to compile for (default:
+    this one).
+    """
+
+    name = "c"
+    version = "1"
+    capabilities = Capabilities(
+        dynamic_shapes=False, dtypes=frozenset({"float32"}), layout="NHWC", native_code=True
+    )
+
+    def __init__(
+        self,
+        *,
+        compiler: str | None = None,
+        cache_dir: str | pathlib.Path | None = None,
+        num_threads: int | None = None,
+        target: Target | None = None,
+    ) -> None:
+        self.toolchain = Toolchain(compiler, pathlib.Path(cache_dir) if cache_dir is not None else None)
+        self.num_threads = num_threads
+        self.target = target
+
+    def supports(self, node: ir.Node) -> Support:
+        """Yes, or ``"<op>: <reason>"``; decided from the node alone."""
+        return supports(node)
+
+    def generate(self, partition: Partition) -> Program:
+        """The C source (and weights) for a partition, without compiling it."""
+        return generate(partition.model, self.target or host_target())
+
+    def compile(self, partition: Partition) -> bytes:
+        """Generate C, build it (or take it from the cache) and pack the blob."""
+        target = self.target or host_target()
+        program = generate(partition.model, target)
+        library = self.toolchain.build(program.source, target)
+        return Blob(
+            source=program.source,
+            library=library,
+            weights=program.weights,
+            features=target.features,
+            machine=platform.machine(),
+            scratch_floats=program.scratch_floats,
+            input_shapes=program.input_shapes,
+            output_shapes=program.output_shapes,
+        ).encode()
+
+    def load(self, blob: bytes) -> CRunnable:
+        """Load a blob from :meth:`compile` (rebuilding it if this CPU cannot run it)."""
+        return CRunnable(Blob.decode(blob), self.toolchain, self.num_threads)
+
+
+__all__ = ["BlobError", "CBackend", "CRunnable", "CompilerNotFoundError", "Program", "Target"]

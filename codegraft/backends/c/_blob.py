@@ -1,0 +1,98 @@
+"""The C backend's blob: shared library + its C source + required CPU features + weights.
+
+Layout (little-endian)::
+
+    b"CGCBLOB\\0" | u32 format version | u32 header length | header (JSON, UTF-8)
+    | C source (UTF-8) | shared library | weights (float32)
+
+NOTE: no pickle: the header is JSON of plain numbers and strings, checked field by field.
+The source travels with the library so a CPU lacking the library's features (or a
+different OS or architecture) can rebuild it; the weights are kept out of the source so
+that recompiling never depends on them and compiled libraries are shared between models
+of the same structure.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import struct
+from dataclasses import dataclass
+
+import numpy as np
+
+from codegraft.errors import CodegraftError
+
+MAGIC = b"CGCBLOB\0"
+FORMAT_VERSION = 1
+_PREFIX = struct.Struct("<8sII")
+
+
+class BlobError(CodegraftError):
+    """A C backend blob is truncated, corrupted or of another format version."""
+
+
+@dataclass(frozen=True)
+class Blob:
+    """Everything needed to run (or rebuild) one compiled partition."""
+
+    source: str
+    library: bytes
+    weights: np.ndarray
+    features: frozenset[str]
+    machine: str
+    scratch_floats: int
+    input_shapes: tuple[tuple[int, ...], ...]
+    output_shapes: tuple[tuple[int, ...], ...]
+
+    def encode(self) -> bytes:
+        """The blob's bytes."""
+        source = self.source.encode()
+        weights = np.ascontiguousarray(self.weights, dtype="<f4").tobytes()
+        header = {
+            "features": sorted(self.features),
+            "machine": self.machine,
+            "scratch_floats": self.scratch_floats,
+            "input_shapes": [list(s) for s in self.input_shapes],
+            "output_shapes": [list(s) for s in self.output_shapes],
+            "source_bytes": len(source),
+            "library_bytes": len(self.library),
+            "weight_bytes": len(weights),
+            "sha256": hashlib.sha256(source + self.library + weights).hexdigest(),
+        }
+        head = json.dumps(header, sort_keys=True).encode()
+        return _PREFIX.pack(MAGIC, FORMAT_VERSION, len(head)) + head + source + self.library + weights
+
+    @staticmethod
+    def decode(data: bytes) -> Blob:
+        """Parse and verify a blob; :class:`BlobError` names what is wrong."""
+        if len(data) < _PREFIX.size:
+            raise BlobError("C backend blob is truncated (no header)")
+        magic, version, head_len = _PREFIX.unpack_from(data)
+        if magic != MAGIC:
+            raise BlobError("not a C backend blob (bad magic)")
+        if version != FORMAT_VERSION:
+            raise BlobError(f"C backend blob format version {version}, this codegraft reads {FORMAT_VERSION}")
+        start = _PREFIX.size
+        try:
+            header = json.loads(data[start : start + head_len].decode())
+            sizes = [int(header[k]) for k in ("source_bytes", "library_bytes", "weight_bytes")]
+        except (ValueError, KeyError, TypeError) as error:
+            raise BlobError(f"C backend blob header is corrupted: {error}") from None
+        body = data[start + head_len :]
+        if len(body) != sum(sizes):
+            raise BlobError(f"C backend blob is truncated or padded: {len(body)} body bytes, expected {sum(sizes)}")
+        if hashlib.sha256(body).hexdigest() != header.get("sha256"):
+            raise BlobError("C backend blob is corrupted (hash mismatch)")
+        source, library = body[: sizes[0]], body[sizes[0] : sizes[0] + sizes[1]]
+        weights = np.frombuffer(body[sizes[0] + sizes[1] :], dtype="<f4")
+        return Blob(
+            source=source.decode(),
+            library=library,
+            weights=weights,
+            features=frozenset(str(f) for f in header["features"]),
+            machine=str(header["machine"]),
+            scratch_floats=int(header["scratch_floats"]),
+            input_shapes=tuple(tuple(int(d) for d in s) for s in header["input_shapes"]),
+            output_shapes=tuple(tuple(int(d) for d in s) for s in header["output_shapes"]),
+        )

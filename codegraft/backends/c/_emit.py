@@ -1,0 +1,124 @@
+"""The emission context: C text being built, the weight arena and the scratch plan.
+
+NOTE: kernels ask for pointers (:meth:`Context.ptr`, :meth:`Context.weight`,
+:meth:`Context.temp`) and get C symbol names back; the symbols are bound to addresses only
+at the end, when every use is known.  That is what lets scratch memory be planned from
+real lifetimes (two tensors share bytes when their kernels' ranges do not overlap) and
+allocated once per loaded partition.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from codegraft.backends.c import _graph as g
+from codegraft.backends.c._toolchain import Target
+
+ALIGN = 16  # floats: 64 bytes, one AVX-512 vector and a cache line
+
+
+def _aligned(n: int) -> int:
+    return -(-n // ALIGN) * ALIGN
+
+
+@dataclass
+class _Buffer:
+    size: int
+    first: int
+    last: int
+    offset: int = -1
+
+
+@dataclass
+class Context:
+    """Accumulates one partition's C source, constants and scratch needs."""
+
+    target: Target
+    inputs: list[g.Tensor]
+    outputs: list[g.Tensor]
+    functions: list[str] = field(default_factory=list)
+    body: list[str] = field(default_factory=list)
+    position: int = 0
+    _weights: list[np.ndarray] = field(default_factory=list)
+    _weight_size: int = 0
+    _weight_syms: dict[int, str] = field(default_factory=dict)
+    _weight_decls: list[str] = field(default_factory=list)
+    _buffers: dict[str, _Buffer] = field(default_factory=dict)
+    _scratch_syms: dict[int, str] = field(default_factory=dict)
+    _counter: int = 0
+
+    def name(self, prefix: str) -> str:
+        """A fresh C identifier."""
+        self._counter += 1
+        return f"{prefix}{self._counter}"
+
+    def weight(self, array: np.ndarray) -> str:
+        """Symbol of a float32 constant placed (64-byte aligned) in the weight arena."""
+        data = np.ascontiguousarray(array, dtype=np.float32).reshape(-1)
+        symbol = self.name("W")
+        self._weight_decls.append(f"  const float* {symbol} = w + {self._weight_size};")
+        self._weights.append(data)
+        pad = _aligned(data.size) - data.size
+        if pad:
+            self._weights.append(np.zeros(pad, np.float32))
+        self._weight_size += data.size + pad
+        return symbol
+
+    def ptr(self, tensor: g.Tensor) -> str:
+        """C expression for the first byte of ``tensor`` in its physical layout."""
+        root = tensor.root()
+        if root.const is not None:
+            key = id(root)
+            if key not in self._weight_syms:
+                self._weight_syms[key] = self.weight(root.physical_const())
+            return f"((float*){self._weight_syms[key]})"
+        for index, t in enumerate(self.inputs):
+            if t is root:
+                return f"((float*)in[{index}])"
+        for index, t in enumerate(self.outputs):
+            if t is root:
+                return f"out[{index}]"
+        symbol = self._scratch_syms.get(id(root))
+        if symbol is None:
+            symbol = self.name("T")
+            self._scratch_syms[id(root)] = symbol
+            self._buffers[symbol] = _Buffer(_aligned(max(root.size, 1)), self.position, self.position)
+        self._buffers[symbol].last = self.position
+        return symbol
+
+    def temp(self, floats: int) -> str:
+        """Scratch that lives only during the current kernel."""
+        symbol = self.name("S")
+        self._buffers[symbol] = _Buffer(_aligned(max(floats, 1)), self.position, self.position)
+        return symbol
+
+    # -- final assembly ------------------------------------------------------------------
+    def plan_scratch(self) -> int:
+        """Give every scratch buffer an offset; return the arena size in floats."""
+        placed: list[_Buffer] = []
+        for buffer in sorted(self._buffers.values(), key=lambda b: -b.size):
+            overlapping = sorted(
+                (p for p in placed if p.first <= buffer.last and buffer.first <= p.last), key=lambda p: p.offset
+            )
+            offset = 0
+            for other in overlapping:
+                if offset + buffer.size <= other.offset:
+                    break
+                offset = max(offset, other.offset + other.size)
+            buffer.offset = offset
+            placed.append(buffer)
+        return max((b.offset + b.size for b in placed), default=0)
+
+    def declarations(self) -> list[str]:
+        """C declarations binding weight and scratch symbols (after :meth:`plan_scratch`)."""
+        lines = list(self._weight_decls)
+        lines += [f"  float* {s} = s + {b.offset};" for s, b in self._buffers.items()]
+        return lines
+
+    def weights(self) -> np.ndarray:
+        """The weight arena, in the order the symbols were handed out."""
+        if not self._weights:
+            return np.zeros(0, np.float32)
+        return np.concatenate(self._weights)

@@ -1,0 +1,132 @@
+"""Fusion: elementwise chains become one loop; elementwise epilogues join their Conv/MatMul.
+
+NOTE: an elementwise op joins the group that produced one of its inputs when that input
+is used by nothing else (and is not a partition output) and the op does not broadcast it
+to a bigger shape.  For a Conv or MatMul group ("anchor") the op's other operands must be
+addressable per output row/column: a scalar, one value per output channel (bias,
+BatchNorm), one per row, or a full tensor in the same layout (residual Add).  A group runs
+at the position of its *last* member, when every operand of every member exists; the
+values inside a group are never written to memory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from codegraft.backends.c import _graph as g
+
+# A reference to a scalar inside a fused expression: ("acc", 0) the anchor's result,
+# ("in", j) operand j of the group, ("step", k) the result of step k.
+Ref = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class Step:
+    """One elementwise op inside a fused loop."""
+
+    kind: str
+    args: tuple[Ref, ...]
+    params: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class RowCol:
+    """How an anchor epilogue operand is indexed: ``row * row_stride + col * col_stride``."""
+
+    row_stride: int
+    col_stride: int
+
+
+@dataclass(eq=False)
+class Kernel:
+    """One unit of generated code: a core op (or none, for a pure elementwise loop) and steps."""
+
+    core: g.Op | None
+    out: g.Tensor
+    operands: list[g.Tensor] = field(default_factory=list)
+    steps: list[Step] = field(default_factory=list)
+    indexing: list[RowCol] = field(default_factory=list)  # anchors only, per operand
+    position: int = 0
+
+    @property
+    def is_anchor(self) -> bool:
+        return isinstance(self.core, g.Conv | g.MatMul)
+
+    def result(self) -> Ref:
+        return ("step", len(self.steps) - 1) if self.steps else ("acc", 0)
+
+    def operand_ref(self, tensor: g.Tensor) -> Ref:
+        for index, existing in enumerate(self.operands):
+            if existing is tensor:
+                return ("in", index)
+        self.operands.append(tensor)
+        return ("in", len(self.operands) - 1)
+
+
+def row_col(operand: g.Tensor, out: g.Tensor) -> RowCol | None:
+    """Indexing of ``operand`` over ``out`` seen as rows x last physical axis, if simple."""
+    rank = len(out.shape)
+    padded = (1,) * (rank - len(operand.shape)) + operand.shape
+    physical = [padded[a] for a in out.perm]
+    rows, col = physical[:-1], physical[-1]
+    col_stride = 0 if col == 1 else 1
+    if all(d == 1 for d in rows):
+        return RowCol(0, col_stride)
+    if tuple(rows) == out.physical_shape[:-1]:
+        return RowCol(col, col_stride)
+    return None
+
+
+def fuse(graph: g.Graph) -> list[Kernel]:
+    """Group the ops into kernels, in execution order."""
+    uses: dict[int, int] = {}
+    for op in graph.ops:
+        for tensor in op.inputs:
+            uses[id(tensor.root())] = uses.get(id(tensor.root()), 0) + 1
+    pinned = {id(t.root()) for t in graph.outputs}
+    open_groups: dict[int, Kernel] = {}  # id(output tensor) -> its group, while extendable
+    kernels: list[Kernel] = []
+    for position, op in enumerate(graph.ops):
+        if isinstance(op, g.Elementwise):
+            kernel = _extend(op, open_groups, uses, pinned)
+            if kernel is None:
+                kernel = Kernel(None, op.out)
+                args = tuple(kernel.operand_ref(t) for t in op.inputs)
+                kernel.steps.append(Step(op.kind, args, op.params))
+                kernels.append(kernel)
+        else:
+            kernel = Kernel(op, op.out)
+            kernels.append(kernel)
+        kernel.position = position
+        if kernel.core is None or kernel.is_anchor:
+            open_groups[id(kernel.out)] = kernel
+    kernels.sort(key=lambda k: k.position)
+    return kernels
+
+
+def _extend(op: g.Elementwise, groups: dict[int, Kernel], uses: dict[int, int], pinned: set[int]) -> Kernel | None:
+    for tensor in op.inputs:
+        kernel = groups.get(id(tensor))
+        if kernel is None or uses.get(id(tensor), 0) != 1 or id(tensor) in pinned:
+            continue
+        if tensor.shape != op.out.shape or tensor.perm != op.out.perm:
+            continue
+        others = [t for t in op.inputs if t is not tensor]
+        indexing = [row_col(t, op.out) for t in others] if kernel.is_anchor else []
+        if any(index is None for index in indexing):
+            continue
+        args = []
+        for t in op.inputs:
+            if t is tensor:
+                args.append(kernel.result())
+            else:
+                before = len(kernel.operands)
+                args.append(kernel.operand_ref(t))
+                if kernel.is_anchor and len(kernel.operands) > before:
+                    kernel.indexing.append(row_col(t, op.out))  # type: ignore[arg-type]
+        kernel.steps.append(Step(op.kind, tuple(args), op.params))
+        del groups[id(tensor)]
+        groups[id(op.out)] = kernel
+        kernel.out = op.out
+        return kernel
+    return None

@@ -1,0 +1,218 @@
+"""Hand-written C kernels shared by every partition: the GEMM/conv driver, pools, softmax.
+
+NOTE: one register-blocked micro-kernel serves Conv, Gemm and MatMul.  It computes a tile
+of ``P`` output rows (pixels) by ``NV`` SIMD vectors of output channels, reading each input
+scalar once per tile and each packed weight vector once per tile; weights are packed at
+compile time as ``[group][channel block][k][NV * VW]``.  A Conv's row ``r`` reads the
+channels-last input at ``rows[r] + tapoff[t] + c`` for kernel tap ``t`` and channel ``c``;
+a GEMM is the same with one tap.  Vectors are GCC vector extensions, so the same source
+builds for AVX-512, AVX2 or plain SSE/NEON; the target flags pick the instructions.  Each
+tile hands its result to the partition's fused epilogue (bias, BatchNorm, activation,
+residual) before anything reaches memory.
+"""
+
+from __future__ import annotations
+
+PRELUDE = r"""
+#include <math.h>
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+typedef float vf __attribute__((vector_size(VW * 4)));
+typedef void (*cg_ep)(const float* const* ops, float* y, long ldy, const float* t, long ldt,
+                      long r0, long nr, long c0, long nc);
+
+static inline long cg_min(long a, long b) { return a < b ? a : b; }
+
+/* One GEMM-shaped job: rows of a (padded, channels-last) input times packed weights. */
+typedef struct {
+  const float* x; long pstride; long cstride; long cg;
+  long N, Hp, Wp, OH, OW, sh, sw;
+  long ntaps; const long* tapoff;
+  long groups, mg, nmb; const float* wp;
+  float* y; long ldy; long rbase;
+  cg_ep ep; const float* const* ops;
+} cg_gemm_t;
+
+/* Zero-padded copy of channels-last x[N][H][W][C] into xp[N][Hp][Wp][C]. */
+static void cg_pad(const float* x, float* xp, long N, long H, long W, long C, long pt, long pl, long Hp, long Wp) {
+  #pragma omp parallel for collapse(2) schedule(static)
+  for (long n = 0; n < N; n++)
+    for (long h = 0; h < Hp; h++) {
+      float* dst = xp + (n * Hp + h) * Wp * C;
+      const long hi = h - pt;
+      if (hi < 0 || hi >= H) { memset(dst, 0, sizeof(float) * Wp * C); continue; }
+      memset(dst, 0, sizeof(float) * pl * C);
+      memcpy(dst + pl * C, x + (n * H + hi) * W * C, sizeof(float) * W * C);
+      memset(dst + (pl + W) * C, 0, sizeof(float) * (Wp - pl - W) * C);
+    }
+}
+
+/* Pack B (element (k, n) at b[k*sk + n*sn]) as [nmb][K][mbw], zero beyond N. */
+static void cg_pack(const float* b, long K, long N, long sk, long sn, float* packed, long nmb, long mbw) {
+  #pragma omp parallel for schedule(static)
+  for (long mb = 0; mb < nmb; mb++)
+    for (long k = 0; k < K; k++) {
+      float* dst = packed + (mb * K + k) * mbw;
+      for (long j = 0; j < mbw; j++) {
+        const long n = mb * mbw + j;
+        dst[j] = n < N ? b[k * sk + n * sn] : 0.0f;
+      }
+    }
+}
+
+/* Depthwise convolution (one input and one output channel per group), channels-last. */
+static void cg_depthwise(const float* xp, long N, long Hp, long Wp, long C, long OH, long OW, long sh, long sw,
+                         long ntaps, const long* tapoff, const float* w, float* y, cg_ep ep, const float* const* ops) {
+  #pragma omp parallel for collapse(2) schedule(static)
+  for (long n = 0; n < N; n++)
+    for (long oh = 0; oh < OH; oh++) {
+      float acc[C];
+      for (long ow = 0; ow < OW; ow++) {
+        const float* base = xp + ((n * Hp + oh * sh) * Wp + ow * sw) * C;
+        for (long c = 0; c < C; c++) acc[c] = 0.0f;
+        for (long t = 0; t < ntaps; t++) {
+          const float* xt = base + tapoff[t];
+          const float* wt = w + t * C;
+          for (long c = 0; c < C; c++) acc[c] += xt[c] * wt[c];
+        }
+        ep(ops, y, C, acc, C, (n * OH + oh) * OW + ow, 1, 0, C);
+      }
+    }
+}
+
+/* Max (mode 0) or average pooling excluding (1) or including (2) pads, channels-last.
+   hlim/wlim: input extent plus end padding, which bounds the divisor of mode 2. */
+static void cg_pool(const float* x, float* y, long N, long H, long W, long C, long OH, long OW, long kh, long kw,
+                    long sh, long sw, long ph, long pw, long dh, long dw, int mode, long hlim, long wlim) {
+  #pragma omp parallel for collapse(2) schedule(static)
+  for (long n = 0; n < N; n++)
+    for (long oh = 0; oh < OH; oh++)
+      for (long ow = 0; ow < OW; ow++) {
+        float* yp = y + ((n * OH + oh) * OW + ow) * C;
+        const long hs = oh * sh - ph, ws = ow * sw - pw;
+        const float init = mode == 0 ? -INFINITY : 0.0f;
+        for (long c = 0; c < C; c++) yp[c] = init;
+        long count = 0;
+        for (long i = 0; i < kh; i++) {
+          const long h = hs + i * dh;
+          if (h < 0 || h >= H) continue;
+          for (long j = 0; j < kw; j++) {
+            const long ww = ws + j * dw;
+            if (ww < 0 || ww >= W) continue;
+            const float* xp = x + ((n * H + h) * W + ww) * C;
+            count++;
+            if (mode == 0) {
+              for (long c = 0; c < C; c++) yp[c] = xp[c] > yp[c] ? xp[c] : yp[c];
+            } else {
+              for (long c = 0; c < C; c++) yp[c] += xp[c];
+            }
+          }
+        }
+        if (mode != 0) {
+          long size = count;
+          if (mode == 2) size = (cg_min(hs + kh, hlim) - hs) * (cg_min(ws + kw, wlim) - ws);
+          const float div = (float)size;
+          for (long c = 0; c < C; c++) yp[c] = yp[c] / div;
+        }
+      }
+}
+
+/* Mean over HW of channels-last x[N][HW][C]. */
+static void cg_global_avg(const float* x, float* y, long N, long HW, long C) {
+  const long CB = 64, nb = (C + CB - 1) / CB;
+  #pragma omp parallel for collapse(2) schedule(static)
+  for (long n = 0; n < N; n++)
+    for (long b = 0; b < nb; b++) {
+      const long c0 = b * CB, c1 = cg_min(C, c0 + CB);
+      float* yp = y + n * C;
+      for (long c = c0; c < c1; c++) yp[c] = 0.0f;
+      for (long i = 0; i < HW; i++) {
+        const float* xp = x + (n * HW + i) * C;
+        for (long c = c0; c < c1; c++) yp[c] += xp[c];
+      }
+      for (long c = c0; c < c1; c++) yp[c] = yp[c] / (float)HW;
+    }
+}
+
+/* Softmax over the middle axis of [outer][n][inner]. */
+static void cg_softmax(const float* x, float* y, long outer, long n, long inner) {
+  #pragma omp parallel for collapse(2) schedule(static)
+  for (long o = 0; o < outer; o++)
+    for (long i = 0; i < inner; i++) {
+      const float* xp = x + o * n * inner + i;
+      float* yp = y + o * n * inner + i;
+      float m = -INFINITY;
+      for (long k = 0; k < n; k++) m = xp[k * inner] > m ? xp[k * inner] : m;
+      float s = 0.0f;
+      for (long k = 0; k < n; k++) { const float e = expf(xp[k * inner] - m); yp[k * inner] = e; s += e; }
+      for (long k = 0; k < n; k++) yp[k * inner] = yp[k * inner] / s;
+    }
+}
+"""
+
+
+def microkernel(nv: int, p: int) -> str:
+    """The ``P x NV`` register-blocked tile and its parallel driver ``cg_gemm_<nv>_<p>``.
+
+    Accumulators are named scalars of vector type (not arrays) so the compiler keeps them
+    in registers; the loop body is written out rather than left to the unroller.
+    """
+    accs = [f"a{i}_{j}" for i in range(p) for j in range(nv)]
+    lines = [
+        f"static void cg_mk_{nv}_{p}(const float* const* rows, const long* tapoff, long ntaps, long cg, long cs,",
+        "                          const float* w, float* tile) {",
+        "  vf " + ", ".join(f"{a} = {{0}}" for a in accs) + ";",
+        "  for (long t = 0; t < ntaps; t++) {",
+    ]
+    lines += [f"    const float* r{i} = rows[{i}] + tapoff[t];" for i in range(p)]
+    for stride in ("1", "cs"):
+        index = "c" if stride == "1" else "c * cs"
+        lines.append("    if (cs == 1) {" if stride == "1" else "    } else {")
+        lines.append(f"      for (long c = 0; c < cg; c++, w += {nv} * VW) {{")
+        lines += [f"        const vf w{j} = *(const vf*)(w + {j} * VW);" for j in range(nv)]
+        for i in range(p):
+            lines.append(f"        {{ const float x = r{i}[{index}];")
+            lines += [f"          a{i}_{j} += x * w{j};" for j in range(nv)]
+            lines.append("        }")
+        lines.append("      }")
+    lines += ["    }", "  }"]
+    lines += [f"  *(vf*)(tile + {(i * nv + j)} * VW) = a{i}_{j};" for i in range(p) for j in range(nv)]
+    lines.append("}")
+    lines.append(_DRIVER.replace("NV_", str(nv)).replace("P_", str(p)))
+    return "\n".join(lines)
+
+
+_DRIVER = r"""
+static void cg_gemm_NV__P_(const cg_gemm_t* k) {
+  const long R = k->N * k->OH * k->OW;
+  const long ntiles = (R + P_ - 1) / P_;
+  const long K = k->ntaps * k->cg;
+  const long tasks = k->groups * k->nmb * ntiles;
+  #pragma omp parallel for schedule(static)
+  for (long task = 0; task < tasks; task++) {
+    const long tile = task % ntiles, gm = task / ntiles, mb = gm % k->nmb, grp = gm / k->nmb;
+    const long r0 = tile * P_, nr = cg_min(P_, R - r0);
+    const float* rows[P_];
+    float buf[P_ * NV_ * VW] __attribute__((aligned(64)));
+    for (int p = 0; p < P_; p++) {
+      const long r = r0 + (p < nr ? p : nr - 1);
+      const long ow = r % k->OW, rest = r / k->OW, oh = rest % k->OH, n = rest / k->OH;
+      rows[p] = k->x + ((n * k->Hp + oh * k->sh) * k->Wp + ow * k->sw) * k->pstride + grp * k->cg * k->cstride;
+    }
+    cg_mk_NV__P_(rows, k->tapoff, k->ntaps, k->cg, k->cstride, k->wp + (grp * k->nmb + mb) * K * NV_ * VW, buf);
+    const long c0 = grp * k->mg + mb * NV_ * VW;
+    const long nc = cg_min(NV_ * VW, k->mg - mb * NV_ * VW);
+    k->ep(k->ops, k->y, k->ldy, buf, NV_ * VW, k->rbase + r0, nr, c0, nc);
+  }
+}
+"""
+
+ENTRY_OPEN = """
+void cg_entry(const float* const* in, float* const* out, const float* w, float* s, int nthreads) {
+#ifdef _OPENMP
+  if (nthreads > 0) omp_set_num_threads(nthreads);
+#endif
+"""

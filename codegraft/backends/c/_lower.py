@@ -1,0 +1,459 @@
+"""Lowering: an ONNX partition (onnx-ir) into the backend's typed ops, with concrete shapes.
+
+NOTE: shapes are computed here from the partition's concrete input shapes, not read from
+the model's value infos, because ``codegraft.nhwc`` ops are unknown to ONNX shape
+inference.  Several ONNX ops become simpler ones: Gemm is a MatMul plus elementwise
+epilogue ops, Conv's bias is an Add, BatchNormalization a Mul and an Add by per-channel
+constants, Sum a chain of Adds, Reshape-like ops views.  Ops on constants only are folded.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+import onnx_ir as ir
+
+from codegraft.backends.c import _graph as g
+from codegraft.backends.c._support import (
+    NHWC_DOMAIN,
+    attr_float,
+    attr_int,
+    attr_ints,
+    attr_str,
+    opset_of,
+    present,
+)
+from codegraft.errors import CodegraftError
+
+
+class LoweringError(CodegraftError):
+    """A partition the C backend cannot compile (names the node and why)."""
+
+
+class _Lowerer:
+    def __init__(self) -> None:
+        self.values: dict[str, g.Tensor] = {}
+        self.ops: list[g.Op] = []
+        self.counter = 0
+
+    # -- tensors -------------------------------------------------------------------------
+    def tensor(self, value: ir.Value | None) -> g.Tensor:
+        if value is None:
+            raise LoweringError("a required input is missing")
+        found = self.values.get(value.name or "")
+        if found is not None:
+            return found
+        if value.const_value is not None:
+            array = np.asarray(value.const_value.numpy())
+            tensor = g.Tensor(value.name or self.fresh("const"), tuple(array.shape), const=array)
+            self.values[tensor.name] = tensor
+            return tensor
+        raise LoweringError(f"value {value.name!r} is used before it is produced")
+
+    def fresh(self, hint: str) -> str:
+        self.counter += 1
+        return f"_{hint}{self.counter}"
+
+    def const(self, array: np.ndarray, hint: str = "const") -> g.Tensor:
+        array = np.asarray(array, dtype=np.float32)
+        return g.Tensor(self.fresh(hint), tuple(array.shape), const=array)
+
+    def new(self, shape: tuple[int, ...], hint: str = "t") -> g.Tensor:
+        return g.Tensor(self.fresh(hint), tuple(int(d) for d in shape))
+
+    def bind(self, value: ir.Value, tensor: g.Tensor) -> None:
+        self.values[value.name or ""] = tensor
+
+    # -- building blocks -----------------------------------------------------------------
+    def elementwise(self, kind: str, inputs: list[g.Tensor], params: tuple[float, ...] = ()) -> g.Tensor:
+        if all(t.const is not None for t in inputs) and kind in _FOLD:
+            return self.const(_FOLD[kind](*[t.const for t in inputs]))  # type: ignore[misc]
+        shape = np.broadcast_shapes(*[t.shape for t in inputs])
+        out = self.new(shape)
+        self.ops.append(g.Elementwise(list(inputs), out, kind=kind, params=params))
+        return out
+
+    def view(self, x: g.Tensor, shape: tuple[int, ...]) -> g.Tensor:
+        if math.prod(shape) != x.size:
+            raise LoweringError(f"cannot view {x.shape} as {shape}")
+        if x.const is not None:
+            return self.const(x.const.reshape(shape))
+        out = self.new(shape)
+        self.ops.append(g.View([x], out))
+        return out
+
+
+def lower(model: ir.Model) -> g.Graph:
+    """Lower a partition with concrete input shapes; raise :class:`LoweringError` if unable."""
+    lowerer = _Lowerer()
+    inputs = []
+    for value in model.graph.inputs:
+        if value.shape is None or not all(isinstance(d, int) for d in value.shape):
+            raise LoweringError(f"input {value.name!r} has no concrete shape ({value.shape})")
+        tensor = g.Tensor(value.name or "", tuple(int(d) for d in value.shape))  # type: ignore[arg-type]
+        lowerer.bind(value, tensor)
+        inputs.append(tensor)
+    for node in model.graph:
+        lower_one = _LOWERINGS.get(node.op_type)
+        if lower_one is None:
+            raise LoweringError(f"{node.op_type} ({node.name}) is not supported")
+        try:
+            lower_one(lowerer, node)
+        except LoweringError as error:
+            raise LoweringError(f"{node.op_type} ({node.name}): {error}") from None
+    outputs = [lowerer.tensor(v) for v in model.graph.outputs]
+    return g.Graph(inputs, outputs, lowerer.ops)
+
+
+# -- per-op lowerings ------------------------------------------------------------------------
+
+_FOLD: dict[str, Callable[..., np.ndarray]] = {
+    "add": np.add,
+    "sub": np.subtract,
+    "mul": np.multiply,
+    "div": np.divide,
+}
+
+
+def _window(node: ir.Node, spatial_in: tuple[int, ...], kernel: tuple[int, ...], ceil: bool) -> tuple[g.Window, tuple[int, ...]]:
+    rank = len(kernel)
+    strides = tuple(attr_ints(node, "strides") or [1] * rank)
+    dilations = tuple(attr_ints(node, "dilations") or [1] * rank)
+    pads = attr_ints(node, "pads") or [0] * (2 * rank)
+    auto_pad = attr_str(node, "auto_pad", "NOTSET")
+    begin, end, out = [], [], []
+    for i in range(rank):
+        extent = (kernel[i] - 1) * dilations[i] + 1
+        if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+            size = -(-spatial_in[i] // strides[i])
+            total = max(0, (size - 1) * strides[i] + extent - spatial_in[i])
+            head = total // 2 if auto_pad == "SAME_UPPER" else total - total // 2
+            begin.append(head)
+            end.append(total - head)
+            out.append(size)
+            continue
+        b, e = (0, 0) if auto_pad == "VALID" else (pads[i], pads[i + rank])
+        span = spatial_in[i] + b + e - extent
+        if ceil:
+            size = -(-span // strides[i]) + 1
+            # The last window must start inside the input or the leading pad (as onnxruntime).
+            if (size - 1) * strides[i] >= spatial_in[i] + b:
+                size -= 1
+        else:
+            size = span // strides[i] + 1
+        begin.append(b)
+        end.append(e)
+        out.append(size)
+    if min(out) < 1:
+        raise LoweringError(f"output spatial size {out} is empty")
+    return g.Window(tuple(kernel), strides, tuple(begin), tuple(end), dilations), tuple(out)
+
+
+def _split_layout(x: g.Tensor, native: bool) -> tuple[int, int, tuple[int, ...]]:
+    """(N, C, spatial) of a layout-sensitive op's input in either form."""
+    if native:
+        return x.shape[0], x.shape[-1], x.shape[1:-1]
+    return x.shape[0], x.shape[1], x.shape[2:]
+
+
+def _join_layout(n: int, c: int, spatial: tuple[int, ...], native: bool) -> tuple[int, ...]:
+    return (n, *spatial, c) if native else (n, c, *spatial)
+
+
+def _per_channel(lw: _Lowerer, values: np.ndarray, rank: int, native: bool) -> g.Tensor:
+    shape = (len(values),) if native else (len(values), *([1] * (rank - 2)))
+    return lw.const(values.reshape(shape))
+
+
+def _conv(lw: _Lowerer, node: ir.Node) -> None:
+    native = node.domain == NHWC_DOMAIN
+    x = lw.tensor(node.inputs[0])
+    w = lw.tensor(node.inputs[1])
+    assert w.const is not None
+    weight = w.const.astype(np.float32)
+    if not native:  # OIHW -> OHWI
+        weight = np.moveaxis(weight, 1, -1)
+    n, c, spatial = _split_layout(x, native)
+    group = attr_int(node, "group", 1)
+    m, cg = weight.shape[0], weight.shape[-1]
+    if c != cg * group or m % group:
+        raise LoweringError(f"channels {c} do not match weight {w.shape} with group={group}")
+    window, out_spatial = _window(node, spatial, tuple(weight.shape[1:-1]), ceil=False)
+    out = lw.new(_join_layout(n, m, out_spatial, native))
+    lw.ops.append(g.Conv([x], out, weight=np.ascontiguousarray(weight), group=group, window=window, native_nhwc=native))
+    bias = present(node, 2)
+    if bias is not None:
+        b = lw.tensor(bias)
+        assert b.const is not None
+        out = lw.elementwise("add", [out, _per_channel(lw, b.const.astype(np.float32), len(out.shape), native)])
+    lw.bind(node.outputs[0], out)
+
+
+def _pool(lw: _Lowerer, node: ir.Node) -> None:
+    native = node.domain == NHWC_DOMAIN
+    x = lw.tensor(node.inputs[0])
+    n, c, spatial = _split_layout(x, native)
+    kernel = tuple(attr_ints(node, "kernel_shape") or [])
+    ceil = attr_int(node, "ceil_mode", 0) != 0
+    window, out_spatial = _window(node, spatial, kernel, ceil)
+    out = lw.new(_join_layout(n, c, out_spatial, native))
+    kind = "max" if node.op_type == "MaxPool" else "avg"
+    include = attr_int(node, "count_include_pad", 0) != 0
+    lw.ops.append(g.Pool([x], out, kind=kind, window=window, count_include_pad=include, native_nhwc=native))
+    lw.bind(node.outputs[0], out)
+
+
+def _global_pool(lw: _Lowerer, node: ir.Node) -> None:
+    native = node.domain == NHWC_DOMAIN
+    x = lw.tensor(node.inputs[0])
+    n, c, spatial = _split_layout(x, native)
+    out = lw.new(_join_layout(n, c, tuple(1 for _ in spatial), native))
+    lw.ops.append(g.GlobalAveragePool([x], out, native_nhwc=native))
+    lw.bind(node.outputs[0], out)
+
+
+def _batchnorm(lw: _Lowerer, node: ir.Node) -> None:
+    native = node.domain == NHWC_DOMAIN
+    x = lw.tensor(node.inputs[0])
+    scale, bias, mean, var = (lw.tensor(node.inputs[i]).const for i in range(1, 5))
+    eps = attr_float(node, "epsilon", 1e-5)
+    assert scale is not None and bias is not None and mean is not None and var is not None
+    s = scale.astype(np.float64) / np.sqrt(var.astype(np.float64) + eps)
+    t = bias.astype(np.float64) - mean.astype(np.float64) * s
+    rank = len(x.shape)
+    y = lw.elementwise("mul", [x, _per_channel(lw, s.astype(np.float32), rank, native)])
+    y = lw.elementwise("add", [y, _per_channel(lw, t.astype(np.float32), rank, native)])
+    lw.bind(node.outputs[0], y)
+
+
+def _gemm(lw: _Lowerer, node: ir.Node) -> None:
+    a, b = lw.tensor(node.inputs[0]), lw.tensor(node.inputs[1])
+    trans_a, trans_b = attr_int(node, "transA", 0) != 0, attr_int(node, "transB", 0) != 0
+    rows = a.shape[1] if trans_a else a.shape[0]
+    cols = b.shape[0] if trans_b else b.shape[1]
+    out = lw.new((rows, cols))
+    lw.ops.append(g.MatMul([a, b], out, trans_a=trans_a, trans_b=trans_b))
+    alpha, beta = attr_float(node, "alpha", 1.0), attr_float(node, "beta", 1.0)
+    if alpha != 1.0:
+        out = lw.elementwise("mul", [out, lw.const(np.float32(alpha))])
+    c_value = present(node, 2)
+    if c_value is not None and beta != 0.0:
+        c = lw.tensor(c_value)
+        if c.const is not None:
+            c = lw.const(c.const.astype(np.float32) * np.float32(beta))
+        elif beta != 1.0:
+            c = lw.elementwise("mul", [c, lw.const(np.float32(beta))])
+        out = lw.elementwise("add", [out, c])
+    lw.bind(node.outputs[0], out)
+
+
+def _matmul(lw: _Lowerer, node: ir.Node) -> None:
+    a, b = lw.tensor(node.inputs[0]), lw.tensor(node.inputs[1])
+    a2 = lw.view(a, (1, a.shape[0])) if len(a.shape) == 1 else a
+    b2 = lw.view(b, (b.shape[0], 1)) if len(b.shape) == 1 else b
+    if a2.shape[-1] != b2.shape[-2]:
+        raise LoweringError(f"inner dimensions differ: {a.shape} @ {b.shape}")
+    batch = np.broadcast_shapes(a2.shape[:-2], b2.shape[:-2])
+    out = lw.new((*batch, a2.shape[-2], b2.shape[-1]))
+    lw.ops.append(g.MatMul([a2, b2], out))
+    shape = out.shape
+    if len(a.shape) == 1:
+        shape = shape[:-2] + shape[-1:]
+    if len(b.shape) == 1:
+        shape = shape[:-1]
+    lw.bind(node.outputs[0], out if shape == out.shape else lw.view(out, shape))
+
+
+_BINARY_KIND = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Pow": "pow"}
+
+
+def _binary(lw: _Lowerer, node: ir.Node) -> None:
+    inputs = [lw.tensor(node.inputs[0]), lw.tensor(node.inputs[1])]
+    kind = _BINARY_KIND[node.op_type]
+    if kind == "pow" and inputs[1].const is not None and inputs[1].size == 1:
+        exponent = float(inputs[1].const.reshape(-1)[0])
+        if exponent in (1.0, 2.0, 3.0, 0.5):  # exact shortcuts (powf is slow and these are common)
+            shape = np.broadcast_shapes(inputs[0].shape, inputs[1].shape)
+            y = lw.elementwise("powc", [inputs[0]], (exponent,))
+            lw.bind(node.outputs[0], y if y.shape == shape else _broadcast_to(lw, y, shape))
+            return
+    lw.bind(node.outputs[0], lw.elementwise(kind, inputs))
+
+
+def _broadcast_to(lw: _Lowerer, x: g.Tensor, shape: tuple[int, ...]) -> g.Tensor:
+    return lw.elementwise("add", [x, lw.const(np.zeros(shape, np.float32))])
+
+
+def _sum(lw: _Lowerer, node: ir.Node) -> None:
+    inputs = [lw.tensor(v) for v in node.inputs if v is not None]
+    y = inputs[0]
+    for other in inputs[1:]:
+        y = lw.elementwise("add", [y, other])
+    if len(inputs) == 1:
+        y = lw.view(y, y.shape)
+    lw.bind(node.outputs[0], y)
+
+
+def _unary(lw: _Lowerer, node: ir.Node) -> None:
+    x = lw.tensor(node.inputs[0])
+    op = node.op_type
+    params: tuple[float, ...] = ()
+    kind = op.lower()
+    if op == "LeakyRelu":
+        params = (attr_float(node, "alpha", 0.01),)
+    elif op == "HardSigmoid":
+        params = (attr_float(node, "alpha", 0.2), attr_float(node, "beta", 0.5))
+    elif op == "Gelu":
+        kind = "gelu_tanh" if attr_str(node, "approximate", "none") == "tanh" else "gelu"
+    elif op == "Clip":
+        params = _clip_bounds(lw, node)
+    lw.bind(node.outputs[0], lw.elementwise(kind, [x], params))
+
+
+def _clip_bounds(lw: _Lowerer, node: ir.Node) -> tuple[float, float]:
+    if opset_of(node) < 11:
+        return attr_float(node, "min", -math.inf), attr_float(node, "max", math.inf)
+    bounds = []
+    for index, default in ((1, -math.inf), (2, math.inf)):
+        value = present(node, index)
+        if value is None or value.const_value is None:
+            bounds.append(default)
+        else:
+            bounds.append(float(np.asarray(value.const_value.numpy()).reshape(-1)[0]))
+    return bounds[0], bounds[1]
+
+
+def _softmax(lw: _Lowerer, node: ir.Node) -> None:
+    x = lw.tensor(node.inputs[0])
+    rank = len(x.shape)
+    if opset_of(node) < 13:
+        axis = attr_int(node, "axis", 1) % max(rank, 1)
+        outer, n, inner = math.prod(x.shape[:axis]), math.prod(x.shape[axis:]), 1
+    else:
+        axis = attr_int(node, "axis", -1) % max(rank, 1)
+        outer, n, inner = math.prod(x.shape[:axis]), x.shape[axis], math.prod(x.shape[axis + 1 :])
+    out = lw.new(x.shape)
+    lw.ops.append(g.Softmax([x], out, outer=outer, n=n, inner=inner))
+    lw.bind(node.outputs[0], out)
+
+
+def _axes(lw: _Lowerer, node: ir.Node, input_from: int) -> list[int] | None:
+    if opset_of(node) < input_from:
+        return attr_ints(node, "axes")
+    value = present(node, 1)
+    if value is None or value.const_value is None:
+        return None
+    return [int(a) for a in np.asarray(value.const_value.numpy()).reshape(-1)]
+
+
+def _reduce_mean(lw: _Lowerer, node: ir.Node) -> None:
+    x = lw.tensor(node.inputs[0])
+    rank = len(x.shape)
+    axes = _axes(lw, node, 18)
+    if not axes:
+        if attr_int(node, "noop_with_empty_axes", 0):
+            lw.bind(node.outputs[0], lw.view(x, x.shape))
+            return
+        axes = list(range(rank))
+    norm = tuple(sorted({a % rank for a in axes}))
+    keep = attr_int(node, "keepdims", 1) != 0
+    full = tuple(1 if i in norm else d for i, d in enumerate(x.shape))
+    out = lw.new(full)
+    lw.ops.append(g.ReduceMean([x], out, axes=norm))
+    if not keep:
+        out = lw.view(out, tuple(d for i, d in enumerate(x.shape) if i not in norm))
+    lw.bind(node.outputs[0], out)
+
+
+def _concat(lw: _Lowerer, node: ir.Node) -> None:
+    inputs = [lw.tensor(v) for v in node.inputs if v is not None]
+    rank = len(inputs[0].shape)
+    axis = attr_int(node, "axis", 1) % rank
+    inputs = [t for t in inputs if t.shape[axis] != 0]
+    if all(t.const is not None for t in inputs):
+        lw.bind(node.outputs[0], lw.const(np.concatenate([t.const for t in inputs], axis=axis)))  # type: ignore[misc]
+        return
+    shape = list(inputs[0].shape)
+    shape[axis] = sum(t.shape[axis] for t in inputs)
+    out = lw.new(tuple(shape))
+    lw.ops.append(g.Concat(inputs, out, axis=axis))
+    lw.bind(node.outputs[0], out)
+
+
+def _reshape(lw: _Lowerer, node: ir.Node) -> None:
+    x = lw.tensor(node.inputs[0])
+    target = [int(d) for d in lw.tensor(node.inputs[1]).const.reshape(-1)]  # type: ignore[union-attr]
+    shape = [x.shape[i] if d == 0 else d for i, d in enumerate(target)]
+    if -1 in shape:
+        known = math.prod(d for d in shape if d != -1)
+        shape[shape.index(-1)] = x.size // known if known else 0
+    lw.bind(node.outputs[0], lw.view(x, tuple(shape)))
+
+
+def _flatten(lw: _Lowerer, node: ir.Node) -> None:
+    x = lw.tensor(node.inputs[0])
+    axis = attr_int(node, "axis", 1) % (len(x.shape) + 1)
+    lw.bind(node.outputs[0], lw.view(x, (math.prod(x.shape[:axis]), math.prod(x.shape[axis:]))))
+
+
+def _squeeze(lw: _Lowerer, node: ir.Node) -> None:
+    x = lw.tensor(node.inputs[0])
+    axes = _axes(lw, node, 13)
+    rank = len(x.shape)
+    drop = {a % rank for a in axes} if axes else {i for i, d in enumerate(x.shape) if d == 1}
+    lw.bind(node.outputs[0], lw.view(x, tuple(d for i, d in enumerate(x.shape) if i not in drop)))
+
+
+def _unsqueeze(lw: _Lowerer, node: ir.Node) -> None:
+    x = lw.tensor(node.inputs[0])
+    axes = _axes(lw, node, 13) or []
+    rank = len(x.shape) + len(axes)
+    insert = {a % rank for a in axes}
+    dims = iter(x.shape)
+    lw.bind(node.outputs[0], lw.view(x, tuple(1 if i in insert else next(dims) for i in range(rank))))
+
+
+def _identity(lw: _Lowerer, node: ir.Node) -> None:
+    x = lw.tensor(node.inputs[0])
+    lw.bind(node.outputs[0], lw.view(x, x.shape))
+
+
+def _transpose(lw: _Lowerer, node: ir.Node) -> None:
+    x = lw.tensor(node.inputs[0])
+    perm = tuple(attr_ints(node, "perm") or reversed(range(len(x.shape))))
+    if x.const is not None:
+        lw.bind(node.outputs[0], lw.const(np.transpose(x.const, perm)))
+        return
+    out = lw.new(tuple(x.shape[p] for p in perm))
+    lw.ops.append(g.Transpose([x], out, perm=perm))
+    lw.bind(node.outputs[0], out)
+
+
+_LOWERINGS: dict[str, Callable[[_Lowerer, ir.Node], None]] = {
+    "Conv": _conv,
+    "MaxPool": _pool,
+    "AveragePool": _pool,
+    "GlobalAveragePool": _global_pool,
+    "BatchNormalization": _batchnorm,
+    "Gemm": _gemm,
+    "MatMul": _matmul,
+    "Sum": _sum,
+    "Softmax": _softmax,
+    "ReduceMean": _reduce_mean,
+    "Concat": _concat,
+    "Reshape": _reshape,
+    "Flatten": _flatten,
+    "Squeeze": _squeeze,
+    "Unsqueeze": _unsqueeze,
+    "Identity": _identity,
+    "Dropout": _identity,
+    "Transpose": _transpose,
+    **{op: _binary for op in _BINARY_KIND},
+    **{
+        op: _unary
+        for op in ("Relu", "LeakyRelu", "Sigmoid", "Tanh", "Clip", "HardSigmoid", "HardSwish", "Erf", "Gelu", "Exp",
+                   "Sqrt", "Neg", "Abs", "Reciprocal")
+    },
+}

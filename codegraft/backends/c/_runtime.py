@@ -1,0 +1,82 @@
+"""Loading a compiled partition with ctypes and calling its one entry point.
+
+NOTE: scratch memory is allocated once per loaded partition and reused by every call, so
+calls are serialised by a lock; the computation itself runs on OpenMP threads inside the
+call, with the GIL released by ctypes.  A library built for CPU features this machine
+lacks (or for another machine type) is rebuilt from the source the blob carries.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import platform
+import threading
+from collections.abc import Sequence
+
+import numpy as np
+
+from codegraft.backends.c._blob import Blob
+from codegraft.backends.c._toolchain import CompilerNotFoundError, Toolchain, cpu_features, host_target, store_library
+from codegraft.errors import CodegraftError, InputError
+
+
+def _aligned_floats(count: int, fill: np.ndarray | None = None) -> np.ndarray:
+    """A float32 array of ``count`` elements whose data starts on a 64-byte boundary."""
+    raw = np.zeros(count + 16, np.float32)
+    start = (-raw.ctypes.data % 64) // 4
+    array = raw[start : start + count]
+    if fill is not None:
+        array[:] = fill
+    return array
+
+
+def library_for_this_machine(blob: Blob, toolchain: Toolchain) -> bytes:
+    """The blob's library if this CPU runs it, else one rebuilt from the blob's source."""
+    missing = blob.features - cpu_features()
+    if blob.machine == platform.machine() and not missing:
+        return blob.library
+    why = f"needs CPU features {sorted(missing)}" if missing else f"was built for {blob.machine}"
+    try:
+        return toolchain.build(blob.source, host_target())
+    except CompilerNotFoundError as error:
+        raise CodegraftError(
+            f"this C backend partition {why}, which this machine ({platform.machine()}) lacks, "
+            f"and it cannot be rebuilt from its source: {error}"
+        ) from None
+
+
+class CRunnable:
+    """A loaded partition: ``run`` takes the inputs in order and returns new output arrays."""
+
+    def __init__(self, blob: Blob, toolchain: Toolchain, num_threads: int | None = None) -> None:
+        library = library_for_this_machine(blob, toolchain)
+        key = hashlib.sha256(library).hexdigest()
+        path = store_library(toolchain.resolved_cache_dir(), key, library)
+        self._lib = ctypes.CDLL(str(path))
+        self._entry = self._lib.cg_entry
+        self._entry.restype = None
+        self._entry.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
+        self._weights = _aligned_floats(blob.weights.size, blob.weights)
+        self._scratch = _aligned_floats(blob.scratch_floats)
+        self._inputs = blob.input_shapes
+        self._outputs = blob.output_shapes
+        self._threads = int(num_threads or 0)
+        self._lock = threading.Lock()
+
+    def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Run the partition; safe to call from several threads (calls take turns)."""
+        if len(inputs) != len(self._inputs):
+            raise InputError(f"C partition takes {len(self._inputs)} inputs, got {len(inputs)}")
+        arrays = []
+        for index, (value, shape) in enumerate(zip(inputs, self._inputs, strict=True)):
+            array = np.ascontiguousarray(value, dtype=np.float32)
+            if array.shape != shape:
+                raise InputError(f"C partition input {index}: shape {array.shape}, compiled for {shape}")
+            arrays.append(array)
+        outputs = [np.empty(shape, np.float32) for shape in self._outputs]
+        in_ptrs = (ctypes.c_void_p * max(len(arrays), 1))(*[a.ctypes.data for a in arrays])
+        out_ptrs = (ctypes.c_void_p * max(len(outputs), 1))(*[a.ctypes.data for a in outputs])
+        with self._lock:
+            self._entry(in_ptrs, out_ptrs, self._weights.ctypes.data, self._scratch.ctypes.data, self._threads)
+        return outputs

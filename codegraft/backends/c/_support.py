@@ -1,0 +1,269 @@
+"""Which nodes the C backend takes, decided from the node alone, with the reason when not.
+
+NOTE: the checks look only at what a node carries (its attributes, the dtype and rank of
+its values, and which inputs are constants), never at neighbours: the partitioner may put
+any supported node in any partition.  Shapes may still be symbolic here; the backend
+compiles per concrete shape later, so only ranks matter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import onnx_ir as ir
+
+from codegraft.backend import Support
+
+NHWC_DOMAIN = "codegraft.nhwc"
+
+UNARY = frozenset(
+    {"Relu", "LeakyRelu", "Sigmoid", "Tanh", "Clip", "HardSigmoid", "HardSwish", "Erf", "Gelu", "Exp", "Sqrt",
+     "Neg", "Abs", "Reciprocal"}
+)
+BINARY = frozenset({"Add", "Sub", "Mul", "Div", "Pow"})
+VIEWS = frozenset({"Identity", "Dropout", "Reshape", "Flatten", "Squeeze", "Unsqueeze"})
+NHWC_OPS = frozenset({"Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "BatchNormalization"})
+
+
+def opset_of(node: ir.Node) -> int:
+    """The opset version a node is read with (the default domain's for ``codegraft.nhwc``)."""
+    if node.version is not None and node.domain in ("", "ai.onnx"):
+        return node.version
+    graph = node.graph
+    while graph is not None:
+        version = graph.opset_imports.get("")
+        if version is not None:
+            return version
+        parent = getattr(graph, "parent", None)
+        graph = getattr(parent, "graph", None) if parent is not None else None
+    return 21
+
+
+def attr_int(node: ir.Node, name: str, default: int) -> int:
+    attr = node.attributes.get(name)
+    return default if attr is None else attr.as_int()
+
+
+def attr_float(node: ir.Node, name: str, default: float) -> float:
+    attr = node.attributes.get(name)
+    return default if attr is None else attr.as_float()
+
+
+def attr_ints(node: ir.Node, name: str) -> list[int] | None:
+    attr = node.attributes.get(name)
+    return None if attr is None else list(attr.as_ints())
+
+
+def attr_str(node: ir.Node, name: str, default: str) -> str:
+    attr = node.attributes.get(name)
+    return default if attr is None else attr.as_string()
+
+
+def present(node: ir.Node, index: int) -> ir.Value | None:
+    """Input ``index`` of ``node`` when given (ONNX marks omitted optional inputs by ``""``)."""
+    if index < len(node.inputs):
+        return node.inputs[index]
+    return None
+
+
+def rank_of(value: ir.Value) -> int | None:
+    return None if value.shape is None else len(value.shape)
+
+
+def supports(node: ir.Node) -> Support:
+    """Yes, or ``"<op>: <reason>"``."""
+    op = node.op_type
+    if node.domain == NHWC_DOMAIN:
+        if op not in NHWC_OPS:
+            return Support.no(f"{op}: not implemented in the {NHWC_DOMAIN} domain")
+    elif node.domain not in ("", "ai.onnx"):
+        return Support.no(f"{op}: domain {node.domain!r} is not supported")
+    check = _CHECKS.get(op)
+    if check is None:
+        return Support.no(f"{op}: not implemented by the C backend")
+    reason = _float_data(node) or check(node)
+    return Support.no(f"{op}: {reason}") if reason else Support.yes()
+
+
+# Inputs that are not float data (shapes, axes), by op: skipped by the dtype check.
+_NON_DATA_INPUTS: dict[str, frozenset[int]] = {
+    "Reshape": frozenset({1}),
+    "Squeeze": frozenset({1}),
+    "Unsqueeze": frozenset({1}),
+    "ReduceMean": frozenset({1}),
+    "Dropout": frozenset({1, 2}),
+}
+
+
+def _float_data(node: ir.Node) -> str:
+    skip = _NON_DATA_INPUTS.get(node.op_type, frozenset())
+    for index, value in enumerate(node.inputs):
+        if value is None or index in skip:
+            continue
+        if value.dtype is not None and value.dtype != ir.DataType.FLOAT:
+            return f"input {index} is {value.dtype.name.lower()}, only float32 is supported"
+    for index, value in enumerate(node.outputs):
+        if value.dtype is not None and value.dtype != ir.DataType.FLOAT and value.uses():
+            return f"output {index} is {value.dtype.name.lower()}, only float32 is supported"
+    return ""
+
+
+def _const(value: ir.Value | None) -> bool:
+    return value is not None and value.const_value is not None
+
+
+def _check_conv(node: ir.Node) -> str:
+    weight = present(node, 1)
+    if not _const(weight):
+        return "the weight must be a constant initializer"
+    assert weight is not None and weight.const_value is not None
+    rank = len(weight.const_value.shape)
+    if rank not in (3, 4):
+        return f"{rank - 2}-D convolution is not supported (only 1-D and 2-D)"
+    bias = present(node, 2)
+    if bias is not None and not _const(bias):
+        return "the bias must be a constant initializer"
+    return _check_window(node, rank - 2)
+
+
+def _check_window(node: ir.Node, spatial: int) -> str:
+    auto_pad = attr_str(node, "auto_pad", "NOTSET")
+    if auto_pad not in ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"):
+        return f"auto_pad={auto_pad} is not supported"
+    for name, length in (("strides", spatial), ("dilations", spatial), ("pads", 2 * spatial)):
+        values = attr_ints(node, name)
+        if values is not None and len(values) != length:
+            return f"{name} has {len(values)} values, expected {length}"
+        if values is not None and name != "pads" and min(values) < 1:
+            return f"{name}={values} must be positive"
+    kernel = attr_ints(node, "kernel_shape")
+    if kernel is not None and len(kernel) != spatial:
+        return f"kernel_shape has {len(kernel)} values, expected {spatial}"
+    return ""
+
+
+def _check_pool(node: ir.Node) -> str:
+    kernel = attr_ints(node, "kernel_shape")
+    if kernel is None:
+        return "kernel_shape is required"
+    if len(kernel) not in (1, 2):
+        return f"{len(kernel)}-D pooling is not supported (only 1-D and 2-D)"
+    if node.op_type == "AveragePool" and any(d != 1 for d in attr_ints(node, "dilations") or []):
+        return "dilations are not supported"
+    if node.op_type == "MaxPool":
+        if len(node.outputs) > 1 and node.outputs[1].uses():
+            return "the Indices output is not supported"
+        if attr_int(node, "storage_order", 0) != 0:
+            return "storage_order=1 is not supported"
+    return _check_window(node, len(kernel))
+
+
+def _check_global_pool(node: ir.Node) -> str:
+    rank = rank_of(node.inputs[0])
+    if rank is not None and rank < 3:
+        return f"input rank {rank} < 3"
+    return ""
+
+
+def _check_batchnorm(node: ir.Node) -> str:
+    if any(not _const(present(node, i)) for i in range(1, 5)):
+        return "scale, B, mean and var must be constant initializers (inference only)"
+    if attr_int(node, "training_mode", 0) != 0:
+        return "training_mode=1 is not supported"
+    if any(v.uses() or v.is_graph_output() for v in node.outputs[1:]):
+        return "training outputs (running mean/var) are not supported"
+    if attr_int(node, "spatial", 1) != 1:
+        return "spatial=0 is not supported"
+    return ""
+
+
+def _check_gemm(node: ir.Node) -> str:
+    for index in (0, 1):
+        rank = rank_of(node.inputs[index])
+        if rank is not None and rank != 2:
+            return f"input {index} has rank {rank}, expected 2"
+    return ""
+
+
+def _check_matmul(node: ir.Node) -> str:
+    for index in (0, 1):
+        if rank_of(node.inputs[index]) == 0:
+            return "scalar operands are not valid"
+    return ""
+
+
+def _check_clip(node: ir.Node) -> str:
+    for index in (1, 2):
+        bound = present(node, index)
+        if bound is not None and not _const(bound):
+            return f"{'min' if index == 1 else 'max'} must be a constant"
+    return ""
+
+
+def _check_gelu(node: ir.Node) -> str:
+    approximate = attr_str(node, "approximate", "none")
+    return "" if approximate in ("none", "tanh") else f"approximate={approximate!r} is not supported"
+
+
+def _check_reshape(node: ir.Node) -> str:
+    if not _const(present(node, 1)):
+        return "the shape input must be a constant"
+    if attr_int(node, "allowzero", 0) != 0:
+        return "allowzero=1 is not supported"
+    return ""
+
+
+def _check_axes_input(node: ir.Node) -> str:
+    axes = present(node, 1)
+    if axes is not None and not _const(axes):
+        return "the axes input must be a constant"
+    return ""
+
+
+def _check_dropout(node: ir.Node) -> str:
+    if len(node.outputs) > 1 and node.outputs[1].uses():
+        return "the mask output is not supported"
+    training = present(node, 2)
+    if training is not None:
+        if not _const(training) or bool(training.const_value.numpy().item()):  # type: ignore[union-attr]
+            return "training_mode must be a constant false"
+    return ""
+
+
+def _check_reduce_mean(node: ir.Node) -> str:
+    reason = _check_axes_input(node)
+    if reason:
+        return reason
+    if rank_of(node.inputs[0]) is None:
+        return "the input rank is unknown"
+    return ""
+
+
+def _ok(node: ir.Node) -> str:
+    return ""
+
+
+_CHECKS: dict[str, Callable[[ir.Node], str]] = {
+    "Conv": _check_conv,
+    "MaxPool": _check_pool,
+    "AveragePool": _check_pool,
+    "GlobalAveragePool": _check_global_pool,
+    "BatchNormalization": _check_batchnorm,
+    "Gemm": _check_gemm,
+    "MatMul": _check_matmul,
+    "Clip": _check_clip,
+    "Gelu": _check_gelu,
+    "Reshape": _check_reshape,
+    "Squeeze": _check_axes_input,
+    "Unsqueeze": _check_axes_input,
+    "Dropout": _check_dropout,
+    "ReduceMean": _check_reduce_mean,
+    "Softmax": _ok,
+    "Concat": _ok,
+    "Flatten": _ok,
+    "Transpose": _ok,
+    "Identity": _ok,
+    "Sum": _ok,
+    **{op: _ok for op in UNARY - {"Clip", "Gelu"}},
+    **{op: _ok for op in BINARY},
+}

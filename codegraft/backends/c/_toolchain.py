@@ -1,0 +1,172 @@
+"""The system C compiler: discovery, target flags, CPU features and the on-disk library cache.
+
+NOTE: the generated source is the same for every x86 target (it uses GCC vector
+extensions, which the compiler lowers to AVX-512, AVX2 or SSE); only the compiler flags
+differ.  So a blob built for AVX-512 can be rebuilt from its own source on a CPU without
+it - the flags, not the source, carry the CPU features.  Libraries are cached on disk by
+the hash of (source, flags, compiler), so compiling the same partition again is instant.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pathlib
+import platform
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from functools import lru_cache
+
+from codegraft.errors import CodegraftError
+
+# Feature sets we compile for, best first: (features the CPU must have, gcc flags).
+_X86_TARGETS: tuple[tuple[frozenset[str], tuple[str, ...]], ...] = (
+    (
+        frozenset({"avx2", "fma", "avx512f", "avx512dq", "avx512bw", "avx512vl"}),
+        ("-mavx2", "-mfma", "-mavx512f", "-mavx512dq", "-mavx512bw", "-mavx512vl", "-mprefer-vector-width=512"),
+    ),
+    (frozenset({"avx2", "fma"}), ("-mavx2", "-mfma")),
+    (frozenset(), ()),
+)
+
+
+class CompilerNotFoundError(CodegraftError):
+    """No usable C compiler: the partition cannot be built (codegraft falls back to the host)."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """What the code is compiled for: required CPU features, flags and SIMD width in floats."""
+
+    features: frozenset[str]
+    flags: tuple[str, ...]
+    vector_floats: int
+
+
+def cpu_features() -> frozenset[str]:
+    """The SIMD features of this CPU (x86 ``/proc/cpuinfo`` flags; empty when unknown)."""
+    return _cpu_features()
+
+
+@lru_cache(maxsize=1)
+def _cpu_features() -> frozenset[str]:
+    try:
+        text = pathlib.Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return frozenset()
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            return frozenset(line.split(":", 1)[1].split())
+    return frozenset()
+
+
+def host_target() -> Target:
+    """The best target this CPU runs."""
+    return target_for(cpu_features())
+
+
+def target_for(features: frozenset[str]) -> Target:
+    """The best target a CPU with ``features`` runs (portable baseline off x86)."""
+    if platform.machine().lower() not in {"x86_64", "amd64"}:
+        return Target(frozenset(), (), 4)
+    for needed, flags in _X86_TARGETS:
+        if needed <= features:
+            width = 16 if "avx512f" in needed else 8 if "avx2" in needed else 4
+            return Target(needed, flags, width)
+    raise AssertionError("unreachable: the last x86 target needs nothing")
+
+
+@dataclass(frozen=True)
+class Toolchain:
+    """A C compiler and where its libraries are cached.
+
+    ``compiler`` is a path or name (default: ``cc``, ``gcc`` or ``clang``, whichever is
+    found first); ``cache_dir`` defaults to ``$CODEGRAFT_CACHE_DIR/c`` or
+    ``~/.cache/codegraft/c``.
+    """
+
+    compiler: str | None = None
+    cache_dir: pathlib.Path | None = None
+
+    def resolved_compiler(self) -> str:
+        """Absolute path of the compiler, or :class:`CompilerNotFoundError`."""
+        names = [self.compiler] if self.compiler else ["cc", "gcc", "clang"]
+        for name in names:
+            path = shutil.which(name)
+            if path:
+                return path
+        raise CompilerNotFoundError(
+            f"no C compiler found (looked for {', '.join(names)} on PATH); "
+            "install gcc or clang, or pass CBackend(compiler=...)"
+        )
+
+    def resolved_cache_dir(self) -> pathlib.Path:
+        """The cache folder (created on first use)."""
+        if self.cache_dir is not None:
+            root = self.cache_dir
+        elif os.environ.get("CODEGRAFT_CACHE_DIR"):
+            root = pathlib.Path(os.environ["CODEGRAFT_CACHE_DIR"]) / "c"
+        else:
+            root = pathlib.Path.home() / ".cache" / "codegraft" / "c"
+        root.mkdir(parents=True, exist_ok=True)
+        return root
+
+    def build(self, source: str, target: Target) -> bytes:
+        """Compile ``source`` into a shared library for ``target``; cached by hash."""
+        compiler = self.resolved_compiler()
+        flags = _base_flags(compiler) + target.flags
+        key = hashlib.sha256("\0".join((source, compiler, *flags, _version(compiler))).encode()).hexdigest()
+        cached = self.resolved_cache_dir() / f"{key}.so"
+        if cached.exists():
+            return cached.read_bytes()
+        with tempfile.TemporaryDirectory(prefix="codegraft-c-") as tmp:
+            src = pathlib.Path(tmp) / "partition.c"
+            lib = pathlib.Path(tmp) / "partition.so"
+            src.write_text(source)
+            cmd = [compiler, *flags, str(src), "-o", str(lib), "-lm"]
+            done = subprocess.run(cmd, capture_output=True, text=True)
+            if done.returncode != 0:
+                raise CodegraftError(f"C compilation failed ({' '.join(cmd)}):\n{done.stderr[-4000:]}")
+            data = lib.read_bytes()
+        store_library(self.resolved_cache_dir(), key, data)
+        return data
+
+
+def store_library(cache_dir: pathlib.Path, key: str, data: bytes) -> pathlib.Path:
+    """Write a library under ``cache_dir/<key>.so`` atomically (parallel builds race here)."""
+    path = cache_dir / f"{key}.so"
+    if not path.exists():
+        fd, tmp = tempfile.mkstemp(dir=cache_dir, suffix=".tmp")
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    return path
+
+
+def _base_flags(compiler: str) -> tuple[str, ...]:
+    # -fno-math-errno lets expf/sqrtf inline; no -ffast-math: results must match onnxruntime.
+    flags = ("-O3", "-shared", "-fPIC", "-std=gnu11", "-fno-math-errno", "-fno-semantic-interposition")
+    return flags + (("-fopenmp",) if _has_openmp(compiler) else ())
+
+
+@lru_cache(maxsize=None)
+def _version(compiler: str) -> str:
+    done = subprocess.run([compiler, "--version"], capture_output=True, text=True)
+    return done.stdout.splitlines()[0] if done.stdout else compiler
+
+
+@lru_cache(maxsize=None)
+def _has_openmp(compiler: str) -> bool:
+    # Apple clang ships without OpenMP; the pragmas are then ignored and code runs on one core.
+    with tempfile.TemporaryDirectory(prefix="codegraft-c-") as tmp:
+        src = pathlib.Path(tmp) / "probe.c"
+        src.write_text("#include <omp.h>\nint probe(void) { return omp_get_max_threads(); }\n")
+        cmd = [compiler, "-shared", "-fPIC", "-fopenmp", str(src), "-o", str(pathlib.Path(tmp) / "p.so")]
+        return subprocess.run(cmd, capture_output=True).returncode == 0
+
+
+def has_openmp(compiler: str) -> bool:
+    """Whether ``compiler`` accepts ``-fopenmp``."""
+    return _has_openmp(compiler)
