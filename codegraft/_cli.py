@@ -148,24 +148,33 @@ def inspect_command(
     svg: Annotated[Optional[pathlib.Path], typer.Option(help="Draw the partitioned graph as SVG.")] = None,  # noqa: UP045
     html: Annotated[Optional[pathlib.Path], typer.Option(help="Draw it as an HTML page.")] = None,  # noqa: UP045
     collapse: Annotated[bool, typer.Option(help="Draw each partition as one box.")] = False,
+    onnx_out: Annotated[
+        Optional[pathlib.Path],  # noqa: UP045
+        typer.Option("--onnx", help="Write the partitioned model as ONNX (open it in Netron)."),
+    ] = None,
     min_partition_size: Annotated[int, typer.Option(help="Smaller accelerator partitions go to the host.")] = 1,
 ) -> None:
     """Show where each node would run and why, without compiling."""
     from codegraft._inspect import inspect_model
 
-    report = inspect_model(str(model), targets or [], min_partition_size=min_partition_size)
+    inspection = inspect_model(str(model), targets or [], min_partition_size=min_partition_size)
+    report = inspection.report
     if as_json:
         typer.echo(report.to_json())
     else:
         for table in report.tables(details=details):
             console.print(table)
-    if svg or html:
-        from codegraft._inspect import draw_report
+    if onnx_out is not None:
+        import onnx
 
-        for path, fmt in ((svg, "svg"), (html, "html")):
-            if path is not None:
-                draw_report(report, str(model), path, fmt=fmt, collapse=collapse)
-                err_console.print(f"wrote {path}")
+        onnx.save(inspection.partitioned_onnx(), onnx_out)
+        err_console.print(f"wrote {onnx_out} (partitions as local functions; open it in Netron)")
+    for path, fmt in ((svg, "svg"), (html, "html")):
+        if path is not None:
+            from codegraft._inspect import draw_report
+
+            draw_report(inspection, path, fmt=fmt, collapse=collapse)
+            err_console.print(f"wrote {path}")
 
 
 @app.command("backends")

@@ -4,17 +4,37 @@ from __future__ import annotations
 
 import pathlib
 from collections.abc import Sequence
+from dataclasses import dataclass
 
-from codegraft._annotate import annotate
+import onnx
+import onnx_ir as ir
+
+from codegraft._annotate import Annotation, annotate
 from codegraft._compiler import Target, _resolve_targets, _run_common_passes, CompileOptions
-from codegraft._extract import plan_partitions
+from codegraft._extract import Plan, plan_partitions
 from codegraft._model import ModelSource, import_model
 from codegraft._partition import demote_small_groups, partition_units
 from codegraft._report import NodeReport, PartitionReport, Report
 from codegraft.backends.onnxruntime import OnnxRuntimeBackend
 
 
-def inspect_model(model: ModelSource, targets: Sequence[Target], *, min_partition_size: int = 1) -> Report:
+@dataclass(frozen=True)
+class Inspection:
+    """The report of an inspect, plus what drawing and exporting need."""
+
+    report: Report
+    model: ir.Model
+    annotation: Annotation
+    plan: Plan
+
+    def partitioned_onnx(self) -> onnx.ModelProto:
+        """The partitioned model for Netron (see :mod:`codegraft._netron`)."""
+        from codegraft._netron import partitioned_onnx
+
+        return partitioned_onnx(self.model, self.annotation, self.plan)
+
+
+def inspect_model(model: ModelSource, targets: Sequence[Target], *, min_partition_size: int = 1) -> Inspection:
     """Where each node would run and why; no backend compiles anything."""
     host = OnnxRuntimeBackend()
     backends = _resolve_targets(targets)
@@ -44,12 +64,12 @@ def inspect_model(model: ModelSource, targets: Sequence[Target], *, min_partitio
     partitions = tuple(
         PartitionReport(p.name, p.backend, len(p.node_indices), p.inputs, p.outputs) for p in plan.partitions
     )
-    return Report(tuple(b.name for b in backends), host.name, tuple(nodes), partitions, passes)
+    report = Report(tuple(b.name for b in backends), host.name, tuple(nodes), partitions, passes)
+    return Inspection(report, ir_model, annotation, plan)
 
 
-def draw_report(report: Report, model: ModelSource, path: pathlib.Path, *, fmt: str, collapse: bool) -> None:
-    """Draw the partitioned graph (needs graphviz's ``dot``)."""
+def draw_report(inspection: Inspection, path: pathlib.Path, *, fmt: str, collapse: bool) -> None:
+    """Draw the partitioned graph as SVG or HTML (needs graphviz's ``dot``)."""
     from codegraft import _draw
 
-    ir_model = import_model(model)
-    _draw.draw(report, ir_model, path, fmt=fmt, collapse=collapse)  # type: ignore[attr-defined]
+    _draw.draw_inspection(inspection, path, fmt=fmt, collapse=collapse)  # type: ignore[attr-defined]

@@ -1,0 +1,69 @@
+"""The command line: compile, run, inspect, backends; errors as one clear line."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+import numpy as np
+import onnx
+from typer.testing import CliRunner
+
+from codegraft._cli import app
+from codegraft.testing import light_model, light_model_path
+
+runner = CliRunner()
+
+
+def test_compile_then_run(tmp_path: pathlib.Path) -> None:
+    model = tmp_path / "m.onnx"
+    onnx.save(light_model("squeezenet"), model)
+    artifact = tmp_path / "m.cgx"
+    result = runner.invoke(app, ["compile", str(model), "-t", "numpy_example", "-o", str(artifact)])
+    assert result.exit_code == 0, result.output
+    assert artifact.exists() and "partitions" in result.output
+
+    result = runner.invoke(app, ["run", str(artifact), "--random", "--save", str(tmp_path / "out"), "--profile"])
+    assert result.exit_code == 0, result.output
+    saved = list((tmp_path / "out").glob("*.npy"))
+    assert len(saved) == 1 and np.load(saved[0]).shape == (1, 1000, 1, 1)
+    assert "total" in result.output
+
+    x = np.random.default_rng(0).standard_normal((1, 3, 224, 224)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    name = onnx.load(model).graph.input[0].name
+    result = runner.invoke(app, ["run", str(artifact), "--input", f"{name}={tmp_path / 'x.npy'}"])
+    assert result.exit_code == 0, result.output
+
+
+def test_run_errors_are_one_line(tmp_path: pathlib.Path) -> None:
+    result = runner.invoke(app, ["run", str(tmp_path / "missing.cgx"), "--random"])
+    assert result.exit_code == 2
+    assert "error: cannot read artifact" in result.output and "Traceback" not in result.output
+
+
+def test_compile_unknown_target_is_a_clear_error() -> None:
+    result = runner.invoke(app, ["compile", str(light_model_path("squeezenet")), "-t", "nope"])
+    assert result.exit_code == 2 and "unknown backend 'nope'" in result.output
+
+
+def test_inspect_json_and_netron_export(tmp_path: pathlib.Path) -> None:
+    out = tmp_path / "partitioned.onnx"
+    result = runner.invoke(
+        app, ["inspect", str(light_model_path("squeezenet")), "-t", "numpy_example", "--json", "--onnx", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout[: result.stdout.rindex("}") + 1])
+    assert {n["backend"] for n in data["nodes"]} == {"numpy_example", "onnxruntime"}
+    conv = next(n for n in data["nodes"] if n["op_type"] == "Conv")
+    assert conv["declined"] == [["numpy_example", "Conv not implemented"]]
+    exported = onnx.load(out)
+    onnx.checker.check_model(exported)
+    assert len(exported.functions) == len(data["partitions"])
+
+
+def test_backends_lists_builtins() -> None:
+    result = runner.invoke(app, ["backends", "--json"])
+    assert result.exit_code == 0
+    names = {b["name"] for b in json.loads(result.output)}
+    assert {"onnxruntime", "openvino", "c"} <= names
