@@ -144,7 +144,7 @@ def brute_force(g: ir.Graph, p: Pattern) -> set[Key]:
         for assign in itertools.product(*candidates):
             if len(set(map(id, assign))) < len(assign):
                 continue
-            bound: dict[int, tuple[ValuePattern, ir.Value]] = {}
+            bound: dict[int, tuple[Var | Const, ir.Value]] = {}
             ok = True
             for pos, kids in enumerate(children):
                 for i, kid in enumerate(kids):
@@ -153,6 +153,7 @@ def brute_force(g: ir.Graph, p: Pattern) -> set[Key]:
                     if isinstance(kid, int):
                         ok = value is assign[kid].outputs[0]
                     else:
+                        assert isinstance(kid, (Var, Const))
                         if isinstance(kid, Const) and (
                             value.const_value is None or value.is_graph_input()
                         ):
@@ -167,7 +168,7 @@ def brute_force(g: ir.Graph, p: Pattern) -> set[Key]:
             if ok:
                 captures = frozenset(
                     (leaf.name, v.name or "") for leaf, v in bound.values() if leaf.name
-                )  # type: ignore[union-attr]
+                )
                 found.add((frozenset(n.name or "" for n in assign), captures))
     return found
 
