@@ -53,3 +53,33 @@ def test_invalid_node_is_named() -> None:
 def test_unsupported_source_type() -> None:
     with pytest.raises(cg.ModelError, match="cannot compile a int"):
         cg.compile(42)  # type: ignore[arg-type]
+
+
+def test_torch_module_is_exported_and_matches_eager() -> None:
+    torch = pytest.importorskip("torch", reason="torch is an optional extra (pip install 'codegraft[torch]')")
+    import numpy as np
+
+    from codegraft.testing import SubsetBackend
+
+    class Net(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 8, 3)
+            self.linear = torch.nn.Linear(8, 4)
+
+        def forward(self, x: "torch.Tensor") -> "torch.Tensor":
+            return self.linear(torch.relu(self.conv(x)).mean((2, 3)))
+
+    torch.manual_seed(0)
+    net = Net()
+    x = torch.randn(2, 3, 16, 16)
+    exe = cg.compile(net, targets=[SubsetBackend("acc", {"Conv", "Relu"})], example_inputs=(x,))
+    (out,) = exe.run({exe.inputs[0].name: x.numpy()}).values()
+    np.testing.assert_allclose(out, net(x).detach().numpy(), rtol=1e-4, atol=1e-5)
+    assert "acc" in exe.report().nodes_per_backend()
+
+
+def test_torch_module_needs_example_inputs() -> None:
+    torch = pytest.importorskip("torch", reason="torch is an optional extra")
+    with pytest.raises(cg.ModelError, match="example_inputs"):
+        cg.compile(torch.nn.ReLU())
