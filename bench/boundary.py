@@ -151,8 +151,10 @@ def measure_all(threads: int = 1) -> list[BoundaryResult]:
 def render(results: Sequence[BoundaryResult]) -> str:
     """A Markdown table of the results."""
     lines = [
-        f"Chain of {CHAIN} tiny ops on a [1, {WIDTH}] float tensor, one partition per op, "
-        "versus the same chain as one partition (medians).",
+        (
+            f"Chain of {CHAIN} tiny ops on a [1, {WIDTH}] float tensor, one partition per op, "
+            "versus the same chain as one partition (medians)."
+        ),
         "",
         "| backends | crossings | split, us | whole, us | us per crossing |",
         "|---|---:|---:|---:|---:|",
