@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from codegraft._report import Report
 
 HOST_COLOUR = "#d9d9d9"
+HOST_BORDER = "#999999"  # the host's fill is too pale to outline a box
 # Colour-blind-friendly pastel fills (ColorBrewer Set3 order), one per non-host backend.
 PALETTE = (
     "#8dd3c7",
@@ -70,17 +71,13 @@ class DrawNode:
     composite: str | None = None
 
 
-def backend_colours(
-    nodes: Sequence[DrawNode], *, host: str = "onnxruntime"
-) -> dict[str, str]:
+def backend_colours(nodes: Sequence[DrawNode], *, host: str = "onnxruntime") -> dict[str, str]:
     """Backend -> fill colour: the host grey, others from :data:`PALETTE` in order of appearance."""
     colours: dict[str, str] = {}
     for node in nodes:
         if node.backend not in colours:
             colours[node.backend] = (
-                HOST_COLOUR
-                if node.backend == host
-                else PALETTE[sum(b != host for b in colours) % len(PALETTE)]
+                HOST_COLOUR if node.backend == host else PALETTE[sum(b != host for b in colours) % len(PALETTE)]
             )
     return colours
 
@@ -130,9 +127,8 @@ def _expanded(
         backend = nodes[members[0]].backend
         lines.append(f"  subgraph cluster_p{k} {{")
         label = f"{partition} · {backend} ({len(members)} nodes)"
-        lines.append(
-            f'    graph [label={_q(label)}, style="rounded", color={_q(colours[backend])}, penwidth=2];'
-        )
+        border = HOST_BORDER if colours[backend] == HOST_COLOUR else colours[backend]
+        lines.append(f'    graph [label={_q(label)}, style="rounded", color={_q(border)}, penwidth=2];')
         by_composite: dict[str | None, list[int]] = defaultdict(list)
         for i in members:
             by_composite[nodes[i].composite].append(i)
@@ -140,9 +136,7 @@ def _expanded(
             indent = "    "
             if composite is not None:
                 lines.append(f"    subgraph cluster_p{k}_c{c} {{")
-                lines.append(
-                    f'      graph [label={_q(composite)}, style="dotted", color="#333333", penwidth=1];'
-                )
+                lines.append(f'      graph [label={_q(composite)}, style="dotted", color="#333333", penwidth=1];')
                 indent = "      "
             for i in inside:
                 lines.append(f"{indent}{ids[i]} {_node_attrs(nodes[i], colours)};")
@@ -166,10 +160,7 @@ def _expanded(
             edges[(ids[producer[value]], f"out{k}")].append(value)
         elif value in inputs:
             edges[(inputs[value], f"out{k}")].append(value)
-    lines += [
-        f"  {a} -> {b} [tooltip={_q(', '.join(values))}];"
-        for (a, b), values in edges.items()
-    ]
+    lines += [f"  {a} -> {b} [tooltip={_q(', '.join(values))}];" for (a, b), values in edges.items()]
     return lines
 
 
@@ -191,12 +182,8 @@ def _collapsed(
         backend = backend_of[partition]
         plural = "node" if sizes[partition] == 1 else "nodes"
         label = f"{partition}\n{backend}\n{sizes[partition]} {plural}"
-        lines.append(
-            f"  p{k} [label={_q(label)}, fillcolor={_q(colours[backend])}, fontsize=10];"
-        )
-    where = {
-        v: f"p{partitions[node.partition]}" for node in nodes for v in node.outputs
-    }
+        lines.append(f"  p{k} [label={_q(label)}, fillcolor={_q(colours[backend])}, fontsize=10];")
+    where = {v: f"p{partitions[node.partition]}" for node in nodes for v in node.outputs}
     for k, value in enumerate(graph_inputs):
         lines.append(f"  in{k} [label={_q(value)}, shape=ellipse, style=solid];")
         where[value] = f"in{k}"
@@ -205,11 +192,7 @@ def _collapsed(
         target = f"p{partitions[node.partition]}"
         for value in dict.fromkeys(node.inputs):
             source = where.get(value)
-            if (
-                source is not None
-                and source != target
-                and value not in crossing[(source, target)]
-            ):
+            if source is not None and source != target and value not in crossing[(source, target)]:
                 crossing[(source, target)].append(value)
     for k, value in enumerate(graph_outputs):
         lines.append(f"  out{k} [label={_q(value)}, shape=ellipse, style=solid];")
@@ -222,14 +205,8 @@ def _collapsed(
 
 
 def _node_attrs(node: DrawNode, colours: dict[str, str]) -> str:
-    label = (
-        node.op_type
-        if not node.name or node.name == node.op_type
-        else f"{node.op_type}\n{node.name}"
-    )
-    tooltip = (
-        f"{node.name} ({node.op_type}) on {node.backend}, partition {node.partition}"
-    )
+    label = node.op_type if not node.name or node.name == node.op_type else f"{node.op_type}\n{node.name}"
+    tooltip = f"{node.name} ({node.op_type}) on {node.backend}, partition {node.partition}"
     if node.composite:
         tooltip += f", composite {node.composite}"
     return f"[label={_q(label)}, fillcolor={_q(colours[node.backend])}, tooltip={_q(tooltip)}]"
@@ -264,9 +241,7 @@ def render_svg(dot_text: str) -> str:
         check=False,
     )
     if done.returncode != 0:
-        raise CodegraftError(
-            f"graphviz failed ({done.returncode}): {done.stderr.decode(errors='replace').strip()}"
-        )
+        raise CodegraftError(f"graphviz failed ({done.returncode}): {done.stderr.decode(errors='replace').strip()}")
     return done.stdout.decode()
 
 
@@ -319,9 +294,7 @@ def write_html(
     return out
 
 
-def html_page(
-    nodes: Sequence[DrawNode], svg: str, *, host: str = "onnxruntime", title: str = ""
-) -> str:
+def html_page(nodes: Sequence[DrawNode], svg: str, *, host: str = "onnxruntime", title: str = "") -> str:
     """The HTML page around an SVG picture, with the legend."""
     colours = backend_colours(nodes, host=host)
     node_counts = Counter(n.backend for n in nodes)
@@ -383,11 +356,7 @@ def nodes_from_report(report: Report, graph: ir.Graph) -> list[DrawNode]:
     drawn = []
     for i, info in enumerate(report.nodes):
         node = graph_nodes[i] if positional else by_name.get(info.name)
-        inputs = (
-            tuple(v.name or "" for v in node.inputs if v is not None)
-            if node is not None
-            else ()
-        )
+        inputs = tuple(v.name or "" for v in node.inputs if v is not None) if node is not None else ()
         outputs = tuple(v.name or "" for v in node.outputs) if node is not None else ()
         drawn.append(
             DrawNode(

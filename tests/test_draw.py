@@ -1,0 +1,157 @@
+"""Pictures: the DOT text always; the SVG and HTML when Graphviz's ``dot`` is installed."""
+
+from __future__ import annotations
+
+import pathlib
+import re
+import shutil
+
+import onnx
+import onnx.parser
+import onnx_ir as ir
+import pytest
+
+from codegraft import _draw
+from codegraft._draw import (
+    HOST_COLOUR,
+    PALETTE,
+    DrawNode,
+    GraphvizNotFound,
+    backend_colours,
+    draw,
+    nodes_from_report,
+    to_dot,
+    write_html,
+    write_svg,
+)
+from codegraft._report import NodeReport, Report
+from codegraft.errors import CodegraftError
+
+needs_dot = pytest.mark.skipif(
+    shutil.which("dot") is None, reason="Graphviz's dot is not installed (apt-get install graphviz)"
+)
+
+NODES = [
+    DrawNode("conv0", "Conv", "mine", "p0", ("x", "w0"), ("c0",), "mine.conv_bias_act_0"),
+    DrawNode("relu0", "Relu", "mine", "p0", ("c0",), ("r0",), "mine.conv_bias_act_0"),
+    DrawNode("lrn", "LRN", "onnxruntime", "p1", ("r0",), ("l",)),
+    DrawNode("conv1", "Conv", "mine", "p2", ("l", "w1"), ("c1",)),
+    DrawNode("add", "Add", "mine", "p2", ("c1", "r0"), ("a",)),
+    DrawNode("soft", "Softmax", "other", "p3", ("a",), ("y",)),
+]
+
+
+def test_colours_are_per_backend_and_the_host_is_grey() -> None:
+    assert backend_colours(NODES) == {"mine": PALETTE[0], "onnxruntime": HOST_COLOUR, "other": PALETTE[1]}
+
+
+def test_dot_boxes_partitions_and_composites() -> None:
+    text = to_dot(NODES, graph_inputs=["x"], graph_outputs=["y"], title="demo")
+    assert text.startswith("digraph codegraft {") and text.rstrip().endswith("}")
+    assert text.count("subgraph cluster_p") == 4 + 1  # four partitions, one composite
+    assert '"p0 · mine (2 nodes)"' in text and '"p2 · mine (2 nodes)"' in text
+    assert '"mine.conv_bias_act_0"' in text
+    # Every node is drawn once, filled with its backend's colour.
+    for i, node in enumerate(NODES):
+        (line,) = [ln for ln in text.splitlines() if ln.strip().startswith(f"n{i} [")]
+        assert f'fillcolor="{backend_colours(NODES)[node.backend]}"' in line
+    edges = set(re.findall(r"(\w+) -> (\w+)", text))
+    assert edges == {
+        ("in0", "n0"),
+        ("n0", "n1"),
+        ("n1", "n2"),
+        ("n2", "n3"),
+        ("n3", "n4"),
+        ("n1", "n4"),
+        ("n4", "n5"),
+        ("n5", "out0"),
+    }
+
+
+def test_collapsed_dot_has_one_box_per_partition_with_counts() -> None:
+    text = to_dot(NODES, graph_inputs=["x"], graph_outputs=["y"], collapse=True)
+    assert "cluster" not in text
+    boxes = re.findall(r'^  (p\d) \[label="([^"]*)"', text, flags=re.MULTILINE)
+    assert boxes == [
+        ("p0", "p0\\nmine\\n2 nodes"),
+        ("p1", "p1\\nonnxruntime\\n1 node"),
+        ("p2", "p2\\nmine\\n2 nodes"),
+        ("p3", "p3\\nother\\n1 node"),
+    ]
+    edges = set(re.findall(r"(\w+) -> (\w+)", text))
+    assert edges == {("in0", "p0"), ("p0", "p1"), ("p1", "p2"), ("p0", "p2"), ("p2", "p3"), ("p3", "out0")}
+
+
+def test_names_are_escaped() -> None:
+    node = DrawNode('we"ird\\name', "Relu", 'back"end', "p0", ("x",), ("y",))
+    text = to_dot([node])
+    assert 'we\\"ird\\\\name' in text and 'back\\"end' in text
+
+
+def test_missing_graphviz_says_how_to_get_it(monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path) -> None:
+    monkeypatch.setattr(_draw.shutil, "which", lambda name: None)
+    with pytest.raises(GraphvizNotFound, match="apt-get install graphviz"):
+        write_svg(NODES, tmp_path / "out.svg")
+    assert not (tmp_path / "out.svg").exists()
+
+
+@needs_dot
+def test_svg_and_html(tmp_path: pathlib.Path) -> None:
+    svg = write_svg(NODES, tmp_path / "out.svg", graph_inputs=["x"], graph_outputs=["y"]).read_text()
+    assert "<svg" in svg and "p0 · mine (2 nodes)" in svg and "mine.conv_bias_act_0" in svg
+    page = write_html(NODES, tmp_path / "out.html", collapse=True, title="demo <model>").read_text()
+    assert page.startswith("<!DOCTYPE html>") and "<?xml" not in page
+    assert "<svg" in page and "demo &lt;model&gt;" in page
+    assert re.search(r"mine</td><td>4</td><td>2</td>", page)
+    assert re.search(r"onnxruntime \(host\)</td><td>1</td><td>1</td>", page)
+
+
+def _model() -> ir.Model:
+    text = """<ir_version: 8, opset_import: ["" : 18]>
+    g (float[1,4] x) => (float[1,4] y) {
+      a = Relu(x)
+      b = Sigmoid(a)
+      y = Add(a, b)
+    }"""
+    proto = onnx.parser.parse_model(text)
+    for i, node in enumerate(proto.graph.node):
+        node.name = f"n{i}"
+    return ir.from_proto(proto)
+
+
+def _report() -> Report:
+    nodes = (
+        NodeReport("n0", "Relu", "mine", "p0"),
+        NodeReport("n1", "Sigmoid", "onnxruntime", "p1", declined=(("mine", "Sigmoid is not implemented"),)),
+        NodeReport("n2", "Add", "mine", "p2"),
+    )
+    return Report(("mine",), "onnxruntime", nodes, ())
+
+
+def test_nodes_from_report_take_value_names_from_the_graph() -> None:
+    drawn = nodes_from_report(_report(), _model().graph)
+    assert [(d.name, d.backend, d.inputs, d.outputs) for d in drawn] == [
+        ("n0", "mine", ("x",), ("a",)),
+        ("n1", "onnxruntime", ("a",), ("b",)),
+        ("n2", "mine", ("a", "b"), ("y",)),
+    ]
+
+
+def test_draw_writes_dot_by_suffix(tmp_path: pathlib.Path) -> None:
+    text = draw(_report(), _model(), tmp_path / "model.dot").read_text()
+    assert '"g: mine (host onnxruntime)"' in text
+    assert set(re.findall(r"(\w+) -> (\w+)", text)) == {
+        ("in0", "n0"),
+        ("n0", "n1"),
+        ("n0", "n2"),
+        ("n1", "n2"),
+        ("n2", "out0"),
+    }
+    with pytest.raises(CodegraftError, match="cannot draw as 'png'"):
+        draw(_report(), _model(), tmp_path / "model.png")
+
+
+@needs_dot
+def test_draw_html_from_a_report(tmp_path: pathlib.Path) -> None:
+    page = draw(_report(), _model(), tmp_path / "model.html", collapse=True).read_text()
+    assert "<svg" in page and "mine</td><td>2</td><td>2</td>" in page
