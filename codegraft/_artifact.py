@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from codegraft._control import CONTROL_BACKEND, load_control_blob
 from codegraft._executable import Executable, Step, TensorSpec
 from codegraft._lower import LoweringRequest, ShapeSpecialisingRunnable, load_runnable
 from codegraft._report import Report
@@ -62,6 +63,14 @@ class _PayloadWriter:
 
 def write_artifact(path: str | os.PathLike[str], exe: Executable) -> None:
     """Serialise ``exe`` to ``path`` (written to a temporary file, then renamed)."""
+    tmp = f"{os.fspath(path)}.tmp"
+    with open(tmp, "wb") as handle:
+        handle.write(artifact_bytes(exe))
+    os.replace(tmp, path)
+
+
+def artifact_bytes(exe: Executable) -> bytes:
+    """The artifact of ``exe`` as bytes (also how control-flow bodies nest inside a blob)."""
     from codegraft import __version__
 
     payload = _PayloadWriter()
@@ -102,11 +111,7 @@ def write_artifact(path: str | os.PathLike[str], exe: Executable) -> None:
     }
     header_bytes = json.dumps(header).encode()
     body = b"".join([MAGIC, _PREFIX.pack(FORMAT_VERSION, len(header_bytes)), header_bytes, *payload.chunks])
-    tmp = f"{os.fspath(path)}.tmp"
-    with open(tmp, "wb") as handle:
-        handle.write(body)
-        handle.write(hashlib.sha256(body).digest())
-    os.replace(tmp, path)
+    return body + hashlib.sha256(body).digest()
 
 
 def load_executable(
@@ -126,6 +131,13 @@ def load_executable(
             data = handle.read()
     except OSError as error:
         raise ArtifactError(f"cannot read artifact {where}: {error.strerror}") from None
+    return executable_from_bytes(data, where=where, backends=backends, strict=strict)
+
+
+def executable_from_bytes(
+    data: bytes, *, where: str, backends: Sequence[Backend] = (), strict: bool = False
+) -> Executable:
+    """Load an artifact from bytes; ``where`` names it in errors."""
     header, payload = _parse(data, where)
     supplied = {b.name: b for b in backends}
     host = OnnxRuntimeBackend()
@@ -136,9 +148,9 @@ def load_executable(
     try:
         for entry in header["steps"]:
             step = _step(entry, payload, where)
-            backend = resolved.get(step.backend) or resolved.setdefault(step.backend, _backend(step.backend, where))
+            backend = _resolve(step.backend, resolved, where)
             steps.append(step)
-            runnables.append(_runnable(step, backend, host, strict))
+            runnables.append(_runnable(step, backend, host, strict, list(resolved.values())))
         constants = {c["name"]: _constant(c, payload, where) for c in header["constants"]}
         inputs = [TensorSpec(i["name"], i["dtype"], None if i["shape"] is None else tuple(i["shape"]))
                   for i in header["inputs"]]
@@ -201,6 +213,14 @@ def _step(entry: Mapping[str, Any], payload: memoryview, where: str) -> Step:
     )
 
 
+def _resolve(name: str, resolved: dict[str, Backend], where: str) -> Backend | None:
+    if name == CONTROL_BACKEND:
+        return None  # codegraft's own runtime runs control flow
+    if name not in resolved:
+        resolved[name] = _backend(name, where)
+    return resolved[name]
+
+
 def _backend(name: str, where: str) -> Backend:
     try:
         return get_backend(name)
@@ -208,7 +228,12 @@ def _backend(name: str, where: str) -> Backend:
         raise ArtifactError(f"{where} needs backend {name!r}, which cannot be used here: {error}") from None
 
 
-def _runnable(step: Step, backend: Backend, host: Backend, strict: bool) -> Runnable:
+def _runnable(step: Step, backend: Backend | None, host: Backend, strict: bool, known: list[Backend]) -> Runnable:
+    if backend is None:
+        assert step.blob is not None
+        return load_control_blob(
+            step.blob, lambda data, name: executable_from_bytes(data, where=name, backends=known, strict=strict)
+        )
     if step.blob is None:
         assert step.template is not None
         request = LoweringRequest(step.name, step.composites, step.precision)

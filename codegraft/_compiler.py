@@ -4,17 +4,25 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import numpy as np
 import onnx
 import onnx_ir as ir
 
-from codegraft._annotate import Annotation, annotate
+from codegraft._annotate import Annotation, annotate, check_node
+from codegraft._control import (
+    CONTROL_BACKEND,
+    CONTROL_OPS,
+    ControlGroupRunnable,
+    body_graphs,
+    compile_control_nodes,
+    control_blob,
+)
 from codegraft._dtypes import numpy_dtype
 from codegraft._executable import Executable, Step, TensorSpec
-from codegraft._extract import Plan, PartitionPlan, partition_proto, plan_partitions
+from codegraft._extract import PartitionPlan, Plan, partition_proto, plan_partitions
 from codegraft._lower import LoweringRequest, ShapeSpecialisingRunnable, compile_blob, load_runnable
 from codegraft._model import ModelSource, import_model
 from codegraft._partition import demote_small_groups, partition_units
@@ -22,7 +30,7 @@ from codegraft._report import NodeReport, PartitionReport, PassReport, Placement
 from codegraft.backend import Backend, Partition, Runnable
 from codegraft.backends import get_backend
 from codegraft.backends.onnxruntime import OnnxRuntimeBackend
-from codegraft.errors import BackendError
+from codegraft.errors import BackendError, CodegraftError
 
 log = logging.getLogger("codegraft")
 
@@ -75,26 +83,29 @@ def compile(  # noqa: A001 - the public name the README promises
     ir_model = import_model(model, example_inputs=example_inputs)
     pass_reports = _run_common_passes(ir_model, options)
 
-    annotation = annotate(ir_model.graph, backends, host=host.name)
-    placements: tuple[PlacementReport, ...] = ()
-    unit_backends = [unit.backend for unit in annotation.units]
-    if options.placement == "measured" and len(backends) > 1:
-        from codegraft._placement import measure_placement
-
-        unit_backends, placements = measure_placement(ir_model, annotation, backends, host, options)
-    plan = _partition(ir_model, annotation, unit_backends, host.name, backends, options)
+    annotation, plan, placements = plan_model(ir_model, backends, host, options)
     by_name: dict[str, Backend] = {b.name: b for b in backends}
     by_name[host.name] = host
 
     steps: list[Step] = []
     runnables: list[Runnable] = []
     part_reports: list[PartitionReport] = []
+    control_constants: dict[str, np.ndarray] = {}
     for part in plan.partitions:
         if not part.outputs:  # nothing reads what it computes: nothing to run
             part_reports.append(PartitionReport(part.name, part.backend, len(part.node_indices), part.inputs, (),
                                                 unused=True))
             continue
-        step, runnable, report = _lower_partition(ir_model, annotation, part, by_name, host, options)
+        if part.backend == CONTROL_BACKEND:
+            # The If/Loop node's own constant inputs come from the executable's constants.
+            control_constants.update(
+                (name, ir_model.graph.initializers[name].const_value.numpy())  # type: ignore[union-attr]
+                for name in part.initializers
+            )
+            part = replace(part, inputs=part.inputs + part.initializers, initializers=())
+            step, runnable, report = _lower_control(ir_model, annotation, part, backends, host, options)
+        else:
+            step, runnable, report = _lower_partition(ir_model, annotation, part, by_name, host, options)
         steps.append(step)
         runnables.append(runnable)
         part_reports.append(report)
@@ -104,6 +115,7 @@ def compile(  # noqa: A001 - the public name the README promises
         for name in plan.shared_constants
     }
     constants.update(_constant_outputs(ir_model))
+    constants.update(control_constants)
     report = _build_report(ir_model, annotation, plan, part_reports, backends, host, pass_reports, placements)
     return Executable(
         inputs=[_tensor_spec(v) for v in ir_model.graph.inputs],
@@ -116,6 +128,22 @@ def compile(  # noqa: A001 - the public name the README promises
     )
 
 
+def plan_model(
+    ir_model: ir.Model, backends: Sequence[Backend], host: Backend, options: CompileOptions
+) -> tuple[Annotation, Plan, tuple[PlacementReport, ...]]:
+    """Annotate and partition: everything up to (not including) compiling partitions."""
+    annotation = annotate(ir_model.graph, backends, host=host.name)
+    placements: tuple[PlacementReport, ...] = ()
+    unit_backends = [unit.backend for unit in annotation.units]
+    _run_control_flow_ourselves(annotation, unit_backends, backends)
+    if options.placement == "measured" and len(backends) > 1:
+        from codegraft._placement import measure_placement
+
+        unit_backends, placements = measure_placement(ir_model, annotation, backends, host, options)
+    plan = _partition(ir_model, annotation, unit_backends, host.name, backends, options)
+    return annotation, plan, placements
+
+
 def _with_overrides(options: CompileOptions, overrides: dict[str, Any]) -> CompileOptions:
     known = set(CompileOptions.__dataclass_fields__)
     unknown = sorted(set(overrides) - known)
@@ -123,8 +151,6 @@ def _with_overrides(options: CompileOptions, overrides: dict[str, Any]) -> Compi
         raise TypeError(f"compile() got unknown option(s) {unknown}; known: {sorted(known)}")
     if "sample_inputs" in overrides:
         overrides["sample_inputs"] = tuple(overrides["sample_inputs"])
-    from dataclasses import replace
-
     return replace(options, **overrides)
 
 
@@ -167,7 +193,8 @@ def _partition(
     while True:
         groups = partition_units(unit_backends, preds, host=host, preference=preference)
         if options.min_partition_size <= 1 or not demote_small_groups(
-            groups, unit_backends, host=host, min_nodes=options.min_partition_size, unit_sizes=sizes
+            groups, unit_backends, host=host, min_nodes=options.min_partition_size, unit_sizes=sizes,
+            exempt={CONTROL_BACKEND},
         ):
             break
     return plan_partitions(model, annotation, groups)
@@ -211,6 +238,63 @@ def _lower_partition(
     return step, runnable, base
 
 
+def _run_control_flow_ourselves(annotation: Annotation, unit_backends: list[str], backends: Sequence[Backend]) -> None:
+    """If/Loop nodes whose bodies a target could partly take run in codegraft's runtime."""
+    if not backends:
+        return
+    for index, unit in enumerate(annotation.units):
+        if len(unit.nodes) != 1:
+            continue
+        node = annotation.infos[unit.nodes[0]].node
+        if node.op_type not in CONTROL_OPS or node.domain not in ("", "ai.onnx"):
+            continue
+        inner = [n for graph in body_graphs(node).values() for n in ir.traversal.RecursiveGraphIterator(graph)]
+        if any(check_node(b, n).ok for n in inner for b in backends if not _has_subgraphs(n)):
+            unit_backends[index] = CONTROL_BACKEND
+
+
+def _has_subgraphs(node: ir.Node) -> bool:
+    return any(a.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS) for a in node.attributes.values())
+
+
+def _lower_control(
+    model: ir.Model,
+    annotation: Annotation,
+    part: PartitionPlan,
+    backends: Sequence[Backend],
+    host: OnnxRuntimeBackend,
+    options: CompileOptions,
+) -> tuple[Step, Runnable, PartitionReport]:
+    nodes = [annotation.infos[i].node for i in part.node_indices]
+
+    def compile_body(proto: onnx.ModelProto, name: str) -> Executable:
+        return compile(proto, targets=backends, options=options)
+
+    base = PartitionReport(part.name, CONTROL_BACKEND, len(nodes), part.inputs, part.outputs)
+    try:
+        compiled = compile_control_nodes(model, nodes, compile_body)
+    except CodegraftError as error:
+        if options.strict:
+            raise
+        log.warning("compiling the bodies of %s failed (%s); the host runs it", part.name, error)
+        proto = partition_proto(model, annotation, part)
+        blob = host.compile(Partition(part.name, ir.from_proto(proto)))
+        step = Step(part.name, host.name, part.inputs, part.outputs, blob)
+        report = PartitionReport(part.name, host.name, len(nodes), part.inputs, part.outputs,
+                                 requested_backend=CONTROL_BACKEND, fallback_error=str(error))
+        return step, host.load(blob), report
+    runnable = ControlGroupRunnable(compiled, part.inputs, part.outputs)
+    blob = control_blob(compiled, part.inputs, part.outputs)
+    bodies = "; ".join(
+        f"{node.name}.{body.attribute}: "
+        + ", ".join(f"{b} {n}" for b, n in sorted(body.executable.report().nodes_per_backend().items()))
+        for node in compiled
+        for body in node.bodies.values()
+    )
+    step = Step(part.name, CONTROL_BACKEND, part.inputs, part.outputs, blob)
+    return step, runnable, PartitionReport(**{**base.__dict__, "bodies": bodies})
+
+
 def _static_inputs(proto: onnx.ModelProto) -> bool:
     return all(
         d.HasField("dim_value") for value in proto.graph.input for d in value.type.tensor_type.shape.dim
@@ -227,7 +311,7 @@ def _constant_outputs(model: ir.Model) -> dict[str, np.ndarray]:
 
 
 def _tensor_spec(value: ir.Value) -> TensorSpec:
-    dtype = numpy_dtype(value.dtype).name if value.dtype is not None else "float32"
+    dtype = numpy_dtype(value.dtype).name if value.dtype is not None else ""
     shape = None if value.shape is None else tuple(
         d if isinstance(d, int) else (d.value if d.value else None) for d in value.shape
     )

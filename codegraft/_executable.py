@@ -30,9 +30,10 @@ class TensorSpec:
     shape: tuple[Dim, ...] | None
 
     def describe(self) -> str:
+        dtype = self.dtype or "any"
         if self.shape is None:
-            return f"{self.dtype}[?]"
-        return f"{self.dtype}[{', '.join('?' if d is None else str(d) for d in self.shape)}]"
+            return f"{dtype}[?]"
+        return f"{dtype}[{', '.join('?' if d is None else str(d) for d in self.shape)}]"
 
 
 @dataclass(frozen=True)
@@ -145,7 +146,7 @@ class Executable:
             if spec.name not in feeds:
                 raise InputError(f"missing input {spec.name!r}: expected {spec.describe()}")
             array = np.asarray(feeds[spec.name])
-            if array.dtype != np.dtype(spec.dtype):
+            if spec.dtype and array.dtype != np.dtype(spec.dtype):
                 raise InputError(
                     f"input {spec.name!r} has dtype {array.dtype}, expected {spec.dtype} ({spec.describe()})"
                 )

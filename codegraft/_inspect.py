@@ -9,11 +9,10 @@ from dataclasses import dataclass
 import onnx
 import onnx_ir as ir
 
-from codegraft._annotate import Annotation, annotate
-from codegraft._compiler import Target, _resolve_targets, _run_common_passes, CompileOptions
-from codegraft._extract import Plan, plan_partitions
+from codegraft._annotate import Annotation
+from codegraft._compiler import CompileOptions, Target, _resolve_targets, _run_common_passes, plan_model
+from codegraft._extract import Plan
 from codegraft._model import ModelSource, import_model
-from codegraft._partition import demote_small_groups, partition_units
 from codegraft._report import NodeReport, PartitionReport, Report
 from codegraft.backends.onnxruntime import OnnxRuntimeBackend
 
@@ -40,17 +39,7 @@ def inspect_model(model: ModelSource, targets: Sequence[Target], *, min_partitio
     backends = _resolve_targets(targets)
     ir_model = import_model(model)
     passes = _run_common_passes(ir_model, CompileOptions())
-    annotation = annotate(ir_model.graph, backends, host=host.name)
-    unit_backends = [u.backend for u in annotation.units]
-    preds = annotation.unit_predecessors()
-    sizes = [len(u.nodes) for u in annotation.units]
-    while True:
-        groups = partition_units(unit_backends, preds, host=host.name, preference=[b.name for b in backends])
-        if min_partition_size <= 1 or not demote_small_groups(
-            groups, unit_backends, host=host.name, min_nodes=min_partition_size, unit_sizes=sizes
-        ):
-            break
-    plan = plan_partitions(ir_model, annotation, groups)
+    annotation, plan, _ = plan_model(ir_model, backends, host, CompileOptions(min_partition_size=min_partition_size))
     partition_of = {i: part for part in plan.partitions for i in part.node_indices}
     nodes = []
     for i, info in enumerate(annotation.infos):

@@ -15,7 +15,7 @@ looks inside one, which is how composites and quantized units are never split.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from codegraft._gcpause import without_gc
@@ -98,6 +98,7 @@ def demote_small_groups(
     host: str,
     min_nodes: int,
     unit_sizes: Sequence[int],
+    exempt: Collection[str] = (),
 ) -> bool:
     """Send the units of non-host groups of fewer than ``min_nodes`` nodes back to the host.
 
@@ -105,7 +106,9 @@ def demote_small_groups(
     """
     changed = False
     for group in groups:
-        if group.backend != host and sum(unit_sizes[u] for u in group.units) < min_nodes:
+        if group.backend == host or group.backend in exempt:
+            continue
+        if sum(unit_sizes[u] for u in group.units) < min_nodes:
             for unit in group.units:
                 backends[unit] = host
             changed = True

@@ -35,6 +35,7 @@ class PartitionReport:
     fallback_error: str | None = None
     deferred: bool = False  # compiled at run time, once per input shape
     unused: bool = False  # no output is read by anything: not compiled, not run
+    bodies: str = ""  # for control flow run by codegraft: where each body's nodes went
 
 
 @dataclass(frozen=True)
@@ -150,6 +151,8 @@ class Report:
                 note = "compiled per input shape at run time"
             elif p.unused:
                 note = "outputs unused: not run"
+            elif p.bodies:
+                note = f"bodies partitioned: {p.bodies}"
             parts.add_row(p.name, p.backend, str(p.nodes), str(len(p.inputs)), str(len(p.outputs)), note)
         tables.append(parts)
 

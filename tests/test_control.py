@@ -1,0 +1,106 @@
+"""Control flow: If and Loop bodies partitioned like any graph, run by codegraft's runtime."""
+
+from __future__ import annotations
+
+import pathlib
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+import codegraft as cg
+from codegraft.testing import SubsetBackend, assert_close, run_onnxruntime
+
+
+def _if_model() -> onnx.ModelProto:
+    then_graph = helper.make_graph(
+        [helper.make_node("Relu", ["h"], ["t1"]), helper.make_node("Sin", ["t1"], ["t2"]),
+         helper.make_node("Mul", ["t2", "k"], ["t"])],
+        "then", [], [helper.make_tensor_value_info("t", TensorProto.FLOAT, [4])],
+    )
+    else_graph = helper.make_graph(
+        [helper.make_node("Neg", ["h"], ["e"])], "else", [], [helper.make_tensor_value_info("e", TensorProto.FLOAT, [4])]
+    )
+    graph = helper.make_graph(
+        [
+            helper.make_node("Abs", ["x"], ["h"]),
+            helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
+            helper.make_node("Greater", ["s", "zero"], ["c"]),
+            helper.make_node("If", ["c"], ["o"], then_branch=then_graph, else_branch=else_graph, name="branch"),
+            helper.make_node("Sigmoid", ["o"], ["y"]),
+        ],
+        "cf",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+        initializer=[numpy_helper.from_array(np.array(0, np.float32), "zero"),
+                     numpy_helper.from_array(np.arange(4, dtype=np.float32), "k")],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_if_bodies_are_partitioned_and_saved(tmp_path: pathlib.Path) -> None:
+    model = _if_model()
+    acc = SubsetBackend("acc", {"Relu", "Mul", "Neg"})
+    exe = cg.compile(model, targets=[acc])
+    control = next(p for p in exe.report().partitions if p.backend == "codegraft.control")
+    assert "branch.then_branch: acc 2, onnxruntime 1" in control.bodies
+    assert "branch.else_branch: acc 1" in control.bodies
+    exe.save(tmp_path / "m.cgx")
+    loaded = cg.load_executable(tmp_path / "m.cgx", backends=[acc])
+    for sign in (1.0, -1.0):
+        feeds = {"x": sign * np.arange(1, 5, dtype=np.float32)}
+        expected = run_onnxruntime(model, feeds)
+        assert_close(exe.run(feeds), expected)
+        assert_close(loaded.run(feeds), expected)
+
+
+def _loop_model() -> onnx.ModelProto:
+    # acc = x; for i in range(n): acc = tanh(acc @ W) + i ; also scan-out each acc.
+    body = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["acc_in", "W"], ["m"]),
+            helper.make_node("Tanh", ["m"], ["t"]),
+            helper.make_node("Cast", ["i"], ["i_f"], to=TensorProto.FLOAT),
+            helper.make_node("Add", ["t", "i_f"], ["acc_out"]),
+            helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+            helper.make_node("Identity", ["acc_out"], ["scan"]),
+        ],
+        "body",
+        [
+            helper.make_tensor_value_info("i", TensorProto.INT64, []),
+            helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("acc_in", TensorProto.FLOAT, [2, 3]),
+        ],
+        [
+            helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("acc_out", TensorProto.FLOAT, [2, 3]),
+            helper.make_tensor_value_info("scan", TensorProto.FLOAT, [2, 3]),
+        ],
+    )
+    rng = np.random.default_rng(0)
+    graph = helper.make_graph(
+        [helper.make_node("Loop", ["n", "", "x"], ["final", "all"], body=body)],
+        "loop",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("final", TensorProto.FLOAT, [2, 3]),
+         helper.make_tensor_value_info("all", TensorProto.FLOAT, [None, 2, 3])],
+        initializer=[numpy_helper.from_array(rng.standard_normal((3, 3)).astype(np.float32), "W"),
+                     numpy_helper.from_array(np.array(4, np.int64), "n")],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_loop_body_is_partitioned() -> None:
+    model = _loop_model()
+    exe = cg.compile(model, targets=[SubsetBackend("acc", {"MatMul", "Add"})])
+    assert [s.backend for s in exe.steps] == ["codegraft.control"]
+    feeds = {"x": np.random.default_rng(1).standard_normal((2, 3)).astype(np.float32)}
+    result = exe.run(feeds)
+    assert result["all"].shape == (4, 2, 3)
+    assert_close(result, run_onnxruntime(model, feeds))
+
+
+def test_bodies_no_target_wants_stay_whole_on_the_host() -> None:
+    exe = cg.compile(_if_model(), targets=[SubsetBackend("acc", {"Abs"})])
+    if_node = next(n for n in exe.report().nodes if n.op_type == "If")
+    assert if_node.backend == "onnxruntime"
