@@ -62,9 +62,7 @@ CONV_INITS = "<float[3,1,1] b = {1.0, 2.0, 3.0}>"
 def conv_bias_relu() -> Pattern:
     y = op.Conv(var("x"), var("w"), _name="conv")
     y = op.Add(y, const("bias"), _optional=True, _name="add")
-    return Pattern(
-        "conv_bias_relu", optional(op.any("Relu", "Clip")(y, _name="act"), otherwise=y)
-    )
+    return Pattern("conv_bias_relu", optional(op.any("Relu", "Clip")(y, _name="act"), otherwise=y))
 
 
 def test_optional_links_take_the_longest_chain() -> None:
@@ -85,9 +83,7 @@ def test_optional_links_may_be_absent() -> None:
     assert names(match.nodes) == ["n0", "n1"]
     assert "bias" not in match.captures and "add" not in match.captures
     g = graph("y = Conv <pads=[1,1,1,1]> (x, w)", CONV_SIG)
-    assert [names(m.nodes) for m in find_composites(g, [rule(conv_bias_relu())])] == [
-        ["n0"]
-    ]
+    assert [names(m.nodes) for m in find_composites(g, [rule(conv_bias_relu())])] == [["n0"]]
 
 
 def test_commutative_inputs_match_either_order() -> None:
@@ -106,9 +102,7 @@ def test_commutative_inputs_match_either_order() -> None:
 
 def test_op_alternatives_and_wildcards() -> None:
     g = graph("a = Sigmoid(x)\n y = Tanh(a)")
-    p = Pattern(
-        "p", op.any("Tanh", "Relu")(op.any("Sigmoid", "Exp")(var("x")), _name="outer")
-    )
+    p = Pattern("p", op.any("Tanh", "Relu")(op.any("Sigmoid", "Exp")(var("x")), _name="outer"))
     (match,) = find_composites(g, [rule(p)])
     assert match.captures["outer"].op_type == "Tanh"  # type: ignore[union-attr]
     assert not find_composites(g, [rule(Pattern("p", op.Relu(op.Sigmoid(var()))))])
@@ -128,20 +122,14 @@ def test_constants_initializers_and_values() -> None:
     )
     half = Pattern("half", op.Mul(var("x"), const("k", value=0.5), _name="mul"))
     (match,) = find_composites(g, [rule(half)])
-    assert names(match.nodes) == [
-        "n1"
-    ]  # the Constant node feeds the match; it is not in it
+    assert names(match.nodes) == ["n1"]  # the Constant node feeds the match; it is not in it
     # A graph input is not a constant even when its value might be 0.5.
-    assert names(
-        find_composites(g, [rule(Pattern("c", op.Mul(var(), const())))])[0].nodes
-    ) == ["n1"]
+    assert names(find_composites(g, [rule(Pattern("c", op.Mul(var(), const())))])[0].nodes) == ["n1"]
     assert not find_composites(g, [rule(Pattern("v", op.Mul(var(), const(value=2.0))))])
 
 
 def test_attribute_constraints_use_schema_defaults_and_predicates() -> None:
-    body = (
-        "a = Conv <pads=[1,1,1,1]> (x, w)\n y = Conv <pads=[1,1,1,1], group=3> (a, v)"
-    )
+    body = "a = Conv <pads=[1,1,1,1]> (x, w)\n y = Conv <pads=[1,1,1,1], group=3> (a, v)"
     sig = "(float[1,3,8,8] x, float[3,3,3,3] w, float[3,1,3,3] v) => (float[1,3,8,8] y)"
     g = graph(body, sig)
     plain = Pattern("plain", op.Conv(var(), var(), group=1))
@@ -154,9 +142,7 @@ def test_attribute_constraints_use_schema_defaults_and_predicates() -> None:
     )
     assert len(find_composites(g, [rule(padded)])) == 2
     # Conv's strides has no schema default: an absent attribute reads as None.
-    assert not find_composites(
-        g, [rule(Pattern("s", op.Conv(var(), var(), strides=(1, 1))))]
-    )
+    assert not find_composites(g, [rule(Pattern("s", op.Conv(var(), var(), strides=(1, 1))))])
 
 
 def test_dtype_rank_and_shape_constraints() -> None:
@@ -171,14 +157,7 @@ def test_dtype_rank_and_shape_constraints() -> None:
     assert count(shape=(1, 3, 8, 9)) == 0
     # Constraints on an op's output.
     assert len(find_composites(g, [rule(Pattern("p", op.Relu(var(), _rank=4)))])) == 1
-    assert (
-        len(
-            find_composites(
-                g, [rule(Pattern("p", op.Relu(var(), _shape=(2, None, None, None))))]
-            )
-        )
-        == 0
-    )
+    assert len(find_composites(g, [rule(Pattern("p", op.Relu(var(), _shape=(2, None, None, None))))])) == 0
 
 
 def test_symbolic_dimensions() -> None:
@@ -192,11 +171,7 @@ def test_check_reason_becomes_a_decline_on_each_node() -> None:
 
     def bias_is_1d(c: dict[str, ir.Value | ir.Node]) -> Support:
         bias = c.get("bias")
-        if (
-            isinstance(bias, ir.Value)
-            and bias.shape is not None
-            and bias.shape.rank() != 1
-        ):
+        if isinstance(bias, ir.Value) and bias.shape is not None and bias.shape.rank() != 1:
             return Support.no("bias is not 1-D")
         return Support.yes()
 
@@ -225,21 +200,15 @@ def test_a_smaller_match_is_taken_when_the_larger_is_declined() -> None:
 
 def test_pattern_check_and_bool_results() -> None:
     g = graph("y = Relu(x)")
-    assert not find_composites(
-        g, [rule(Pattern("p", op.Relu(var()), check=lambda c: False))]
-    )
-    result = find_composites(
-        g, [rule(Pattern("p", op.Relu(var()), check=lambda c: True))]
-    )
+    assert not find_composites(g, [rule(Pattern("p", op.Relu(var()), check=lambda c: False))])
+    result = find_composites(g, [rule(Pattern("p", op.Relu(var()), check=lambda c: True))])
     assert len(result) == 1
 
     def broken(c: dict[str, ir.Value | ir.Node]) -> Support:
         raise ValueError("boom")
 
     result = find_composites(g, [rule(Pattern("p", op.Relu(var())), broken)])
-    assert result.reasons(node(g, "n0")) == (
-        "pattern p: check raised ValueError: boom",
-    )
+    assert result.reasons(node(g, "n0")) == ("pattern p: check raised ValueError: boom",)
 
 
 def test_interior_values_used_outside_reject_the_match() -> None:
@@ -247,10 +216,7 @@ def test_interior_values_used_outside_reject_the_match() -> None:
     p = Pattern("relu_sigmoid", op.Sigmoid(op.Relu(var())))
     result = find_composites(g, [rule(p)])
     assert not result.matches
-    assert (
-        "r (from n0) is also used by n2 (Add) outside the match"
-        in result.declines[0].reason
-    )
+    assert "r (from n0) is also used by n2 (Add) outside the match" in result.declines[0].reason
     # Declaring the interior value as a second output makes it legal.
     r = op.Relu(var())
     two = Pattern("two", (op.Sigmoid(r), r))
@@ -351,24 +317,16 @@ def test_pattern_decorator_and_either() -> None:
 def test_optional_trailing_inputs() -> None:
     sig = "(float[1,3,8,8] x, float[3,3,3,3] w, float[3] b) => (float[1,3,8,8] y)"
     p = Pattern("conv", op.Conv(var(), var(), var("b", optional=True)))
-    with_bias = find_composites(
-        graph("y = Conv <pads=[1,1,1,1]> (x, w, b)", sig), [rule(p)]
-    )
+    with_bias = find_composites(graph("y = Conv <pads=[1,1,1,1]> (x, w, b)", sig), [rule(p)])
     assert with_bias[0].captures["b"].name == "b"  # type: ignore[union-attr]
     without = find_composites(graph("y = Conv <pads=[1,1,1,1]> (x, w)", sig), [rule(p)])
     assert "b" not in without[0].captures
     two_inputs_only = Pattern("conv2", op.Conv(var(), var()))
-    assert not find_composites(
-        graph("y = Conv <pads=[1,1,1,1]> (x, w, b)", sig), [rule(two_inputs_only)]
-    )
+    assert not find_composites(graph("y = Conv <pads=[1,1,1,1]> (x, w, b)", sig), [rule(two_inputs_only)])
     # None as an input: that input must be absent.
     absent = Pattern("conv3", op.Conv(var(), var(), None))
-    assert not find_composites(
-        graph("y = Conv <pads=[1,1,1,1]> (x, w, b)", sig), [rule(absent)]
-    )
-    assert find_composites(
-        graph("y = Conv <pads=[1,1,1,1]> (x, w)", sig), [rule(absent)]
-    )
+    assert not find_composites(graph("y = Conv <pads=[1,1,1,1]> (x, w, b)", sig), [rule(absent)])
+    assert find_composites(graph("y = Conv <pads=[1,1,1,1]> (x, w)", sig), [rule(absent)])
 
 
 def test_invalid_patterns_are_refused_when_built() -> None:
@@ -384,19 +342,12 @@ def test_invalid_patterns_are_refused_when_built() -> None:
 
 def test_all_matches_lists_overlapping_structural_matches() -> None:
     g = graph("a = Relu(x)\n b = Relu(a)\n y = Relu(b)")
-    found = {
-        tuple(names(m.nodes))
-        for m in all_matches(g, Pattern("pair", op.Relu(op.Relu(var()))))
-    }
+    found = {tuple(names(m.nodes)) for m in all_matches(g, Pattern("pair", op.Relu(op.Relu(var()))))}
     assert found == {("n0", "n1"), ("n1", "n2")}
 
 
 QDQ_SIG = "(float[1,3,8,8] x) => (float[1,3,8,8] y, float[1,3,8,8] z)"
-QDQ_INITS = (
-    "<float s = {0.1}, uint8 zp = {128}, uint8[3,3,3,3] wq = {"
-    + ",".join(["1"] * 81)
-    + "}>"
-)
+QDQ_INITS = "<float s = {0.1}, uint8 zp = {128}, uint8[3,3,3,3] wq = {" + ",".join(["1"] * 81) + "}>"
 QDQ_BODY = """
   xq = QuantizeLinear(x, s, zp)
   xd = DequantizeLinear(xq, s, zp)
@@ -412,9 +363,7 @@ QDQ_BODY = """
 
 
 def test_quantized_units_merge_when_they_share_a_dequantize() -> None:
-    g = graph(
-        QDQ_BODY + "\n  unused = DequantizeLinear(c2q, s, zp)", QDQ_SIG, QDQ_INITS
-    )
+    g = graph(QDQ_BODY + "\n  unused = DequantizeLinear(c2q, s, zp)", QDQ_SIG, QDQ_INITS)
     units = quantized_units(g)
     # Both Convs read the same DequantizeLinear nodes, so they form one unit; Relu reads a
     # DequantizeLinear but its output is not quantized, so it is no unit.
@@ -431,6 +380,16 @@ def test_quantized_units_single() -> None:
       z = Sigmoid(y)
     """
     g = graph(body, QDQ_SIG, QDQ_INITS)
-    assert [[n.op_type for n in u] for u in quantized_units(g)] == [
-        ["DequantizeLinear", "Relu", "QuantizeLinear"]
-    ]
+    assert [[n.op_type for n in u] for u in quantized_units(g)] == [["DequantizeLinear", "Relu", "QuantizeLinear"]]
+
+
+def test_public_api_is_curated() -> None:
+    import codegraft.patterns as patterns
+
+    assert set(patterns.__all__) == {
+        "Const", "Decline", "Either", "Match", "MatchResult", "OpOutput", "OpPattern", "Pattern",
+        "PatternCheck", "ValueConstraint", "ValuePattern", "Var", "all_matches", "const",
+        "constant_array", "either", "find_composites", "library", "op", "optional", "pattern",
+        "quantized_units", "var",
+    }  # fmt: skip
+    assert all(hasattr(patterns, name) for name in patterns.__all__)
