@@ -41,9 +41,9 @@ class CBackend:
 
     name = "c"
     version = "1"
-    capabilities = Capabilities(
-        dynamic_shapes=False, dtypes=frozenset({"float32"}), layout="NHWC", native_code=True
-    )
+    # dtypes=None: ``supports`` checks the dtype of *data* inputs itself, so a Reshape whose
+    # shape input is an int64 constant is still taken (a declared {"float32"} would refuse it).
+    capabilities = Capabilities(dynamic_shapes=False, dtypes=None, layout="NHWC", native_code=True)
 
     def __init__(
         self,
