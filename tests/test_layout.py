@@ -44,9 +44,7 @@ def _model(
     return onnx.shape_inference.infer_shapes(model)
 
 
-def _check(
-    proto: onnx.ModelProto, *, fold_first: bool = False, **dims: int
-) -> tuple[LayoutResult, ir.Model]:
+def _check(proto: onnx.ModelProto, *, fold_first: bool = False, **dims: int) -> tuple[LayoutResult, ir.Model]:
     """Rewrite, check outputs keep names, lower back, compare with the original on random data."""
     model = ir.serde.deserialize_model(proto)
     if fold_first:
@@ -60,16 +58,12 @@ def _check(
     onnx.checker.check_model(rewritten)
     lowered = lower_nhwc(ir.serde.deserialize_model(rewritten))
     feeds = random_feeds(proto, dim_values=dims)
-    assert_close(
-        run_onnxruntime(ir.serde.serialize_model(lowered), feeds), run_onnxruntime(proto, feeds)
-    )
+    assert_close(run_onnxruntime(ir.serde.serialize_model(lowered), feeds), run_onnxruntime(proto, feeds))
     return result, model
 
 
 def _ops(model: ir.Model) -> collections.Counter[str]:
-    return collections.Counter(
-        f"{n.domain}::{n.op_type}" if n.domain else n.op_type for n in model.graph
-    )
+    return collections.Counter(f"{n.domain}::{n.op_type}" if n.domain else n.op_type for n in model.graph)
 
 
 def test_cnn_keeps_one_transpose_at_the_input() -> None:

@@ -6,6 +6,8 @@ A backend only *declares* what it prefers (layout, precisions); these passes do 
   shape inference, each switchable through :class:`PassOptions`, each recorded.
 * :func:`to_nhwc`: rewrite a partition channels-last, transposes only at its edges.
 * :func:`lower_nhwc`: the reference meaning of the ``codegraft.nhwc`` ops, in plain ONNX.
+* :func:`convert_precision` / :func:`convert_precision_checked`: float16 or bfloat16 with
+  Casts only at edges, checked against float32 on sample inputs, offending ops moved back.
 """
 
 from codegraft.passes.layout import NHWC_DOMAIN, LayoutResult, to_nhwc
@@ -17,15 +19,43 @@ from codegraft.passes.pipeline import (
     PipelineResult,
     run_common_passes,
 )
+from codegraft.passes.precision import (
+    DEFAULT_BLOCKLIST,
+    ConversionResult,
+    KeptOp,
+    Precision,
+    convert_precision,
+    convert_precision_detailed,
+)
+from codegraft.passes.precision_check import (
+    DEFAULT_TOLERANCE,
+    Evaluate,
+    MovedOp,
+    PrecisionResult,
+    convert_precision_checked,
+    sample_feeds_for,
+)
 
 __all__ = [
+    "DEFAULT_BLOCKLIST",
+    "DEFAULT_TOLERANCE",
     "NHWC_DOMAIN",
     "PASS_NAMES",
+    "ConversionResult",
+    "Evaluate",
+    "KeptOp",
     "LayoutResult",
+    "MovedOp",
     "PassOptions",
     "PassRecord",
     "PipelineResult",
+    "Precision",
+    "PrecisionResult",
+    "convert_precision",
+    "convert_precision_checked",
+    "convert_precision_detailed",
     "lower_nhwc",
     "run_common_passes",
+    "sample_feeds_for",
     "to_nhwc",
 ]

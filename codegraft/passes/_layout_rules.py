@@ -109,9 +109,7 @@ _SPATIAL_RANKS: Mapping[str, tuple[int, ...]] = {
 }
 
 
-def _to_channels_last(
-    node: ir.Node, inputs: Sequence[ArrivingInput], opset: int
-) -> NodePlan | None:
+def _to_channels_last(node: ir.Node, inputs: Sequence[ArrivingInput], opset: int) -> NodePlan | None:
     rank = inputs[0].rank
     if rank not in _SPATIAL_RANKS[node.op_type]:
         return None
@@ -151,10 +149,7 @@ def _dominant_perm(inputs: Sequence[ArrivingInput], rank: int) -> Perm | None:
     votes = Counter(
         a.perm
         for a in inputs
-        if a.perm is not None
-        and len(a.perm) == rank
-        and not a.is_constant
-        and not is_identity(a.perm)
+        if a.perm is not None and len(a.perm) == rank and not a.is_constant and not is_identity(a.perm)
     )
     return votes.most_common(1)[0][0] if votes else None
 
@@ -294,9 +289,7 @@ def same_memory_order(shape: ir.Shape | None, perm: Perm) -> bool:
     return moving == sorted(moving)
 
 
-def _reads_memory_order(
-    node: ir.Node, inputs: Sequence[ArrivingInput], opset: int
-) -> NodePlan | None:
+def _reads_memory_order(node: ir.Node, inputs: Sequence[ArrivingInput], opset: int) -> NodePlan | None:
     """Reshape and Flatten see only the bytes, so unit-axis moves need no transpose."""
     data = inputs[0]
     if data.perm is None or is_identity(data.perm) or data.value is None:

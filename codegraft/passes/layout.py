@@ -179,15 +179,9 @@ class _Rewriter:
                 continue
             if i in plan.new_constants:
                 self.replaced_constants.add(value)
-                node.replace_input_with(
-                    i, self._initializer(plan.new_constants[i], f"{node.name or 'node'}_in{i}")
-                )
+                node.replace_input_with(i, self._initializer(plan.new_constants[i], f"{node.name or 'node'}_in{i}"))
                 continue
-            new = (
-                self.holder_of(value)
-                if wanted is None
-                else self.resolve(value, wanted, before=node)
-            )
+            new = self.holder_of(value) if wanted is None else self.resolve(value, wanted, before=node)
             if new is not value:
                 node.replace_input_with(i, new)
         for name, attr in plan.attributes.items():
@@ -236,9 +230,7 @@ class _Rewriter:
         if tensor is not None and value not in self.stored:
             array = tensor.numpy()
             array = array.reshape((1,) * (len(wanted) - array.ndim) + array.shape)
-            new = self._initializer(
-                np.ascontiguousarray(np.transpose(array, wanted)), f"{value.name}_nhwc"
-            )
+            new = self._initializer(np.ascontiguousarray(np.transpose(array, wanted)), f"{value.name}_nhwc")
             self.replaced_constants.add(value)
             self.folded += 1
         else:
@@ -261,9 +253,7 @@ class _Rewriter:
         """A Transpose, or a Reshape when only unit axes move (``[1,1,1,C]`` <-> ``[1,C,1,1]``)."""
         shape = permute_shape(source.shape, perm)
         if shape is not None and shape.is_static() and same_memory_order(source.shape, perm):
-            target = self._initializer(
-                np.asarray(shape.numpy(), dtype=np.int64), f"{source.name}_shape"
-            )
+            target = self._initializer(np.asarray(shape.numpy(), dtype=np.int64), f"{source.name}_shape")
             node = ir.Node("", "Reshape", [source, target])
             self.reshaped += 1
         else:

@@ -60,9 +60,7 @@ class PassOptions:
         wanted = set(names)
         unknown = wanted - set(PASS_NAMES)
         if unknown:
-            raise ValueError(
-                f"unknown pass name(s) {sorted(unknown)}; known: {', '.join(PASS_NAMES)}"
-            )
+            raise ValueError(f"unknown pass name(s) {sorted(unknown)}; known: {', '.join(PASS_NAMES)}")
         return cls(**{name: name in wanted for name in PASS_NAMES}, **limits)  # type: ignore[arg-type]
 
     @classmethod
@@ -146,9 +144,7 @@ def _restore_output_types(
     outputs = model.graph.outputs
     names = [v.name for v in outputs]
     if names != [n for n, _, _ in signature]:
-        raise RuntimeError(
-            f"pass {name} changed the graph outputs {[n for n, _, _ in signature]} to {names}"
-        )
+        raise RuntimeError(f"pass {name} changed the graph outputs {[n for n, _, _ in signature]} to {names}")
     for value, (_, type_, shape) in zip(outputs, signature, strict=True):
         if value.type is None:
             value.type = type_
