@@ -103,12 +103,12 @@ def compile(  # noqa: A001 - the public name the README promises
                 for name in part.initializers
             )
             part = replace(part, inputs=part.inputs + part.initializers, initializers=())
-            step, runnable, report = _lower_control(ir_model, annotation, part, backends, host, options)
+            step, runnable, part_report = _lower_control(ir_model, annotation, part, backends, host, options)
         else:
-            step, runnable, report = _lower_partition(ir_model, annotation, part, by_name, host, options)
+            step, runnable, part_report = _lower_partition(ir_model, annotation, part, by_name, host, options)
         steps.append(step)
         runnables.append(runnable)
-        part_reports.append(report)
+        part_reports.append(part_report)
 
     constants = {
         name: ir_model.graph.initializers[name].const_value.numpy()  # type: ignore[union-attr]
@@ -215,7 +215,7 @@ def _lower_partition(
     caps = backend.capabilities
     if backend is not host and not caps.dynamic_shapes and not _static_inputs(proto):
         template = proto.SerializeToString()
-        runnable = ShapeSpecialisingRunnable(backend, template, request, host, strict=options.strict)
+        runnable: Runnable = ShapeSpecialisingRunnable(backend, template, request, host, strict=options.strict)
         step = Step(part.name, part.backend, part.inputs, part.outputs, None, template, caps.native_code,
                     part.composites, options.precision)
         return step, runnable, PartitionReport(**{**base.__dict__, "deferred": True})

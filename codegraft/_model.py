@@ -80,7 +80,7 @@ def _export_torch(module: Any, example_inputs: Sequence[Any] | None) -> onnx.Mod
     buffer = io.BytesIO()
     module.eval()
     try:
-        torch.onnx.export(module, tuple(example_inputs), buffer, dynamo=False)
+        torch.onnx.export(module, tuple(example_inputs), buffer, dynamo=False)  # type: ignore[arg-type]
     except Exception as error:
         raise ModelError(f"torch.onnx.export failed for {type(module).__name__}: {_first_line(error)}") from None
     return onnx.load_from_string(buffer.getvalue())

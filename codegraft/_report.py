@@ -5,6 +5,7 @@ It is plain data (frozen dataclasses), stored in the artifact as JSON and render
 
 from __future__ import annotations
 
+import io
 import json
 from collections import Counter
 from dataclasses import asdict, dataclass, field
@@ -119,7 +120,7 @@ class Report:
         ``details``)."""
         from rich.console import Console
 
-        console = Console(width=width, record=True, file=_NullFile(), color_system=None)
+        console = Console(width=width, record=True, file=io.StringIO(), color_system=None)
         for table in self.tables(details=details):
             console.print(table)
         return console.export_text()
@@ -168,8 +169,8 @@ class Report:
             passes = Table(title="passes")
             for column in ("pass", "nodes before", "nodes after", "detail"):
                 passes.add_column(column)
-            for p in self.passes:
-                passes.add_row(p.name, str(p.nodes_before), str(p.nodes_after), p.detail)
+            for record in self.passes:
+                passes.add_row(record.name, str(record.nodes_before), str(record.nodes_after), record.detail)
             tables.append(passes)
         if self.placements:
             placed = Table(title="measured placement")
@@ -187,11 +188,3 @@ class Report:
                               "; ".join(f"{b}: {r}" for b, r in n.declined))
             tables.append(nodes)
         return tables
-
-
-class _NullFile:
-    def write(self, text: str) -> int:
-        return len(text)
-
-    def flush(self) -> None:
-        pass
