@@ -35,8 +35,12 @@ from codegraft.passes.precision_check import (
     convert_precision_checked,
     sample_feeds_for,
 )
+from codegraft.passes.quantize import QuantizeOptions, QuantizeResult, quantize_int8
 
 __all__ = [
+    "QuantizeOptions",
+    "QuantizeResult",
+    "quantize_int8",
     "DEFAULT_BLOCKLIST",
     "DEFAULT_TOLERANCE",
     "NHWC_DOMAIN",

@@ -16,13 +16,13 @@ this file); onnxruntime cannot run them, only a backend that declared NHWC.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
 import onnx_ir as ir
 from onnx_ir.passes.common import ShapeInferencePass
 
+from codegraft.passes._graph_util import subgraphs
 from codegraft.passes._layout_rules import (
     NHWC_DOMAIN,
     ArrivingInput,
@@ -106,14 +106,6 @@ def _constant(value: ir.Value) -> ir.TensorProtocol | None:
     return ir.convenience.get_const_tensor(value)
 
 
-def _subgraphs(node: ir.Node) -> Iterator[ir.Graph]:
-    for attr in node.attributes.values():
-        if attr.type == ir.AttributeType.GRAPH:
-            yield attr.as_graph()
-        elif attr.type == ir.AttributeType.GRAPHS:
-            yield from attr.as_graphs()
-
-
 class _Rewriter:
     """State of one :func:`to_nhwc` walk (created per call, never shared)."""
 
@@ -159,7 +151,7 @@ class _Rewriter:
     def visit(self, node: ir.Node) -> None:
         if node.domain == "" and node.op_type == "Transpose" and self._absorb(node):
             return
-        for sub in _subgraphs(node):
+        for sub in subgraphs(node):
             self._restore_captured(node, sub)
         arriving = [
             ArrivingInput(

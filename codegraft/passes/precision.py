@@ -12,13 +12,14 @@ on top of this.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
 import onnx_ir as ir
 from onnx_ir.passes.common import ShapeInferencePass
 
+from codegraft.passes._graph_util import name_nodes, subgraphs
 from codegraft.passes._type_slots import Slots, low_precision_slots
 
 __all__ = [
@@ -95,7 +96,7 @@ def convert_precision_detailed(
     """
     if precision not in _DTYPES:
         raise ValueError(f"precision must be one of {sorted(_DTYPES)}, got {precision!r}")
-    _name_nodes(model.graph)
+    name_nodes(model.graph)
     if any(v.dtype is None for node in model.graph for v in node.outputs):
         # the walk needs every value's type to know what is float32
         ShapeInferencePass(strict_mode=False)(model)
@@ -113,26 +114,6 @@ def convert_precision_detailed(
         constants_converted=converter.constants,
         kept_float32=tuple(converter.kept),
     )
-
-
-def _name_nodes(graph: ir.Graph) -> None:
-    """Give unnamed nodes stable names, so a node can be named in a report or moved back."""
-    taken = {n.name for n in graph if n.name}
-    for index, node in enumerate(graph):
-        if not node.name:
-            name = f"{node.op_type}_{index}"
-            while name in taken:
-                name += "_"
-            node.name = name
-            taken.add(name)
-
-
-def _subgraphs(node: ir.Node) -> Iterator[ir.Graph]:
-    for attr in node.attributes.values():
-        if attr.type == ir.AttributeType.GRAPH:
-            yield attr.as_graph()
-        elif attr.type == ir.AttributeType.GRAPHS:
-            yield from attr.as_graphs()
 
 
 class _Converter:
@@ -162,7 +143,7 @@ class _Converter:
         return value is not None and (value in self.lowered or value.dtype == ir.DataType.FLOAT)
 
     def visit(self, node: ir.Node) -> None:
-        for sub in _subgraphs(node):
+        for sub in subgraphs(node):
             self._restore_captured(node, sub)
         float_ins = [self.is_float32(v) for v in node.inputs]
         float_outs = [self.is_float32(v) for v in node.outputs]

@@ -18,11 +18,11 @@ import numpy as np
 import onnx_ir as ir
 from onnx_ir.passes.common import ShapeInferencePass
 
+from codegraft.passes._graph_util import name_nodes
 from codegraft.passes.precision import (
     DEFAULT_BLOCKLIST,
     KeptOp,
     Precision,
-    _name_nodes,
     convert_precision_detailed,
 )
 
@@ -146,7 +146,7 @@ def convert_precision_checked(
         raise ValueError("convert_precision_checked needs at least one sample input set")
     tol = DEFAULT_TOLERANCE[precision] if tolerance is None else tolerance
     base = model.clone()
-    _name_nodes(base.graph)
+    name_nodes(base.graph)
     if any(v.dtype is None for node in base.graph for v in node.outputs):
         ShapeInferencePass(strict_mode=False)(base)
     outputs = [v.name for v in base.graph.outputs if v.name]

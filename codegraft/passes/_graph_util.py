@@ -1,0 +1,28 @@
+"""Small graph helpers the passes share."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import onnx_ir as ir
+
+
+def name_nodes(graph: ir.Graph) -> None:
+    """Give unnamed nodes stable names, so a report can name them and a check can pick them."""
+    taken = {n.name for n in graph if n.name}
+    for index, node in enumerate(graph):
+        if not node.name:
+            name = f"{node.op_type}_{index}"
+            while name in taken:
+                name += "_"
+            node.name = name
+            taken.add(name)
+
+
+def subgraphs(node: ir.Node) -> Iterator[ir.Graph]:
+    """The bodies of a control-flow node (If branches, Loop and Scan bodies)."""
+    for attr in node.attributes.values():
+        if attr.type == ir.AttributeType.GRAPH:
+            yield attr.as_graph()
+        elif attr.type == ir.AttributeType.GRAPHS:
+            yield from attr.as_graphs()
