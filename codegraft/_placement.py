@@ -2,18 +2,20 @@
 
 NOTE: the unit of decision is a *region*, one partition of the default placement (first target
 that supports a node).  Each region is timed whole on every backend that can run all of it -
-the host included, since onnxruntime runs any standard op - and, when it is large enough, also
-cut into a few *chunks* timed on each backend, so that a region can end up split (its
-convolutions on one backend, its matrix products on another).  Chunks are contiguous stretches
-of the region's topological order, cut where the fewest tensors are live.
+the host included, since onnxruntime runs any standard op - and the fastest wins.  A region
+large enough is also cut into a few *chunks* (contiguous stretches of its topological order,
+cut where the fewest tensors are live) so that it can end up split between backends:
 
-Costs are in microseconds.  A backend's fixed cost of one partition call (``overhead``) is
-measured with a one-node model; each measured chunk time has that overhead taken out, and a
-chain of chunks pays it again each time the backend changes - that is the cost of a boundary
-crossing (arrays are handed over without copies where backends allow).  The cheapest chain is
-found by dynamic programming over the chunks.  A split is chosen over the best whole-region time
-only when it wins by :data:`SPLIT_MARGIN`, because chunk times, measured apart, miss fusions
-across the cuts and the cache effects of running back to back.
+* chunks are timed *in a chain*, all chunks one after another as in the real run.  Timed
+  alone, a chunk finds its weights still in cache from its previous call and looks two to
+  three times faster than it is inside the model;
+* the cheapest assignment of backends to chunks is found by dynamic programming, a chunk
+  costing its in-chain time less its backend's fixed per-call overhead, and the overhead paid
+  again wherever the backend changes (the cost of a boundary crossing);
+* that split is then run for real, chunks on their chosen backends, and kept only when it
+  beats the best whole-region time by :data:`SPLIT_MARGIN`.  Estimates miss how backends
+  disturb each other (onnxruntime's worker threads spin for a while after a call, taking the
+  cores from whoever runs next), so only a measured split is trusted.
 
 Measurements are cached on disk (:class:`MeasurementCache`) by a hash of the region's ONNX and
 input shapes, the backend's name, version and thread count, and the precision, so a second
@@ -31,7 +33,7 @@ import os
 import pathlib
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -43,7 +45,7 @@ from codegraft._extract import PartitionPlan, partition_proto
 from codegraft._lower import LoweringRequest, compile_blob, load_runnable, specialise
 from codegraft._partition import partition_units
 from codegraft._report import PlacementReport
-from codegraft.backend import Backend, Composite, backend_version
+from codegraft.backend import Backend, Composite, Runnable, backend_version
 from codegraft.errors import BackendError
 
 if TYPE_CHECKING:
@@ -127,7 +129,11 @@ class _Piece:
 
 
 class _Timer:
-    """Compiles pieces on backends and times them on real intermediate values."""
+    """Compiles pieces on backends and times them on real intermediate values.
+
+    Loaded runnables are kept for the timer's life, so a piece is compiled at most once
+    per backend however many measurements use it.
+    """
 
     def __init__(
         self,
@@ -142,27 +148,63 @@ class _Timer:
         self.cache = cache
         self.failures: dict[tuple[str, str], str] = {}
         self._overheads: dict[str, float] = {}
+        self._loaded: dict[tuple[str, str], Runnable] = {}
+
+    def _key(self, backend_name: str, *parts: object) -> str:
+        backend = self.backends[backend_name]
+        return _hash(*parts, backend_name, backend_version(backend), _threads(backend), self.precision)
+
+    def _call(self, piece: _Piece, backend_name: str) -> Callable[[], object] | None:
+        """A call running ``piece`` on the backend, or ``None`` (reason in ``failures``)."""
+        inputs = [self.values[name] for name in piece.inputs]
+        runnable = self._loaded.get((piece.key, backend_name))
+        if runnable is None:
+            if (piece.key, backend_name) in self.failures:
+                return None
+            backend = self.backends[backend_name]
+            proto = piece.proto
+            if not backend.capabilities.dynamic_shapes:
+                proto = specialise(proto, [a.shape for a in inputs])
+            request = LoweringRequest(f"measure_{backend_name}", piece.composites, self.precision)
+            try:
+                runnable = load_runnable(backend, compile_blob(backend, proto, request), request.name)
+                runnable.run(inputs)
+            except BackendError as error:
+                self.failures[(piece.key, backend_name)] = str(error)
+                return None
+            self._loaded[(piece.key, backend_name)] = runnable
+        bound = runnable
+        return lambda: bound.run(inputs)
 
     def time_us(self, piece: _Piece, backend_name: str) -> float | None:
-        """Microseconds of one call (lower quartile), or ``None`` (reason in ``failures``)."""
-        backend = self.backends[backend_name]
-        key = _hash(piece.key, backend_name, backend_version(backend), _threads(backend), self.precision)
+        """Microseconds of one call of ``piece`` alone, or ``None`` if it cannot run there."""
+        key = self._key(backend_name, piece.key)
         cached = self.cache.get(key)
         if cached is not None:
             return cached
-        proto = piece.proto
-        inputs = [self.values[name] for name in piece.inputs]
-        if not backend.capabilities.dynamic_shapes:
-            proto = specialise(proto, [a.shape for a in inputs])
-        request = LoweringRequest(f"measure_{backend_name}", piece.composites, self.precision)
-        try:
-            runnable = load_runnable(backend, compile_blob(backend, proto, request), request.name)
-            microseconds = _call_us(lambda: runnable.run(inputs))
-        except BackendError as error:
-            self.failures[(piece.key, backend_name)] = str(error)
+        call = self._call(piece, backend_name)
+        if call is None:
             return None
-        self.cache.put(key, microseconds, f"{backend_name} {proto.graph.name}")
+        microseconds = _call_times_us([call])[0]
+        self.cache.put(key, microseconds, f"{backend_name} {piece.proto.graph.name}")
         return microseconds
+
+    def chain_us(self, pieces: Sequence[_Piece], assignment: Sequence[str]) -> list[float] | None:
+        """Microseconds of each piece when all run one after another, ``pieces[i]`` on
+        ``assignment[i]``: each piece then finds the caches as the others left them, as in
+        the real run, instead of its own weights still in cache from its previous call."""
+        chain = _hash(*(p.key for p in pieces), *assignment)
+        keys = [self._key(b, "in-chain", chain, p.key) for p, b in zip(pieces, assignment, strict=True)]
+        cached = [self.cache.get(k) for k in keys]
+        if all(c is not None for c in cached):
+            return [float(c) for c in cached if c is not None]
+        calls = [self._call(p, b) for p, b in zip(pieces, assignment, strict=True)]
+        if any(c is None for c in calls):
+            return None
+        times = _call_times_us([c for c in calls if c is not None])
+        for key, microseconds, piece in zip(keys, times, pieces, strict=True):
+            self.cache.put(key, microseconds, f"in chain: {piece.proto.graph.name}")
+        return times
 
     def overhead_us(self, backend_name: str) -> float:
         """The fixed cost of one partition call on this backend (an Identity of 16 floats)."""
@@ -253,67 +295,81 @@ def decide_region(model: ir.Model, annotation: Annotation, region: Region, timer
     """Time ``region`` whole and in chunks on each candidate; choose the cheapest placement."""
     whole = _piece(model, annotation, region.units, region.name)
     whole_us = {b: t for b in region.candidates if (t := timer.time_us(whole, b)) is not None}
+    size = _node_count(annotation, region.units)
     if not whole_us:
         fallback = region.candidates[0]
-        record = PlacementReport(region.name, fallback, (), "no candidate could be measured; kept the default")
+        record = PlacementReport(region.name, fallback, (), f"{size} nodes; no candidate could be measured")
         return Decision(dict.fromkeys(region.units, fallback), record)
     best = min(whole_us, key=lambda b: (whole_us[b], region.candidates.index(b)))
-    chosen: dict[int, str] = dict.fromkeys(region.units, best)
-    timings = [(b, round(t, 1)) for b, t in whole_us.items()]
-    detail = f"{_node_count(annotation, region.units)} nodes; whole region fastest on {best}"
-
+    decision = Decision(
+        dict.fromkeys(region.units, best),
+        PlacementReport(
+            region.name,
+            best,
+            tuple((b, round(t, 1)) for b, t in whole_us.items()),
+            f"{size} nodes; whole region fastest on {best}",
+        ),
+    )
     chunks = _chunks(annotation, region.units)
-    if len(chunks) > 1 and len(whole_us) > 1:
-        split = _best_split(model, annotation, region, chunks, timer, list(whole_us))
-        if split is not None:
-            split_us, assignment = split
-            timings.append(("split", round(split_us, 1)))
-            used = [b for b, _ in _runs(assignment)]
-            if split_us < (1 - SPLIT_MARGIN) * whole_us[best] and len(set(used)) > 1:
-                chosen = {u: b for chunk, b in zip(chunks, assignment, strict=True) for u in chunk}
-                best = "+".join(used)
-                detail = (
-                    f"{_node_count(annotation, region.units)} nodes split in {len(chunks)} chunks "
-                    f"({', '.join(f'{b}x{n}' for b, n in _runs(assignment))}), estimated {split_us:.0f} us "
-                    f"vs {min(whole_us.values()):.0f} us whole"
-                )
-            else:
-                detail += f"; best split ({'/'.join(used)}) estimated {split_us:.0f} us, not {SPLIT_MARGIN:.0%} better"
-    return Decision(chosen, PlacementReport(region.name, best, tuple(timings), detail))
+    if len(chunks) < 2 or len(whole_us) < 2:
+        return decision
+    pieces = [_piece(model, annotation, chunk, f"{region.name}_c{n}") for n, chunk in enumerate(chunks)]
+    split = _best_split(pieces, timer, list(whole_us))
+    if split is None:
+        return decision
+    estimate, assignment = split
+    runs = _runs(assignment)
+    if len(runs) < 2:
+        return _with_note(decision, f"chunk times favour no split ({estimate:.0f} us estimated)")
+    measured = timer.chain_us(pieces, assignment)
+    if measured is None:
+        return decision
+    split_us = sum(measured)
+    timings = (*decision.record.timings_us, ("split", round(split_us, 1)))
+    shape = ", ".join(f"{b} x{n}" for b, n in runs)
+    if split_us >= (1 - SPLIT_MARGIN) * whole_us[best]:
+        note = f"split ({shape}) measured {split_us:.0f} us, not {SPLIT_MARGIN:.0%} faster"
+        return _with_note(Decision(decision.unit_backends, replace(decision.record, timings_us=timings)), note)
+    chosen = {unit: b for chunk, b in zip(chunks, assignment, strict=True) for unit in chunk}
+    detail = (
+        f"{size} nodes split in {len(chunks)} chunks ({shape}): measured {split_us:.0f} us "
+        f"against {whole_us[best]:.0f} us whole on {best}"
+    )
+    return Decision(chosen, PlacementReport(region.name, "+".join(b for b, _ in runs), timings, detail))
 
 
-def _best_split(
-    model: ir.Model,
-    annotation: Annotation,
-    region: Region,
-    chunks: list[tuple[int, ...]],
-    timer: _Timer,
-    candidates: list[str],
-) -> tuple[float, list[str]] | None:
-    """Cheapest backend per chunk, paying a backend's call overhead at each change."""
-    costs: list[dict[str, float]] = []
-    for number, chunk in enumerate(chunks):
-        piece = _piece(model, annotation, chunk, f"{region.name}_c{number}")
-        row = {}
-        for backend in candidates:
-            measured = timer.time_us(piece, backend)
-            if measured is not None:
-                row[backend] = max(measured - timer.overhead_us(backend), 0.0)
-        if not row:
-            return None
-        costs.append(row)
+def _with_note(decision: Decision, note: str) -> Decision:
+    return Decision(decision.unit_backends, replace(decision.record, detail=f"{decision.record.detail}; {note}"))
+
+
+def _best_split(pieces: Sequence[_Piece], timer: _Timer, candidates: list[str]) -> tuple[float, list[str]] | None:
+    """Cheapest backend per chunk by dynamic programming over the chain of chunks.
+
+    A chunk's cost on a backend is its in-chain time less the backend's call overhead; the
+    overhead is paid again wherever the backend changes (the boundary crossing).
+    """
+    per_backend: dict[str, list[float]] = {}
+    for backend in candidates:
+        times = timer.chain_us(pieces, [backend] * len(pieces))
+        if times is not None:
+            overhead = timer.overhead_us(backend)
+            per_backend[backend] = [max(t - overhead, 0.0) for t in times]
+    if len(per_backend) < 2:
+        return None
     # best[b]: (cost, assignment) of the cheapest chain so far ending on backend b.
-    best: dict[str, tuple[float, list[str]]] = {b: (timer.overhead_us(b) + t, [b]) for b, t in costs[0].items()}
-    for row in costs[1:]:
+    best = {b: (timer.overhead_us(b) + costs[0], [b]) for b, costs in per_backend.items()}
+    for index in range(1, len(pieces)):
         step: dict[str, tuple[float, list[str]]] = {}
-        for backend, t in row.items():
-            options = [
-                (cost + t + (0.0 if prev == backend else timer.overhead_us(backend)), path + [backend])
+        for backend, costs in per_backend.items():
+            step[backend] = min(
+                (
+                    cost + costs[index] + (0.0 if prev == backend else timer.overhead_us(backend)),
+                    [*path, backend],
+                )
                 for prev, (cost, path) in best.items()
-            ]
-            step[backend] = min(options, key=lambda o: o[0])
+            )
         best = step
-    return min(best.values(), key=lambda o: o[0])
+    return min(best.values())
 
 
 # --- regions as standalone models -------------------------------------------------------------
@@ -451,6 +507,7 @@ def _intermediates(
         proto.graph.output.append(types[name] if name in types else onnx.ValueInfoProto(name=name))
     session_options = ort.SessionOptions()
     session_options.intra_op_num_threads = _threads(host) or 0
+    session_options.log_severity_level = 3  # its optimiser's warnings are not the user's concern
     try:
         session = ort.InferenceSession(proto.SerializeToString(), session_options, providers=["CPUExecutionProvider"])
         out_names = [o.name for o in session.get_outputs()]
@@ -475,18 +532,25 @@ def _random_values(model: ir.Model, names: set[str]) -> dict[str, np.ndarray]:
 
 
 # --- small helpers ----------------------------------------------------------------------------
-def _call_us(call: Callable[[], object]) -> float:
-    """Lower quartile of the call's time: other processes only ever add time, so the low
-    end of the distribution is the steadiest estimate of the call's own cost."""
+def _call_times_us(calls: Sequence[Callable[[], object]]) -> list[float]:
+    """Run ``calls`` in order, repeatedly; each call's lower-quartile time in microseconds.
+
+    Other processes only ever add time, so the low end of the distribution is the steadiest
+    estimate of a call's own cost.
+    """
     for _ in range(_WARMUP):
-        call()
-    samples: list[float] = []
+        for call in calls:
+            call()
+    samples: list[list[float]] = [[] for _ in calls]
     began = time.perf_counter()
-    while len(samples) < _MAX_RUNS and (len(samples) < _MIN_RUNS or time.perf_counter() - began < _MIN_SECONDS):
-        start = time.perf_counter()
-        call()
-        samples.append((time.perf_counter() - start) * 1e6)
-    return float(np.percentile(samples, 25))
+    rounds = 0
+    while rounds < _MAX_RUNS and (rounds < _MIN_RUNS or time.perf_counter() - began < _MIN_SECONDS):
+        for index, call in enumerate(calls):
+            start = time.perf_counter()
+            call()
+            samples[index].append((time.perf_counter() - start) * 1e6)
+        rounds += 1
+    return [float(np.percentile(s, 25)) for s in samples]
 
 
 def _threads(backend: Backend) -> int | None:
