@@ -11,8 +11,9 @@ Example::
 
     nodes = [DrawNode("conv", "Conv", "mine", "p0", ("x", "w"), ("y",)),
              DrawNode("soft", "Softmax", "onnxruntime", "p1", ("y",), ("z",))]
-    text = to_dot(nodes, graph_inputs=["x"], graph_outputs=["z"])
-    write_html(nodes, "model.html", graph_inputs=["x"], graph_outputs=["z"])
+    options = DrawOptions(graph_inputs=("x",), graph_outputs=("z",))
+    text = to_dot(nodes, options)
+    write_html(nodes, "model.html", options)
 """
 
 from __future__ import annotations
@@ -71,6 +72,22 @@ class DrawNode:
     composite: str | None = None
 
 
+@dataclass(frozen=True)
+class DrawOptions:
+    """How to draw: which backend is the host (grey), collapsed or not, the graph's inputs
+    and outputs (drawn as ellipses), a title, and whether constant-only nodes are drawn.
+
+    Example: ``DrawOptions(collapse=True, graph_inputs=("x",), title="resnet50")``.
+    """
+
+    host: str = "onnxruntime"
+    collapse: bool = False
+    graph_inputs: tuple[str, ...] = ()
+    graph_outputs: tuple[str, ...] = ()
+    title: str = ""
+    show_constants: bool = False
+
+
 def backend_colours(nodes: Sequence[DrawNode], *, host: str = "onnxruntime") -> dict[str, str]:
     """Backend -> fill colour: the host grey, others from :data:`PALETTE` in order of appearance."""
     colours: dict[str, str] = {}
@@ -82,32 +99,26 @@ def backend_colours(nodes: Sequence[DrawNode], *, host: str = "onnxruntime") -> 
     return colours
 
 
-def to_dot(
-    nodes: Sequence[DrawNode],
-    *,
-    host: str = "onnxruntime",
-    collapse: bool = False,
-    graph_inputs: Sequence[str] = (),
-    graph_outputs: Sequence[str] = (),
-    title: str = "",
-) -> str:
+def to_dot(nodes: Sequence[DrawNode], options: DrawOptions = DrawOptions()) -> str:
     """The DOT text of the partitioned graph (no Graphviz needed).
 
     Each partition is a cluster labelled ``name · backend (n nodes)``, each composite a
-    dotted cluster inside it.  With ``collapse`` each partition is a single box.
+    dotted cluster inside it.  With ``options.collapse`` each partition is a single box.
+    Nodes computing only from constants (``Constant``, ``ConstantOfShape`` of a weight
+    shape, ...) are counted but not drawn unless ``options.show_constants``: they are noise
+    in a picture of where the work runs.
     """
-    colours = backend_colours(nodes, host=host)
+    colours = backend_colours(nodes, host=options.host)
     lines = [
         "digraph codegraft {",
-        f"  graph [rankdir=TB, fontname=Helvetica, fontsize=11, labelloc=t, label={_q(title)}];",
+        f"  graph [rankdir=TB, fontname=Helvetica, fontsize=11, labelloc=t, label={_q(options.title)}];",
         '  node [shape=box, style="rounded,filled", fontname=Helvetica, fontsize=9, penwidth=0.6];',
         '  edge [color="#666666", arrowsize=0.5];',
     ]
-    lines += (
-        _collapsed(nodes, colours, graph_inputs, graph_outputs)
-        if collapse
-        else _expanded(nodes, colours, graph_inputs, graph_outputs)
-    )
+    if options.collapse:
+        lines += _collapsed(nodes, colours, options.graph_inputs, options.graph_outputs)
+    else:
+        lines += _expanded(nodes, colours, options.graph_inputs, options.graph_outputs, options.show_constants)
     lines.append("}")
     return "\n".join(lines) + "\n"
 
@@ -117,16 +128,22 @@ def _expanded(
     colours: dict[str, str],
     graph_inputs: Sequence[str],
     graph_outputs: Sequence[str],
+    show_constants: bool,
 ) -> list[str]:
     lines: list[str] = []
-    ids = {i: f"n{i}" for i in range(len(nodes))}
+    hidden = set() if show_constants else _constant_nodes(nodes, graph_inputs)
+    ids = {i: f"n{i}" for i in range(len(nodes)) if i not in hidden}
     by_partition: dict[str, list[int]] = defaultdict(list)
     for i, node in enumerate(nodes):
         by_partition[node.partition].append(i)
-    for k, (partition, members) in enumerate(by_partition.items()):
+    for k, (partition, everyone) in enumerate(by_partition.items()):
+        members = [i for i in everyone if i not in hidden]
+        if not members:
+            continue
         backend = nodes[members[0]].backend
         lines.append(f"  subgraph cluster_p{k} {{")
-        label = f"{partition} · {backend} ({len(members)} nodes)"
+        label = f"{partition} · {backend} ({len(everyone)} nodes"
+        label += f", {len(everyone) - len(members)} constant hidden)" if len(members) < len(everyone) else ")"
         border = HOST_BORDER if colours[backend] == HOST_COLOUR else colours[backend]
         lines.append(f'    graph [label={_q(label)}, style="rounded", color={_q(border)}, penwidth=2];')
         by_composite: dict[str | None, list[int]] = defaultdict(list)
@@ -143,12 +160,14 @@ def _expanded(
             if composite is not None:
                 lines.append("    }")
         lines.append("  }")
-    producer = {v: i for i, node in enumerate(nodes) for v in node.outputs}
+    producer = {v: i for i, node in enumerate(nodes) for v in node.outputs if i not in hidden}
     edges: dict[tuple[str, str], list[str]] = defaultdict(list)
     for k, value in enumerate(graph_inputs):
         lines.append(f"  in{k} [label={_q(value)}, shape=ellipse, style=solid];")
     inputs = {v: f"in{k}" for k, v in enumerate(graph_inputs)}
     for i, node in enumerate(nodes):
+        if i in hidden:
+            continue
         for value in node.inputs:
             if value in producer:
                 edges[(ids[producer[value]], ids[i])].append(value)
@@ -162,6 +181,20 @@ def _expanded(
             edges[(inputs[value], f"out{k}")].append(value)
     lines += [f"  {a} -> {b} [tooltip={_q(', '.join(values))}];" for (a, b), values in edges.items()]
     return lines
+
+
+def _constant_nodes(nodes: Sequence[DrawNode], graph_inputs: Sequence[str]) -> set[int]:
+    """Nodes whose every input is a constant: a weight (produced by no node and not a graph
+    input) or the output of another such node.  Nodes come in graph (topological) order."""
+    produced = {v for node in nodes for v in node.outputs}
+    variable = set(graph_inputs)
+    constant_values: set[str] = set()
+    constant: set[int] = set()
+    for i, node in enumerate(nodes):
+        if all(v in constant_values or (v not in produced and v not in variable) for v in node.inputs):
+            constant.add(i)
+            constant_values.update(node.outputs)
+    return constant
 
 
 def _collapsed(
@@ -246,51 +279,22 @@ def render_svg(dot_text: str) -> str:
 
 
 def write_svg(
-    nodes: Sequence[DrawNode],
-    path: str | os.PathLike[str],
-    *,
-    host: str = "onnxruntime",
-    collapse: bool = False,
-    graph_inputs: Sequence[str] = (),
-    graph_outputs: Sequence[str] = (),
-    title: str = "",
+    nodes: Sequence[DrawNode], path: str | os.PathLike[str], options: DrawOptions = DrawOptions()
 ) -> pathlib.Path:
     """Write the picture as SVG (needs Graphviz).  Returns the path written."""
-    text = to_dot(
-        nodes,
-        host=host,
-        collapse=collapse,
-        graph_inputs=graph_inputs,
-        graph_outputs=graph_outputs,
-        title=title,
-    )
+    svg = render_svg(to_dot(nodes, options))
     out = pathlib.Path(path)
-    out.write_text(render_svg(text), encoding="utf-8")
+    out.write_text(svg, encoding="utf-8")
     return out
 
 
 def write_html(
-    nodes: Sequence[DrawNode],
-    path: str | os.PathLike[str],
-    *,
-    host: str = "onnxruntime",
-    collapse: bool = False,
-    graph_inputs: Sequence[str] = (),
-    graph_outputs: Sequence[str] = (),
-    title: str = "",
+    nodes: Sequence[DrawNode], path: str | os.PathLike[str], options: DrawOptions = DrawOptions()
 ) -> pathlib.Path:
     """Write one self-contained HTML page: a legend (backend, nodes, partitions) and the SVG."""
-    text = to_dot(
-        nodes,
-        host=host,
-        collapse=collapse,
-        graph_inputs=graph_inputs,
-        graph_outputs=graph_outputs,
-        title=title,
-    )
-    svg = _strip_prolog(render_svg(text))
+    svg = _strip_prolog(render_svg(to_dot(nodes, options)))
     out = pathlib.Path(path)
-    out.write_text(html_page(nodes, svg, host=host, title=title), encoding="utf-8")
+    out.write_text(html_page(nodes, svg, host=options.host, title=options.title), encoding="utf-8")
     return out
 
 
@@ -388,31 +392,20 @@ def draw(
     kind = (fmt or out.suffix.lstrip(".") or "svg").lower()
     graph = model.graph
     nodes = nodes_from_report(report, graph)
-    inputs = [v.name or "" for v in graph.inputs]
-    outputs = [v.name or "" for v in graph.outputs]
-    title = _title(model, report)
+    options = DrawOptions(
+        host=report.host,
+        collapse=collapse,
+        graph_inputs=tuple(v.name or "" for v in graph.inputs),
+        graph_outputs=tuple(v.name or "" for v in graph.outputs),
+        title=_title(model, report),
+    )
     if kind == "dot":
-        text = to_dot(
-            nodes,
-            host=report.host,
-            collapse=collapse,
-            graph_inputs=inputs,
-            graph_outputs=outputs,
-            title=title,
-        )
-        out.write_text(text, encoding="utf-8")
+        out.write_text(to_dot(nodes, options), encoding="utf-8")
         return out
-    if kind in ("svg", "html"):
-        write = write_svg if kind == "svg" else write_html
-        return write(
-            nodes,
-            out,
-            host=report.host,
-            collapse=collapse,
-            graph_inputs=inputs,
-            graph_outputs=outputs,
-            title=title,
-        )
+    if kind == "svg":
+        return write_svg(nodes, out, options)
+    if kind == "html":
+        return write_html(nodes, out, options)
     raise CodegraftError(f"cannot draw as {kind!r}: use svg, html or dot")
 
 
@@ -435,6 +428,7 @@ def _title(model: ir.Model, report: Report) -> str:
 
 __all__ = [
     "DrawNode",
+    "DrawOptions",
     "GraphvizNotFound",
     "backend_colours",
     "dot_program",

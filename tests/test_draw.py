@@ -16,6 +16,7 @@ from codegraft._draw import (
     HOST_COLOUR,
     PALETTE,
     DrawNode,
+    DrawOptions,
     GraphvizNotFound,
     backend_colours,
     draw,
@@ -46,7 +47,7 @@ def test_colours_are_per_backend_and_the_host_is_grey() -> None:
 
 
 def test_dot_boxes_partitions_and_composites() -> None:
-    text = to_dot(NODES, graph_inputs=["x"], graph_outputs=["y"], title="demo")
+    text = to_dot(NODES, DrawOptions(graph_inputs=("x",), graph_outputs=("y",), title="demo"))
     assert text.startswith("digraph codegraft {") and text.rstrip().endswith("}")
     assert text.count("subgraph cluster_p") == 4 + 1  # four partitions, one composite
     assert '"p0 · mine (2 nodes)"' in text and '"p2 · mine (2 nodes)"' in text
@@ -69,7 +70,7 @@ def test_dot_boxes_partitions_and_composites() -> None:
 
 
 def test_collapsed_dot_has_one_box_per_partition_with_counts() -> None:
-    text = to_dot(NODES, graph_inputs=["x"], graph_outputs=["y"], collapse=True)
+    text = to_dot(NODES, DrawOptions(graph_inputs=("x",), graph_outputs=("y",), collapse=True))
     assert "cluster" not in text
     boxes = re.findall(r'^  (p\d) \[label="([^"]*)"', text, flags=re.MULTILINE)
     assert boxes == [
@@ -84,8 +85,23 @@ def test_collapsed_dot_has_one_box_per_partition_with_counts() -> None:
 
 def test_names_are_escaped() -> None:
     node = DrawNode('we"ird\\name', "Relu", 'back"end', "p0", ("x",), ("y",))
-    text = to_dot([node])
+    text = to_dot([node], DrawOptions(graph_inputs=("x",)))
     assert 'we\\"ird\\\\name' in text and 'back\\"end' in text
+
+
+def test_constant_only_nodes_are_counted_but_hidden_unless_asked() -> None:
+    nodes = [
+        DrawNode("w", "ConstantOfShape", "onnxruntime", "p0", ("w_shape",), ("w",)),
+        DrawNode("only_const", "ConstantOfShape", "onnxruntime", "p1", ("b_shape",), ("b",)),
+        DrawNode("conv", "Conv", "onnxruntime", "p0", ("x", "w", "b"), ("y",)),
+    ]
+    options = DrawOptions(graph_inputs=("x",), graph_outputs=("y",))
+    text = to_dot(nodes, options)
+    assert '"p0 · onnxruntime (2 nodes, 1 constant hidden)"' in text
+    assert "ConstantOfShape" not in text and "p1" not in text
+    assert set(re.findall(r"(\w+) -> (\w+)", text)) == {("in0", "n2"), ("n2", "out0")}
+    shown = to_dot(nodes, DrawOptions(graph_inputs=("x",), show_constants=True))
+    assert shown.count('[label="ConstantOfShape') == 2 and ("n0", "n2") in set(re.findall(r"(\w+) -> (\w+)", shown))
 
 
 def test_missing_graphviz_says_how_to_get_it(monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path) -> None:
@@ -97,9 +113,9 @@ def test_missing_graphviz_says_how_to_get_it(monkeypatch: pytest.MonkeyPatch, tm
 
 @needs_dot
 def test_svg_and_html(tmp_path: pathlib.Path) -> None:
-    svg = write_svg(NODES, tmp_path / "out.svg", graph_inputs=["x"], graph_outputs=["y"]).read_text()
+    svg = write_svg(NODES, tmp_path / "out.svg", DrawOptions(graph_inputs=("x",), graph_outputs=("y",))).read_text()
     assert "<svg" in svg and "p0 · mine (2 nodes)" in svg and "mine.conv_bias_act_0" in svg
-    page = write_html(NODES, tmp_path / "out.html", collapse=True, title="demo <model>").read_text()
+    page = write_html(NODES, tmp_path / "out.html", DrawOptions(collapse=True, title="demo <model>")).read_text()
     assert page.startswith("<!DOCTYPE html>") and "<?xml" not in page
     assert "<svg" in page and "demo &lt;model&gt;" in page
     assert re.search(r"mine</td><td>4</td><td>2</td>", page)
