@@ -1,0 +1,42 @@
+"""The bench logic (``codegraft bench``) and the boundary model run end to end; no timing asserted."""
+
+from __future__ import annotations
+
+import pathlib
+import sys
+
+import pytest
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # bench/ sits beside the package
+
+from bench import boundary, zoo  # noqa: E402
+from codegraft._bench import compare  # noqa: E402
+
+def test_compare_lists_every_configuration(monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path) -> None:
+    pytest.importorskip("openvino", reason="openvino is not installed: pip install codegraft[openvino]")
+    monkeypatch.setenv("CODEGRAFT_CACHE_DIR", str(tmp_path))
+    progress: list[tuple[str, int, int]] = []
+    model = zoo.mlp(batch=2, sizes=(16, 32, 8))
+    table = compare(model, ["openvino"], runs=2, warmup=1, threads=1, progress=lambda *a: progress.append(a))
+    configs = [r.config for r in table.rows]
+    assert configs == ["onnxruntime", "openvino", "codegraft[openvino]", "codegraft[host]", "codegraft[measured]"]
+    for row in table.rows:
+        assert not row.error, row.error
+        assert row.median_ms > 0 and row.ratio > 0
+        assert row.max_rel_error < 1e-4
+    best = table.best_peer()
+    assert best is not None and best.ratio == 1.0
+    assert progress[-1][1] == progress[-1][2]  # done == total at the end
+    assert "codegraft[measured]" in table.render()
+
+
+def test_a_target_that_cannot_run_is_a_row_not_a_crash() -> None:
+    table = compare(zoo.mlp(batch=2, sizes=(16, 8)), ["no-such-backend"], runs=1, warmup=0, measured=False)
+    row = table.row("codegraft[no-such-backend]")
+    assert row is not None and "no-such-backend" in row.error
+    assert "failed" in table.render()
+
+
+def test_boundary_chain_is_one_partition_per_op() -> None:
+    result = boundary.measure_pair(boundary.NumpyBackend(), boundary.NumpyBackend(), runs=3)
+    assert result.crossings == boundary.CHAIN - 1
