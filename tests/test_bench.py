@@ -12,6 +12,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # bench/ s
 from bench import boundary, zoo  # noqa: E402
 from codegraft._bench import compare  # noqa: E402
 
+
 def test_compare_lists_every_configuration(monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path) -> None:
     pytest.importorskip("openvino", reason="openvino is not installed: pip install codegraft[openvino]")
     monkeypatch.setenv("CODEGRAFT_CACHE_DIR", str(tmp_path))
