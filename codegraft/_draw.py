@@ -142,8 +142,9 @@ def _expanded(
             continue
         backend = nodes[members[0]].backend
         lines.append(f"  subgraph cluster_p{k} {{")
-        label = f"{partition} · {backend} ({len(everyone)} nodes"
-        label += f", {len(everyone) - len(members)} constant hidden)" if len(members) < len(everyone) else ")"
+        hidden_here = len(everyone) - len(members)
+        label = f"{partition} · {backend} ({_count(len(everyone), 'node')}"
+        label += f", {_count(hidden_here, 'constant')} hidden)" if hidden_here else ")"
         border = HOST_BORDER if colours[backend] == HOST_COLOUR else colours[backend]
         lines.append(f'    graph [label={_q(label)}, style="rounded", color={_q(border)}, penwidth=2];')
         by_composite: dict[str | None, list[int]] = defaultdict(list)
@@ -213,8 +214,7 @@ def _collapsed(
         backend_of[node.partition] = node.backend
     for partition, k in partitions.items():
         backend = backend_of[partition]
-        plural = "node" if sizes[partition] == 1 else "nodes"
-        label = f"{partition}\n{backend}\n{sizes[partition]} {plural}"
+        label = f"{partition}\n{backend}\n{_count(sizes[partition], 'node')}"
         lines.append(f"  p{k} [label={_q(label)}, fillcolor={_q(colours[backend])}, fontsize=10];")
     where = {v: f"p{partitions[node.partition]}" for node in nodes for v in node.outputs}
     for k, value in enumerate(graph_inputs):
@@ -243,6 +243,10 @@ def _node_attrs(node: DrawNode, colours: dict[str, str]) -> str:
     if node.composite:
         tooltip += f", composite {node.composite}"
     return f"[label={_q(label)}, fillcolor={_q(colours[node.backend])}, tooltip={_q(tooltip)}]"
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def _q(text: str) -> str:

@@ -50,6 +50,7 @@ def test_dot_boxes_partitions_and_composites() -> None:
     text = to_dot(NODES, DrawOptions(graph_inputs=("x",), graph_outputs=("y",), title="demo"))
     assert text.startswith("digraph codegraft {") and text.rstrip().endswith("}")
     assert text.count("subgraph cluster_p") == 4 + 1  # four partitions, one composite
+    assert '"p1 · onnxruntime (1 node)"' in text
     assert '"p0 · mine (2 nodes)"' in text and '"p2 · mine (2 nodes)"' in text
     assert '"mine.conv_bias_act_0"' in text
     # Every node is drawn once, filled with its backend's colour.
