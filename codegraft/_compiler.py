@@ -108,7 +108,7 @@ def compile(  # noqa: A001 - the public name the README promises
             step, runnable, part_report = _lower_partition(ir_model, annotation, part, by_name, host, options)
         steps.append(step)
         runnables.append(runnable)
-        part_reports.append(part_report)
+        part_reports.append(replace(part_report, stored_bytes=len(step.blob or step.template or b"")))
 
     constants = {
         name: ir_model.graph.initializers[name].const_value.numpy()  # type: ignore[union-attr]

@@ -37,6 +37,7 @@ class PartitionReport:
     deferred: bool = False  # compiled at run time, once per input shape
     unused: bool = False  # no output is read by anything: not compiled, not run
     bodies: str = ""  # for control flow run by codegraft: where each body's nodes went
+    stored_bytes: int = 0  # size of its blob in the artifact (weights included)
 
 
 @dataclass(frozen=True)
@@ -133,12 +134,16 @@ class Report:
         per_backend_parts = self.partitions_per_backend()
         summary = Table(title=f"codegraft: {len(self.nodes)} nodes, {len(self.partitions)} partitions "
                         f"(targets: {', '.join(self.targets) or 'none'}; host: {self.host})")
-        for column in ("backend", "nodes", "share", "partitions"):
+        for column in ("backend", "nodes", "share", "partitions", "stored"):
             summary.add_column(column)
         total = max(len(self.nodes), 1)
+        stored = Counter()  # type: Counter[str]
+        for part in self.partitions:
+            stored[part.backend] += part.stored_bytes
         for backend in sorted(per_backend_nodes, key=lambda b: -per_backend_nodes[b]):
             summary.add_row(backend, str(per_backend_nodes[backend]),
-                            f"{100 * per_backend_nodes[backend] / total:.0f}%", str(per_backend_parts.get(backend, 0)))
+                            f"{100 * per_backend_nodes[backend] / total:.0f}%", str(per_backend_parts.get(backend, 0)),
+                            f"{stored[backend] / 1e6:.2f} MB" if stored[backend] else "")
         tables: list[object] = [summary]
 
         parts = Table(title="partitions (execution order)")
