@@ -90,15 +90,14 @@ def _follow_inputs(lay: _Layouter, op: g.Elementwise, inputs: list[g.Tensor]) ->
 def _materialise_outputs(lay: _Layouter, graph: g.Graph) -> list[g.Tensor]:
     """Partition outputs must be plain, owned tensors written by a kernel (the caller's buffers)."""
     inputs = {id(t) for t in graph.inputs}
-    produced = {id(op.out) for op in lay.ops}
     taken: set[int] = set()
     outputs = []
     for tensor in graph.outputs:
         tensor = lay.plain(tensor)
+        produced = {id(op.out) for op in lay.ops}
         if tensor.view_of is not None or id(tensor) in inputs or id(tensor) not in produced or id(tensor) in taken:
             copy = g.Tensor(tensor.name + "_out", tensor.shape)
             lay.ops.append(g.Copy([tensor], copy))
-            produced.add(id(copy))
             tensor = copy
         taken.add(id(tensor))
         outputs.append(tensor)

@@ -70,7 +70,7 @@ class CRunnable:
             raise InputError(f"C partition takes {len(self._inputs)} inputs, got {len(inputs)}")
         arrays = []
         for index, (value, shape) in enumerate(zip(inputs, self._inputs, strict=True)):
-            array = np.ascontiguousarray(value, dtype=np.float32)
+            array = np.asarray(value, dtype=np.float32, order="C")  # keeps 0-d arrays 0-d
             if array.shape != shape:
                 raise InputError(f"C partition input {index}: shape {array.shape}, compiled for {shape}")
             arrays.append(array)

@@ -1,0 +1,246 @@
+"""C backend, op by op: every supported op and attribute combination against onnxruntime."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+import pytest
+from c_backend_util import check, make_model, needs_compiler
+from onnx import helper
+
+from codegraft.backends.c import CBackend
+
+pytestmark = needs_compiler
+RNG = np.random.default_rng(0)
+
+
+def rand(*shape: int, low: float = -1.0, high: float = 1.0) -> np.ndarray:
+    return RNG.uniform(low, high, size=shape).astype(np.float32)
+
+
+def one(op: str, inputs: dict, attrs: dict | None = None, inits: dict | None = None, opset: int = 17,
+        extra: list[str] | None = None) -> None:
+    names = list(inputs) + list(inits or {}) + (extra or [])
+    node = helper.make_node(op, names, ["y"], **(attrs or {}))
+    check(make_model([node], inputs, ["y"], inits, opset=opset))
+
+
+UNARY = [
+    ("Relu", {}), ("LeakyRelu", {"alpha": 0.2}), ("Sigmoid", {}), ("Tanh", {}), ("HardSigmoid", {"alpha": 0.3, "beta": 0.4}),
+    ("HardSwish", {}), ("Erf", {}), ("Exp", {}), ("Neg", {}), ("Abs", {}), ("Identity", {}),
+]
+
+
+@pytest.mark.parametrize(("op", "attrs"), UNARY, ids=[u[0] for u in UNARY])
+def test_unary(op: str, attrs: dict) -> None:
+    one(op, {"x": (2, 3, 5, 7)}, attrs)
+
+
+def test_sqrt_reciprocal() -> None:
+    node_a = helper.make_node("Abs", ["x"], ["a"])
+    node_s = helper.make_node("Sqrt", ["a"], ["s"])
+    node_r = helper.make_node("Reciprocal", ["s"], ["y"])
+    check(make_model([node_a, node_s, node_r], {"x": (3, 33)}, ["y"]))
+
+
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_gelu(approximate: str) -> None:
+    one("Gelu", {"x": (4, 65)}, {"approximate": approximate}, opset=20)
+
+
+def test_clip_opset6_attributes_and_opset13_inputs() -> None:
+    one("Clip", {"x": (2, 50)}, {"min": -0.3, "max": 0.5}, opset=6)
+    one("Clip", {"x": (2, 50)}, inits={"lo": np.float32(-0.2), "hi": np.float32(0.7)}, opset=13)
+    node = helper.make_node("Clip", ["x", "", "hi"], ["y"])
+    check(make_model([node], {"x": (2, 50)}, ["y"], {"hi": np.float32(0.1)}, opset=13))
+
+
+@pytest.mark.parametrize("op", ["Add", "Sub", "Mul", "Div"])
+@pytest.mark.parametrize(("a", "b"), [((2, 3, 4, 5), (2, 3, 4, 5)), ((2, 3, 4, 5), (3, 1, 1)), ((4, 1), (1, 5)),
+                                      ((2, 3, 4, 5), ()), ((5,), (3, 5))])
+def test_binary_broadcast(op: str, a: tuple, b: tuple) -> None:
+    node = helper.make_node(op, ["a", "b"], ["y"])
+    check(make_model([node], {"a": a, "b": b}, ["y"]))
+
+
+def test_pow_tensor_and_constant_exponents() -> None:
+    inputs = {"a": (3, 4), "b": (3, 4)}
+    model = make_model([helper.make_node("Abs", ["a"], ["p"]), helper.make_node("Pow", ["p", "b"], ["y"])], inputs, ["y"])
+    check(model)
+    for exponent in (2.0, 3.0, 0.5, 1.7):
+        model = make_model([helper.make_node("Abs", ["a"], ["p"]), helper.make_node("Pow", ["p", "e"], ["y"])],
+                           {"a": (3, 4)}, ["y"], {"e": np.float32(exponent)})
+        check(model)
+
+
+def test_sum_of_three_with_broadcast() -> None:
+    node = helper.make_node("Sum", ["a", "b", "c"], ["y"])
+    check(make_model([node], {"a": (2, 3, 4), "b": (3, 4), "c": (1, 4)}, ["y"]))
+
+
+@pytest.mark.parametrize("attrs", [{}, {"transA": 1}, {"transB": 1}, {"transA": 1, "transB": 1, "alpha": 0.5, "beta": 2.0}])
+@pytest.mark.parametrize("bias", ["none", "row", "full", "scalar"])
+def test_gemm(attrs: dict, bias: str) -> None:
+    m, k, n = 7, 19, 37
+    a_shape = (k, m) if attrs.get("transA") else (m, k)
+    b = rand(*((n, k) if attrs.get("transB") else (k, n)))
+    c = {"none": None, "row": rand(n), "full": rand(m, n), "scalar": rand(1)}[bias]
+    inits = {"b": b} if c is None else {"b": b, "c": c}
+    one("Gemm", {"a": a_shape}, attrs, inits)
+
+
+def test_gemm_with_runtime_b_and_c() -> None:
+    node = helper.make_node("Gemm", ["a", "b", "c"], ["y"], transB=1, beta=0.5)
+    check(make_model([node], {"a": (5, 9), "b": (33, 9), "c": (5, 33)}, ["y"]))
+
+
+@pytest.mark.parametrize(("a", "b"), [((3, 4), (4, 5)), ((2, 3, 4), (4, 70)), ((2, 1, 3, 4), (5, 4, 6)), ((4,), (4, 5)),
+                                      ((3, 4), (4,)), ((2, 3, 8), (2, 8, 3))])
+@pytest.mark.parametrize("const_b", [True, False])
+def test_matmul_batched_broadcast(a: tuple, b: tuple, const_b: bool) -> None:
+    node = helper.make_node("MatMul", ["a", "b"], ["y"])
+    if const_b:
+        check(make_model([node], {"a": a}, ["y"], {"b": rand(*b)}))
+    else:
+        check(make_model([node], {"a": a, "b": b}, ["y"]))
+
+
+CONVS = [
+    ({}, (1, 3, 9, 11), (8, 3, 3, 3)),
+    ({"pads": [1, 2, 1, 0], "strides": [2, 1]}, (2, 5, 10, 9), (7, 5, 3, 2)),
+    ({"dilations": [2, 3], "pads": [2, 2, 2, 2]}, (1, 4, 12, 12), (6, 4, 3, 3)),
+    ({"group": 2}, (1, 6, 8, 8), (10, 3, 3, 3)),
+    ({"group": 8, "pads": [1, 1, 1, 1]}, (1, 8, 9, 9), (8, 1, 3, 3)),  # depthwise
+    ({"group": 4, "strides": [2, 2]}, (1, 4, 9, 9), (8, 1, 3, 3)),  # channel multiplier 2
+    ({"auto_pad": "SAME_UPPER", "strides": [2, 2]}, (1, 3, 7, 8), (5, 3, 4, 4)),
+    ({"auto_pad": "SAME_LOWER"}, (1, 3, 7, 8), (5, 3, 2, 2)),
+    ({"auto_pad": "VALID", "strides": [3, 2]}, (1, 3, 11, 8), (5, 3, 3, 3)),
+    ({"pads": [2, 1], "strides": [2]}, (2, 6, 17), (9, 6, 4)),  # 1-D
+    ({"group": 3}, (1, 3, 17), (3, 1, 5)),  # 1-D depthwise
+    ({}, (1, 64, 6, 6), (100, 64, 1, 1)),  # 1x1, channel remainder
+]
+
+
+@pytest.mark.parametrize(("attrs", "x", "w"), CONVS)
+@pytest.mark.parametrize("bias", [False, True])
+def test_conv(attrs: dict, x: tuple, w: tuple, bias: bool) -> None:
+    inits = {"w": rand(*w)}
+    if bias:
+        inits["b"] = rand(w[0])
+    one("Conv", {"x": x}, attrs, inits)
+
+
+def test_conv_epilogue_bn_relu_residual() -> None:
+    c = 16
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("BatchNormalization", ["c", "s", "bb", "m", "v"], ["n"]),
+        helper.make_node("Add", ["n", "x"], ["r"]),
+        helper.make_node("Relu", ["r"], ["y"]),
+    ]
+    inits = {"w": rand(c, c, 3, 3), "b": rand(c), "s": rand(c, low=0.5, high=1.5), "bb": rand(c), "m": rand(c),
+             "v": rand(c, low=0.5, high=1.5)}
+    check(make_model(nodes, {"x": (2, c, 7, 7)}, ["y"], inits))
+
+
+def test_batchnorm_standalone_and_on_2d() -> None:
+    c = 5
+    inits = {"s": rand(c), "bb": rand(c), "m": rand(c), "v": rand(c, low=0.5, high=1.5)}
+    node = helper.make_node("BatchNormalization", ["x", "s", "bb", "m", "v"], ["y"], epsilon=1e-3)
+    check(make_model([node], {"x": (2, c, 4, 6)}, ["y"], inits))
+    check(make_model([node], {"x": (3, c)}, ["y"], inits))
+
+
+POOLS = [
+    ("MaxPool", {"kernel_shape": [3, 3], "strides": [2, 2]}),
+    ("MaxPool", {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    ("MaxPool", {"kernel_shape": [3, 2], "strides": [2, 2], "ceil_mode": 1}),
+    ("MaxPool", {"kernel_shape": [2, 2], "dilations": [2, 2]}),
+    ("MaxPool", {"kernel_shape": [3, 3], "auto_pad": "SAME_UPPER", "strides": [2, 2]}),
+    ("AveragePool", {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "strides": [2, 2]}),
+    ("AveragePool", {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "count_include_pad": 1}),
+    ("AveragePool", {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1}),
+    ("AveragePool", {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1, "pads": [1, 1, 1, 1], "count_include_pad": 1}),
+    ("AveragePool", {"kernel_shape": [2, 2], "auto_pad": "SAME_LOWER"}),
+    ("MaxPool", {"kernel_shape": [3], "strides": [2], "pads": [1, 1]}),  # 1-D
+    ("AveragePool", {"kernel_shape": [4], "strides": [3], "ceil_mode": 1}),  # 1-D
+]
+
+
+@pytest.mark.parametrize(("op", "attrs"), POOLS)
+def test_pool(op: str, attrs: dict) -> None:
+    shape = (2, 5, 11, 10) if len(attrs["kernel_shape"]) == 2 else (2, 5, 13)
+    one(op, {"x": shape}, attrs, opset=19)
+
+
+@pytest.mark.parametrize("shape", [(2, 7, 5, 6), (1, 3, 9)])
+def test_global_average_pool(shape: tuple) -> None:
+    one("GlobalAveragePool", {"x": shape})
+
+
+@pytest.mark.parametrize(("opset", "axis", "shape"), [(13, -1, (3, 10)), (13, 1, (2, 5, 4)), (11, 1, (2, 3, 4)),
+                                                     (11, 2, (2, 3, 4)), (13, 0, (3, 4))])
+def test_softmax(opset: int, axis: int, shape: tuple) -> None:
+    one("Softmax", {"x": shape}, {"axis": axis}, opset=opset)
+
+
+def test_reduce_mean_attribute_and_input_axes() -> None:
+    one("ReduceMean", {"x": (2, 3, 4, 5)}, {"axes": [2, 3]}, opset=13)
+    one("ReduceMean", {"x": (2, 3, 4, 5)}, {"axes": [1], "keepdims": 0}, opset=13)
+    one("ReduceMean", {"x": (2, 3, 4)}, {}, opset=13)
+    one("ReduceMean", {"x": (2, 3, 4, 5)}, {"keepdims": 0}, {"axes": np.array([-1, 0], np.int64)}, opset=18)
+
+
+def test_data_movement_ops() -> None:
+    one("Transpose", {"x": (2, 3, 4, 5)}, {"perm": [0, 3, 1, 2]})
+    one("Transpose", {"x": (2, 3, 4)}, {})
+    one("Reshape", {"x": (2, 3, 4)}, inits={"s": np.array([0, -1, 2], np.int64)})
+    one("Flatten", {"x": (2, 3, 4, 5)}, {"axis": 2})
+    concat = helper.make_node("Concat", ["a", "b", "c"], ["y"], axis=1)
+    check(make_model([concat], {"a": (2, 3, 4), "b": (2, 1, 4)}, ["y"], {"c": rand(2, 2, 4)}))
+    squeeze = [helper.make_node("Unsqueeze", ["x", "ax"], ["u"]), helper.make_node("Squeeze", ["u", "ax"], ["y"])]
+    check(make_model(squeeze, {"x": (3, 4)}, ["y"], {"ax": np.array([1], np.int64)}))
+
+
+def test_conv_concat_channels_last_and_multi_output() -> None:
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["a"]),
+        helper.make_node("Conv", ["x", "w2"], ["b"], pads=[1, 1, 1, 1]),
+        helper.make_node("Concat", ["a", "b"], ["c"], axis=1),
+        helper.make_node("Relu", ["c"], ["y"]),
+        helper.make_node("MaxPool", ["c"], ["z"], kernel_shape=[2, 2]),
+    ]
+    inits = {"w1": rand(4, 3, 1, 1), "w2": rand(5, 3, 3, 3)}
+    check(make_model(nodes, {"x": (1, 3, 6, 6)}, ["y", "z", "a"], inits))
+
+
+def test_output_that_is_an_input_or_duplicated() -> None:
+    nodes = [helper.make_node("Identity", ["x"], ["y"]), helper.make_node("Relu", ["x"], ["z"]),
+             helper.make_node("Identity", ["z"], ["w"])]
+    check(make_model(nodes, {"x": (3, 4)}, ["y", "z", "w"]))
+
+
+def test_elementwise_chain_is_one_loop() -> None:
+    nodes = [helper.make_node("Add", ["a", "b"], ["s"]), helper.make_node("Mul", ["s", "a"], ["m"]),
+             helper.make_node("Sigmoid", ["m"], ["g"]), helper.make_node("Sub", ["g", "c"], ["y"])]
+    model = make_model(nodes, {"a": (4, 8, 16), "b": (8, 16)}, ["y"], {"c": rand(16)})
+    check(model)
+    program = CBackend().generate(_partition(model))
+    assert program.kernels == 1
+
+
+def _partition(model):  # type: ignore[no-untyped-def]
+    from codegraft.backend import Partition
+
+    return Partition("p", ir.from_proto(model))
+
+
+def test_conv_bias_bn_relu_fused_into_conv() -> None:
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"]),
+             helper.make_node("BatchNormalization", ["c", "s", "bb", "m", "v"], ["n"]),
+             helper.make_node("Relu", ["n"], ["y"])]
+    inits = {"w": rand(8, 3, 3, 3), "b": rand(8), "s": rand(8), "bb": rand(8), "m": rand(8), "v": rand(8, low=0.5)}
+    model = make_model(nodes, {"x": (1, 3, 8, 8)}, ["y"], inits)
+    program = CBackend().generate(_partition(model))
+    # input to NHWC, the conv with everything fused, the result back to NCHW
+    assert program.kernels == 3, program.source
