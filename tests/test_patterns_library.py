@@ -16,9 +16,7 @@ from codegraft.backend import Support
 from codegraft.patterns import find_composites, library
 from codegraft.testing import LIGHT_MODELS, light_model
 
-sys.path.insert(
-    0, str(pathlib.Path(__file__).resolve().parents[1])
-)  # bench/ is not installed
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # bench/ is not installed
 
 from bench import zoo
 
@@ -37,29 +35,17 @@ def only_consumer(value: ir.Value) -> ir.Node | None:
 
 
 def is_const(value: ir.Value | None) -> bool:
-    return (
-        value is not None
-        and value.const_value is not None
-        and not value.is_graph_input()
-    )
+    return value is not None and value.const_value is not None and not value.is_graph_input()
 
 
 def conv_chain(conv: ir.Node) -> tuple[ir.Node, ...]:
     """What conv_bias_act should take from ``conv``, found by walking single consumers."""
     chain = [conv]
     nxt = only_consumer(conv.outputs[0])
-    if (
-        nxt is not None
-        and nxt.op_type == "Add"
-        and any(is_const(v) for v in nxt.inputs)
-    ):
+    if nxt is not None and nxt.op_type == "Add" and any(is_const(v) for v in nxt.inputs):
         chain.append(nxt)
         nxt = only_consumer(nxt.outputs[0])
-    if (
-        nxt is not None
-        and nxt.op_type == "BatchNormalization"
-        and all(is_const(v) for v in nxt.inputs[1:])
-    ):
+    if nxt is not None and nxt.op_type == "BatchNormalization" and all(is_const(v) for v in nxt.inputs[1:]):
         chain.append(nxt)
         nxt = only_consumer(nxt.outputs[0])
     if nxt is not None and nxt.op_type in {
@@ -83,22 +69,10 @@ def test_every_conv_bn_relu_of_resnet50_is_found() -> None:
     # whose input is a Conv read only by it.
     expected_full = 0
     for relu in g:
-        bn = (
-            relu.inputs[0].producer()
-            if relu.op_type == "Relu" and relu.inputs[0] is not None
-            else None
-        )
-        if (
-            bn is not None
-            and bn.op_type == "BatchNormalization"
-            and only_consumer(bn.outputs[0]) is relu
-        ):
+        bn = relu.inputs[0].producer() if relu.op_type == "Relu" and relu.inputs[0] is not None else None
+        if bn is not None and bn.op_type == "BatchNormalization" and only_consumer(bn.outputs[0]) is relu:
             conv = bn.inputs[0].producer() if bn.inputs[0] is not None else None
-            if (
-                conv is not None
-                and conv.op_type == "Conv"
-                and only_consumer(conv.outputs[0]) is bn
-            ):
+            if conv is not None and conv.op_type == "Conv" and only_consumer(conv.outputs[0]) is bn:
                 expected_full += 1
     assert expected_full == 33  # the other 16 Relus follow the residual Sums
     assert shapes[("Conv", "BatchNormalization", "Relu")] == expected_full
@@ -126,9 +100,7 @@ def test_gemm_bias_act_on_light_models() -> None:
 
 
 def test_transformer_encoder_from_the_zoo() -> None:
-    g = ir.from_proto(
-        zoo.transformer_encoder(layers=2, d_model=32, heads=2, seq=8)
-    ).graph
+    g = ir.from_proto(zoo.transformer_encoder(layers=2, d_model=32, heads=2, seq=8)).graph
     names = ("attention", "matmul_add_gelu", "layer_norm", "gemm_bias_act")
     result = find_composites(g, [library.get(n).rule() for n in names])
     assert Counter(m.rule for m in result) == {
@@ -159,9 +131,7 @@ def test_transformer_encoder_from_the_zoo() -> None:
 
 def test_mobilenet_and_mlp_from_the_zoo() -> None:
     g = ir.from_proto(zoo.mobilenet(resolution=32)).graph
-    result = find_composites(
-        g, [library.CONV_BIAS_ACT.rule(), library.GEMM_BIAS_ACT.rule()]
-    )
+    result = find_composites(g, [library.CONV_BIAS_ACT.rule(), library.GEMM_BIAS_ACT.rule()])
     acts = Counter(m.captures["act"].op_type for m in result if "act" in m.captures)  # type: ignore[union-attr]
     assert acts == {"Clip": 19, "HardSwish": 8}
     g = ir.from_proto(zoo.mlp(batch=2, sizes=(4, 8, 8, 2))).graph
@@ -193,7 +163,10 @@ def test_decomposed_layer_norm() -> None:
       g = Mul(gamma, n)
       y = Add(g, beta)
     """
-    inits = "<int64[1] axes = {-1}, float two = {2.0}, float eps = {1e-5}, float[4] gamma = {1,1,1,1}, float[4] beta = {0,0,0,0}>"
+    inits = (
+        "<int64[1] axes = {-1}, float two = {2.0}, float eps = {1e-5},"
+        " float[4] gamma = {1,1,1,1}, float[4] beta = {0,0,0,0}>"
+    )
     g = graph(body, "(float[2,4] x) => (float[2,4] y)", inits)
     (match,) = find_composites(g, [library.LAYER_NORM.rule()])
     assert len(match.nodes) == 9
@@ -205,9 +178,7 @@ def test_decomposed_layer_norm() -> None:
         inits,
     )
     (match,) = find_composites(g, [library.LAYER_NORM.rule()])
-    assert [n.op_type for n in match.nodes][
-        -1
-    ] == "Div" and "scale" not in match.captures
+    assert [n.op_type for n in match.nodes][-1] == "Div" and "scale" not in match.captures
 
 
 def test_erf_gelu_with_division_and_attention_with_mask() -> None:
@@ -248,20 +219,12 @@ def test_a_backend_check_on_a_library_pattern_declines_with_its_reason() -> None
         conv = c["conv"]
         assert isinstance(conv, ir.Node)
         kernel = conv.attributes["kernel_shape"].value
-        return (
-            Support.no(f"kernel {kernel[0]}x{kernel[1]} not supported")
-            if kernel[0] > 3
-            else Support.yes()
-        )
+        return Support.no(f"kernel {kernel[0]}x{kernel[1]} not supported") if kernel[0] > 3 else Support.yes()
 
-    result = find_composites(
-        g, [library.CONV_BIAS_ACT.rule(no_wide_kernels, name="conv_bn_relu")]
-    )
+    result = find_composites(g, [library.CONV_BIAS_ACT.rule(no_wide_kernels, name="conv_bn_relu")])
     first_conv = next(n for n in g if n.op_type == "Conv")
     assert result.match_of(first_conv) is None
-    assert result.reasons(first_conv) == (
-        "pattern conv_bn_relu: kernel 7x7 not supported",
-    )
+    assert result.reasons(first_conv) == ("pattern conv_bn_relu: kernel 7x7 not supported",)
     assert len(result) == 52
 
 

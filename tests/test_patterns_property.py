@@ -42,12 +42,7 @@ Key = tuple[frozenset[str], frozenset[tuple[str, str]]]
 
 @st.composite
 def graphs(draw: st.DrawFn) -> ir.Graph:
-    inputs = [
-        ir.Value(
-            name=f"x{i}", type=ir.TensorType(ir.DataType.FLOAT), shape=ir.Shape([2])
-        )
-        for i in range(2)
-    ]
+    inputs = [ir.Value(name=f"x{i}", type=ir.TensorType(ir.DataType.FLOAT), shape=ir.Shape([2])) for i in range(2)]
     k = ir.Value(name="k", type=ir.TensorType(ir.DataType.FLOAT), shape=ir.Shape([2]))
     k.const_value = ir.tensor(np.ones(2, np.float32), name="k")
     values = [*inputs, k]
@@ -137,10 +132,7 @@ def brute_force(g: ir.Graph, p: Pattern) -> set[Key]:
     nodes = list(g)
     for tree in expand(p.outputs[0]):
         ops, children = flatten(tree)
-        candidates = [
-            [n for n in nodes if n.op_type == t and len(n.inputs) == len(kids)]
-            for t, kids in ops
-        ]
+        candidates = [[n for n in nodes if n.op_type == t and len(n.inputs) == len(kids)] for t, kids in ops]
         for assign in itertools.product(*candidates):
             if len(set(map(id, assign))) < len(assign):
                 continue
@@ -154,9 +146,7 @@ def brute_force(g: ir.Graph, p: Pattern) -> set[Key]:
                         ok = value is assign[kid].outputs[0]
                     else:
                         assert isinstance(kid, (Var, Const))
-                        if isinstance(kid, Const) and (
-                            value.const_value is None or value.is_graph_input()
-                        ):
+                        if isinstance(kid, Const) and (value.const_value is None or value.is_graph_input()):
                             ok = False
                         elif id(kid) in bound:
                             ok = bound[id(kid)][1] is value
@@ -166,9 +156,7 @@ def brute_force(g: ir.Graph, p: Pattern) -> set[Key]:
                 if not ok:
                     break
             if ok:
-                captures = frozenset(
-                    (leaf.name, v.name or "") for leaf, v in bound.values() if leaf.name
-                )
+                captures = frozenset((leaf.name, v.name or "") for leaf, v in bound.values() if leaf.name)
                 found.add((frozenset(n.name or "" for n in assign), captures))
     return found
 
@@ -180,9 +168,7 @@ def escapes(g: ir.Graph, members: frozenset[str], root_output: ir.Value) -> bool
             for v in n.outputs:
                 if v is root_output:
                     continue
-                if v.is_graph_output() or any(
-                    u.node.name not in members for u in v.uses()
-                ):
+                if v.is_graph_output() or any(u.node.name not in members for u in v.uses()):
                     return True
     return False
 
@@ -217,9 +203,7 @@ def test_matcher_agrees_with_brute_force(g: ir.Graph, p: Pattern) -> None:
             if not any(u.node.name in members for u in by_name[name].outputs[0].uses())
         )
         if not escapes(g, members, root.outputs[0]):
-            assert not taken.isdisjoint(members), (
-                f"valid match {sorted(members)} was missed"
-            )
+            assert not taken.isdisjoint(members), f"valid match {sorted(members)} was missed"
 
 
 def test_brute_force_sees_optional_and_commuted_forms() -> None:

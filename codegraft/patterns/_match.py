@@ -47,7 +47,7 @@ if TYPE_CHECKING:
 Captured = ir.Value | ir.Node
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # identity: hashable though captures is a mapping
 class Match:
     """One place where a rule matched: its nodes (graph order), captures and outputs.
 
@@ -95,9 +95,7 @@ class MatchResult:
     matches: tuple[Match, ...]
     declines: tuple[Decline, ...]
     _by_node: Mapping[ir.Node, Match] = field(init=False, repr=False, compare=False)
-    _declined: Mapping[ir.Node, tuple[Decline, ...]] = field(
-        init=False, repr=False, compare=False
-    )
+    _declined: Mapping[ir.Node, tuple[Decline, ...]] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         by_node = {n: m for m in self.matches for n in m.nodes}
@@ -221,9 +219,7 @@ def _best_at(
             continue
         match = _to_match(rule.name, pattern, b, order)
         reason = (
-            _structural_problem(
-                match, order, outer, multi_output=len(pattern.outputs) > 1
-            )
+            _structural_problem(match, order, outer, multi_output=len(pattern.outputs) > 1)
             or _ask(pattern.check, match.captures)
             or _ask(rule.check, match.captures)
         )
@@ -234,9 +230,7 @@ def _best_at(
     return None, declines
 
 
-def _to_match(
-    rule: str, pattern: Pattern, b: _Binding, order: Mapping[ir.Node, int]
-) -> Match:
+def _to_match(rule: str, pattern: Pattern, b: _Binding, order: Mapping[ir.Node, int]) -> Match:
     nodes = tuple(sorted(b.nodes.values(), key=lambda n: order.get(n, -1)))
     outputs = tuple(v for v in (b.values[p] for p in pattern.outputs) if v is not None)
     return Match(rule, nodes, MappingProxyType(dict(b.names)), outputs)
@@ -251,7 +245,7 @@ def _ask(
         return None
     try:
         result = check(dict(captures))
-    except Exception as exc:  # noqa: BLE001 - a vendor's check must not take the compile down
+    except Exception as exc:  # a vendor's check must not take the compile down
         return f"check raised {type(exc).__name__}: {exc}"
     if isinstance(result, bool):
         return None if result else "check failed"
@@ -279,7 +273,8 @@ def _structural_problem(
             for use in value.uses():
                 user = outer.get(use.node, use.node)
                 if user not in inside:
-                    return f"{value.name} (from {node.name}) is also used by {user.name} ({user.op_type}) outside the match"
+                    where = f"{user.name} ({user.op_type})"
+                    return f"{value.name} (from {node.name}) is also used by {where} outside the match"
     # With one output every matched node is an ancestor of the root and nothing but the
     # root's outputs leaves, so no path can come back: only multi-output patterns need this.
     if multi_output:
@@ -289,18 +284,14 @@ def _structural_problem(
     return None
 
 
-def _reentry(
-    inside: set[ir.Node], order: Mapping[ir.Node, int], outer: Mapping[ir.Node, ir.Node]
-) -> ir.Node | None:
+def _reentry(inside: set[ir.Node], order: Mapping[ir.Node, int], outer: Mapping[ir.Node, ir.Node]) -> ir.Node | None:
     """A node outside ``inside`` on a path from it back into it, or None.
 
     Only nodes placed before the match's last node can lead back (graph order is
     topological), which keeps the search local.
     """
     last = max(order[n] for n in inside)
-    stack = [
-        outer.get(u.node, u.node) for n in inside for v in n.outputs for u in v.uses()
-    ]
+    stack = [outer.get(u.node, u.node) for n in inside for v in n.outputs for u in v.uses()]
     seen: set[ir.Node] = set()
     while stack:
         node = stack.pop()
@@ -357,9 +348,7 @@ class _Binding:
         self.nodes = nodes
         self.names = names
 
-    def with_value(
-        self, p: ValuePattern, v: ir.Value | None, name: str | None
-    ) -> _Binding | None:
+    def with_value(self, p: ValuePattern, v: ir.Value | None, name: str | None) -> _Binding | None:
         names = self.names
         if name is not None and v is not None:
             if name in names:
@@ -428,9 +417,7 @@ def _depth(p: ValuePattern) -> int:
     return 0
 
 
-def _match_value(
-    p: ValuePattern, v: ir.Value | None, b: _Binding
-) -> Iterator[_Binding]:
+def _match_value(p: ValuePattern, v: ir.Value | None, b: _Binding) -> Iterator[_Binding]:
     bound = b.values.get(p, _UNBOUND)
     if bound is not _UNBOUND:
         if bound is v:
@@ -452,11 +439,7 @@ def _match_value(
         if v is None:
             return
         node = v.producer()
-        if (
-            node is None
-            or v.index() != p.index
-            or p.constraint.violation(v) is not None
-        ):
+        if node is None or v.index() != p.index or p.constraint.violation(v) is not None:
             return
         for b2 in _match_node(p.op, node, b):
             b3 = b2.with_value(p, v, None)
@@ -498,9 +481,7 @@ def _match_node(p: OpPattern, node: ir.Node, b: _Binding) -> Iterator[_Binding]:
         yield from _match_inputs((p.inputs[1], p.inputs[0]), actual, b1)
 
 
-def _match_inputs(
-    pats: Sequence[ValuePattern], values: Sequence[ir.Value | None], b: _Binding
-) -> Iterator[_Binding]:
+def _match_inputs(pats: Sequence[ValuePattern], values: Sequence[ir.Value | None], b: _Binding) -> Iterator[_Binding]:
     if not pats:
         yield b
         return
@@ -515,11 +496,7 @@ def _domain(domain: str) -> str:
 def _attributes_ok(p: OpPattern, node: ir.Node) -> bool:
     for name, want in p.attributes:
         attr = node.attributes.get(name)
-        got = (
-            attr.value
-            if attr is not None
-            else attribute_default(node.op_type, node.domain, name)
-        )
+        got = attr.value if attr is not None else attribute_default(node.op_type, node.domain, name)
         if callable(want):
             if not want(got):
                 return False
@@ -530,14 +507,10 @@ def _attributes_ok(p: OpPattern, node: ir.Node) -> bool:
 
 def _same(got: object, want: object) -> bool:
     if isinstance(got, (list, tuple)) and isinstance(want, (list, tuple)):
-        return len(got) == len(want) and all(
-            _same(g, w) for g, w in zip(got, want, strict=True)
-        )
+        return len(got) == len(want) and all(_same(g, w) for g, w in zip(got, want, strict=True))
     if isinstance(got, float) or isinstance(want, float):
         return (
-            isinstance(got, (int, float))
-            and isinstance(want, (int, float))
-            and math.isclose(got, want, rel_tol=1e-6)
+            isinstance(got, (int, float)) and isinstance(want, (int, float)) and math.isclose(got, want, rel_tol=1e-6)
         )
     return got == want
 
@@ -557,9 +530,7 @@ def _is_constant(v: ir.Value) -> bool:
     if v.const_value is not None:
         return True
     node = v.producer()
-    return (
-        node is not None and node.op_type == "Constant" and _domain(node.domain) == ""
-    )
+    return node is not None and node.op_type == "Constant" and _domain(node.domain) == ""
 
 
 def constant_array(v: ir.Value) -> np.ndarray | None:

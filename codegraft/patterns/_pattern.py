@@ -40,20 +40,10 @@ Captures = dict[str, ir.Value | ir.Node]
 PatternCheck = Callable[[Captures], "Support | bool"]
 # An attribute constraint: the expected value, or a predicate on the value (None if absent
 # and without a default in the op's schema).
-AttrConstraint = (
-    int
-    | float
-    | str
-    | Sequence[int]
-    | Sequence[float]
-    | Callable[[object], bool]
-    | None
-)
+AttrConstraint = int | float | str | Sequence[int] | Sequence[float] | Callable[[object], bool] | None
 
 # Ops whose two inputs may be swapped without changing the result.
-COMMUTATIVE_OPS = frozenset(
-    {"Add", "Mul", "Max", "Min", "Sum", "Mean", "And", "Or", "Xor", "Equal"}
-)
+COMMUTATIVE_OPS = frozenset({"Add", "Mul", "Max", "Min", "Sum", "Mean", "And", "Or", "Xor", "Equal"})
 
 
 @dataclass(frozen=True)
@@ -84,9 +74,7 @@ class ValueConstraint:
         if self.shape is not None:
             if shape.rank() != len(self.shape):
                 return f"{name} has rank {shape.rank()}, expected {len(self.shape)}"
-            for axis, (want, got) in enumerate(
-                zip(self.shape, shape.dims, strict=True)
-            ):
+            for axis, (want, got) in enumerate(zip(self.shape, shape.dims, strict=True)):
                 if want is None:
                     continue
                 if isinstance(want, int) and got != want:
@@ -173,9 +161,7 @@ class Either(ValuePattern):
     alternatives: tuple[ValuePattern, ...]
 
 
-def _constraint(
-    dtype: object, rank: int | None, shape: Sequence[Dim] | None
-) -> ValueConstraint:
+def _constraint(dtype: object, rank: int | None, shape: Sequence[Dim] | None) -> ValueConstraint:
     if dtype is None:
         dtypes = None
     elif isinstance(dtype, ir.DataType):
@@ -226,9 +212,7 @@ def optional(pattern: ValuePattern, *, otherwise: ValuePattern | None = None) ->
     """
     if otherwise is None:
         if not isinstance(pattern, OpOutput) or not pattern.op.inputs:
-            raise ValueError(
-                "optional(): give otherwise= unless the pattern is an op output"
-            )
+            raise ValueError("optional(): give otherwise= unless the pattern is an op output")
         otherwise = pattern.op.inputs[0]
     return Either((pattern, otherwise))
 
@@ -291,9 +275,7 @@ class _OpFactory:
         Add, Mul and other commutative ops; other keywords constrain attributes.
         """
         pats = tuple(_as_value_pattern(i) for i in inputs)
-        commutative = (
-            _commute if _commute is not None else bool(self._op_types & COMMUTATIVE_OPS)
-        )
+        commutative = _commute if _commute is not None else bool(self._op_types & COMMUTATIVE_OPS)
         node = OpPattern(
             op_types=self._op_types,
             inputs=pats,
@@ -321,9 +303,7 @@ def _as_value_pattern(value: ValuePattern | float | None) -> ValuePattern:
         return _ABSENT_ONLY
     if isinstance(value, (int, float)):
         return const(value=float(value))
-    raise TypeError(
-        f"a pattern input must be a value pattern, a number or None, not {type(value).__name__}"
-    )
+    raise TypeError(f"a pattern input must be a value pattern, a number or None, not {type(value).__name__}")
 
 
 _ABSENT_ONLY = Const(optional=True, value=float("nan"))  # NaN never compares close
@@ -382,22 +362,16 @@ class Pattern:
         object.__setattr__(self, "check", check)
         for i, out in enumerate(outs):
             if root_op_types(out) is None:
-                raise ValueError(
-                    f"pattern {name!r}: output {i} may be a bare wildcard; it must come from an op"
-                )
+                raise ValueError(f"pattern {name!r}: output {i} may be a bare wildcard; it must come from an op")
         first = set(map(id, walk(outs[0])))
         for i, out in enumerate(outs[1:], start=1):
             if not first & set(map(id, walk(out))):
-                raise ValueError(
-                    f"pattern {name!r}: output {i} shares nothing with output 0"
-                )
+                raise ValueError(f"pattern {name!r}: output {i} shares nothing with output 0")
         anchors = root_op_types(outs[0])
         assert anchors is not None
         object.__setattr__(self, "anchors", anchors)
 
-    def rule(
-        self, check: CompositeCheck | None = None, *, name: str | None = None
-    ) -> CompositeRule:
+    def rule(self, check: CompositeCheck | None = None, *, name: str | None = None) -> CompositeRule:
         """This pattern as a backend's composite rule.  Example: ``CONV_BIAS_ACT.rule(my_check)``."""
         from codegraft.backend import CompositeRule
 
@@ -419,9 +393,7 @@ def pattern(
     *,
     name: str | None = None,
     check: PatternCheck | None = None,
-) -> (
-    Pattern | Callable[[Callable[..., ValuePattern | Sequence[ValuePattern]]], Pattern]
-):
+) -> Pattern | Callable[[Callable[..., ValuePattern | Sequence[ValuePattern]]], Pattern]:
     """Build a :class:`Pattern` from a function: the first parameter is :data:`op`, the
     others become wildcards named after them.
 

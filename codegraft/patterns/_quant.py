@@ -15,9 +15,7 @@ _QUANT_DOMAINS = frozenset({"", "ai.onnx", "com.microsoft"})
 
 
 def _is(node: ir.Node | None, op_type: str) -> bool:
-    return (
-        node is not None and node.op_type == op_type and node.domain in _QUANT_DOMAINS
-    )
+    return node is not None and node.op_type == op_type and node.domain in _QUANT_DOMAINS
 
 
 def quantized_units(graph: ir.Graph) -> list[tuple[ir.Node, ...]]:
@@ -44,11 +42,7 @@ def quantized_units(graph: ir.Graph) -> list[tuple[ir.Node, ...]]:
     for node in graph:
         if _is(node, "QuantizeLinear") or _is(node, "DequantizeLinear"):
             continue
-        dqs = [
-            v.producer()
-            for v in node.inputs
-            if v is not None and _is(v.producer(), "DequantizeLinear")
-        ]
+        dqs = [v.producer() for v in node.inputs if v is not None and _is(v.producer(), "DequantizeLinear")]
         if not dqs:
             continue
         uses = [u.node for v in node.outputs for u in v.uses()]

@@ -56,13 +56,9 @@ def _conv_bias_act() -> Pattern:
 def _gemm_bias_act() -> Pattern:
     a, b = var("a"), var("b")
     gemm = op.Gemm(a, b, var("c", optional=True), _name="gemm")
-    matmul_add = op.Add(
-        op.MatMul(a, b, _name="matmul"), const("bias"), _name="bias_add"
-    )
+    matmul_add = op.Add(op.MatMul(a, b, _name="matmul"), const("bias"), _name="bias_add")
     y = either(gemm, matmul_add)
-    act = _activation(
-        y, "Relu", "Clip", "LeakyRelu", "Sigmoid", "Tanh", "HardSwish", "Gelu"
-    )
+    act = _activation(y, "Relu", "Clip", "LeakyRelu", "Sigmoid", "Tanh", "HardSwish", "Gelu")
     return Pattern("gemm_bias_act", optional(act, otherwise=y))
 
 
@@ -79,9 +75,7 @@ def _erf_gelu(y: ValuePattern) -> ValuePattern:
 
 
 def _matmul_add_gelu() -> Pattern:
-    y = op.Add(
-        op.MatMul(var("a"), var("w"), _name="matmul"), const("bias"), _name="bias_add"
-    )
+    y = op.Add(op.MatMul(var("a"), var("w"), _name="matmul"), const("bias"), _name="bias_add")
     gelu = either(
         op.Gelu(y, _name="gelu"),
         op.Gelu(y, _domain="com.microsoft", _name="gelu"),
@@ -92,9 +86,7 @@ def _matmul_add_gelu() -> Pattern:
 
 def _layer_norm() -> Pattern:
     x = var("x")
-    fused = op.LayerNormalization(
-        x, var("scale"), var("bias", optional=True), _name="layer_norm"
-    )
+    fused = op.LayerNormalization(x, var("scale"), var("bias", optional=True), _name="layer_norm")
     # ReduceMean takes its axes as an attribute before opset 18 and as an input after.
     d = op.Sub(x, op.ReduceMean(x, const(optional=True), _name="mean"))
     variance = op.ReduceMean(op.Pow(d, const(value=2.0)), const(optional=True))
