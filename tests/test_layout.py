@@ -189,6 +189,50 @@ def test_model_transposes_compose_away() -> None:
     assert _ops(model)["Transpose"] == 0
 
 
+def test_reshapes_that_split_or_merge_stored_groups_stay_nhwc() -> None:
+    """[N,C,H,W] -> [N,C,H*W] -> softmax over space -> back: H and W are stored together."""
+    proto = _model(
+        [
+            helper.make_node("Conv", ["x", "w"], ["c"]),
+            helper.make_node("Reshape", ["c", "flat"], ["f"]),
+            helper.make_node("Softmax", ["f"], ["s"], axis=2),
+            helper.make_node("Reshape", ["s", "back"], ["b"]),
+            helper.make_node("Conv", ["b", "w2"], ["y"]),
+        ],
+        [("x", [2, 3, 5, 6])],
+        ["y"],
+        [_init("w", 4, 3, 1, 1), _init("w2", 2, 4, 1, 1),
+         numpy_helper.from_array(np.array([2, 4, -1], np.int64), "flat"),
+         numpy_helper.from_array(np.array([0, 4, 5, 6], np.int64), "back")],
+    )  # fmt: skip
+    result, model = _check(proto)
+    assert (result.transposes_inserted, result.reshapes_inserted) == (2, 0)  # input, output
+    softmax = next(n for n in model.graph if n.op_type == "Softmax")
+    assert softmax.attributes.get_int("axis") == 1  # stored [N, H*W, C]
+
+
+def test_channel_shuffle_costs_one_transpose() -> None:
+    proto = _model(
+        [
+            helper.make_node("Conv", ["x", "w"], ["c"]),
+            helper.make_node("Reshape", ["c", "split"], ["r"]),
+            helper.make_node("Transpose", ["r"], ["t"], perm=[0, 2, 1, 3, 4]),
+            helper.make_node("Reshape", ["t", "merge"], ["m"]),
+            helper.make_node("Conv", ["m", "w2"], ["y"]),
+        ],
+        [("x", [1, 3, 4, 4])],
+        ["y"],
+        [_init("w", 6, 3, 1, 1), _init("w2", 2, 6, 1, 1),
+         numpy_helper.from_array(np.array([1, 2, 3, 4, 4], np.int64), "split"),
+         numpy_helper.from_array(np.array([1, 6, 4, 4], np.int64), "merge")],
+    )  # fmt: skip
+    result, model = _check(proto)
+    # the input, the shuffle, the output
+    assert (result.transposes_inserted, result.reshapes_inserted) == (3, 0)
+    shuffle = [n for n in model.graph if n.op_type == "Transpose"][1]
+    assert list(shuffle.attributes.get_ints("perm") or []) == [0, 1, 2, 4, 3]
+
+
 def test_ops_without_nhwc_form_get_transposes_around_them() -> None:
     proto = _model(
         [
@@ -272,7 +316,7 @@ LIGHT_GOLDEN = {
     "inception_v1": (5, 0),  # two LRNs, each needs NCHW and back
     "inception_v2": (1, 0),
     "bvlc_alexnet": (6, 0),  # two LRNs, and the last MaxPool -> Reshape needs NCHW order
-    "shufflenet": (49, 0),  # 16 channel shuffles (Reshape-Transpose-Reshape), 3 each
+    "shufflenet": (17, 0),  # the input, and each of the 16 channel shuffles: the shuffle itself
 }
 
 

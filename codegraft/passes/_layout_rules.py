@@ -48,13 +48,23 @@ def permute_shape(shape: ir.Shape | None, perm: Perm) -> ir.Shape | None:
     return ir.Shape([dims[axis] for axis in perm])
 
 
+def unpermute_shape(stored: ir.Shape | None, perm: Perm) -> ir.Shape | None:
+    """The logical shape of a tensor stored in ``perm`` with ``stored`` shape."""
+    if stored is None:
+        return None
+    dims: list[int | ir.SymbolicDim] = list(stored.dims)
+    logical = [dims[perm.index(axis)] for axis in range(len(perm))]
+    return ir.Shape(logical)
+
+
 @dataclass(frozen=True)
 class ArrivingInput:
     """What a rule knows about one input of the node it plans."""
 
-    value: ir.Value | None
-    perm: Perm | None  # None: rank unknown
+    value: ir.Value | None  # the model's value (its ``shape`` may already be the stored one)
+    perm: Perm | None  # the perm it is stored in; None: rank unknown
     is_constant: bool
+    shape: ir.Shape | None = None  # the logical shape, as in the original model
 
     @property
     def rank(self) -> int | None:
@@ -64,8 +74,7 @@ class ArrivingInput:
     @property
     def is_single_element(self) -> bool:
         """Known to hold exactly one element, so any layout reads the same."""
-        shape = None if self.value is None else self.value.shape
-        return shape is not None and all(isinstance(d, int) and d == 1 for d in shape.dims)
+        return self.shape is not None and all(isinstance(d, int) and d == 1 for d in self.shape.dims)
 
 
 @dataclass(frozen=True)
@@ -294,7 +303,7 @@ def _reads_memory_order(node: ir.Node, inputs: Sequence[ArrivingInput], opset: i
     data = inputs[0]
     if data.perm is None or is_identity(data.perm) or data.value is None:
         return None
-    shape = data.value.shape
+    shape = data.shape
     if not same_memory_order(shape, data.perm) or shape is None:
         return None
     stored = permute_shape(shape, data.perm)
@@ -323,6 +332,62 @@ def _same_product(a: Sequence[int | ir.SymbolicDim], b: Sequence[int | ir.Symbol
     return Counter(map(str, a)) == Counter(map(str, b))
 
 
+def _reshape_groups(source: Sequence[int], target: Sequence[int]) -> list[tuple[list[int], list[int]]] | None:
+    """Split a reshape into groups: consecutive source axes whose product makes consecutive target axes."""
+    if 0 in source or 0 in target:
+        return None
+    groups: list[tuple[list[int], list[int]]] = []
+    i = j = 0
+    while i < len(source) or j < len(target):
+        taken_in: list[int] = []
+        taken_out: list[int] = []
+        size_in = size_out = 1
+        if i < len(source):
+            taken_in.append(i)
+            size_in, i = source[i], i + 1
+        if j < len(target):
+            taken_out.append(j)
+            size_out, j = target[j], j + 1
+        while size_in != size_out:
+            if size_in < size_out and i < len(source):
+                taken_in.append(i)
+                size_in, i = size_in * source[i], i + 1
+            elif size_out < size_in and j < len(target):
+                taken_out.append(j)
+                size_out, j = size_out * target[j], j + 1
+            else:
+                return None
+        groups.append((taken_in, taken_out))
+    return groups
+
+
+def _reshape(node: ir.Node, inputs: Sequence[ArrivingInput], opset: int) -> NodePlan | None:
+    """Reshape in storage order when each merged or split group of axes is stored together.
+
+    The groups keep the order they are stored in; only a group stored out of order needs a
+    transpose first.  A channel shuffle (``[N,C,H,W] -> [N,g,C/g,H,W] -> Transpose ->
+    [N,C,H,W]``) so costs one transpose, the shuffle itself, instead of three.
+    """
+    data, out = inputs[0], node.outputs[0]
+    if data.perm is None or is_identity(data.perm) or data.value is None or out.shape is None:
+        return _reads_memory_order(node, inputs, opset)
+    source, target = data.shape, out.shape
+    if source is None or not source.is_static() or not target.is_static():
+        return _reads_memory_order(node, inputs, opset)
+    groups = _reshape_groups([int(d) for d in source.dims], [int(d) for d in target.dims])
+    if groups is None:
+        return None
+    position = {axis: i for i, axis in enumerate(data.perm)}
+    keys: list[float] = []
+    for taken_in, _ in groups:  # a group with no source axes (a new unit axis) follows its left neighbour
+        keys.append(min(position[a] for a in taken_in) if taken_in else (keys[-1] if keys else -1))
+    order = sorted(range(len(groups)), key=lambda g: keys[g])
+    wanted = tuple(a for g in order for a in groups[g][0])
+    out_perm = tuple(a for g in order for a in groups[g][1])
+    stored = np.asarray([int(target.dims[a]) for a in out_perm], dtype=np.int64)
+    return NodePlan((wanted, None), (out_perm,), new_constants={1: stored}, reason="reshaped in storage order")
+
+
 def rule_for(node: ir.Node) -> Rule | None:
     """The rule that plans ``node``, or ``None`` for ops that stay in the model's layout."""
     if node.domain != "":
@@ -340,7 +405,9 @@ def rule_for(node: ir.Node) -> Rule | None:
         return _reduce
     if op in ("ArgMax", "ArgMin"):
         return _arg_reduce
-    if op in ("Reshape", "Flatten"):
+    if op == "Reshape":
+        return _reshape
+    if op == "Flatten":
         return _reads_memory_order
     return None
 

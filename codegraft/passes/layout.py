@@ -34,6 +34,7 @@ from codegraft.passes._layout_rules import (
     permute_shape,
     rule_for,
     same_memory_order,
+    unpermute_shape,
 )
 
 __all__ = ["NHWC_DOMAIN", "LayoutResult", "to_nhwc"]
@@ -143,6 +144,15 @@ class _Rewriter:
             return self.stored[value][1]
         return None if value.shape is None else identity(len(value.shape))
 
+    def arriving(self, value: ir.Value | None) -> ArrivingInput:
+        """What a rule needs to know of an input: its stored perm and logical shape."""
+        if value is None:
+            return ArrivingInput(None, None, False)
+        perm = self.perm_of(value)
+        holder = self.holder_of(value)
+        shape = value.shape if value not in self.stored or perm is None else unpermute_shape(holder.shape, perm)
+        return ArrivingInput(value, perm, _constant(value) is not None, shape)
+
     def holder_of(self, value: ir.Value) -> ir.Value:
         return self.stored.get(value, (value, ()))[0]
 
@@ -153,14 +163,7 @@ class _Rewriter:
             return
         for sub in subgraphs(node):
             self._restore_captured(node, sub)
-        arriving = [
-            ArrivingInput(
-                v,
-                None if v is None else self.perm_of(v),
-                v is not None and _constant(v) is not None,
-            )
-            for v in node.inputs
-        ]
+        arriving = [self.arriving(v) for v in node.inputs]
         rule = rule_for(node)
         plan = rule(node, arriving, self.opset) if rule is not None else None
         self._apply(node, plan or all_identity(node, arriving))
