@@ -2,17 +2,17 @@
 
 NOTE: a fair comparison runs every configuration in the same process, with the same thread
 count (onnxruntime's intra-op threads, OpenVINO's ``INFERENCE_NUM_THREADS``, codegraft's host
-and backends), on the same inputs, after a warm-up.  Runs are interleaved round-robin, one
-block of runs of each configuration in turn, so a slow phase of the machine (another process, thermal
-throttling) hurts every configuration alike instead of whichever ran then.  Within a round a
-configuration runs several times back to back, after one untimed run: onnxruntime's worker
-threads keep spinning for a while after a run, and timing OpenVINO right after onnxruntime
-(or the reverse) would measure that contention, not either tool.  Figures are
-medians; each is also given as a ratio to the best peer, the number a user compares against.
+and backends), on the same inputs, after a warm-up.  Configurations run one after another,
+each built, warmed up, timed and *released* before the next is built: an idle runtime still
+holds thread pools (onnxruntime's spin after each call; OpenMP teams of a loaded library),
+and with several loaded at once on a small machine they slow each other down by up to 60x,
+which would measure the neighbours instead of the configuration.  Figures are medians; each
+is also given as a ratio to the best peer, the number a user compares against.
 """
 
 from __future__ import annotations
 
+import gc
 import os
 import statistics
 import time
@@ -28,8 +28,6 @@ from codegraft.backend import Backend
 Progress = Callable[[str, int, int], None]
 RunFn = Callable[[Mapping[str, np.ndarray]], Mapping[str, np.ndarray]]
 
-# Runs are split into this many rounds; see the module note.
-_ROUNDS = 3
 PEER_ORT = "onnxruntime"
 PEER_OPENVINO = "openvino"
 
@@ -122,33 +120,29 @@ def compare(
         if progress is not None:
             progress(label, done, total)
 
-    runners: dict[str, RunFn] = {}
     errors: dict[str, str] = {}
     accuracy: dict[str, float] = {}
+    samples: dict[str, list[float]] = {c.name: [] for c in configs}
     for config in configs:
         try:
-            runners[config.name] = config.build()
-            accuracy[config.name] = _max_rel_error(runners[config.name](feeds), reference)
+            runner = config.build()
+            accuracy[config.name] = _max_rel_error(runner(feeds), reference)
         except Exception as error:  # noqa: BLE001 - a configuration that cannot run is a result, not a crash
             errors[config.name] = f"{type(error).__name__}: {str(error).splitlines()[0][:200]}"
+            done += warmup + runs
+            tick(f"compile {config.name}")
+            continue
         tick(f"compile {config.name}")
-    for _ in range(warmup):
-        for config in configs:
-            if config.name in runners:
-                runners[config.name](feeds)
+        for _ in range(warmup):
+            runner(feeds)
             tick(f"warm-up {config.name}")
-    samples: dict[str, list[float]] = {c.name: [] for c in configs}
-    for block in _blocks(runs):
-        for config in configs:
-            runner = runners.get(config.name)
-            if runner is not None:
-                runner(feeds)  # re-warm after the previous configuration's threads
-            for _ in range(block):
-                if runner is not None:
-                    start = time.perf_counter()
-                    runner(feeds)
-                    samples[config.name].append((time.perf_counter() - start) * 1e3)
-                tick(f"run {config.name}")
+        for _ in range(runs):
+            start = time.perf_counter()
+            runner(feeds)
+            samples[config.name].append((time.perf_counter() - start) * 1e3)
+            tick(f"run {config.name}")
+        del runner  # its thread pools must not compete with the next configuration's
+        gc.collect()
 
     medians = {n: statistics.median(s) for n, s in samples.items() if s}
     peer_medians = [medians[c.name] for c in configs if c.peer and c.name in medians]
@@ -171,12 +165,6 @@ def compare(
             )
         )
     return BenchTable(name or _model_name(model), threads, runs, tuple(rows))
-
-
-def _blocks(runs: int) -> list[int]:
-    """Split ``runs`` into rounds of consecutive runs; see the module note."""
-    rounds = min(_ROUNDS, max(runs, 1))
-    return [runs // rounds + (1 if i < runs % rounds else 0) for i in range(rounds)]
 
 
 def _configs(proto: onnx.ModelProto, targets: Sequence[str], threads: int, measured: bool) -> list[_Config]:

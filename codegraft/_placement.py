@@ -26,6 +26,7 @@ declared shapes) to produce them.
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import itertools
 import json
@@ -131,8 +132,9 @@ class _Piece:
 class _Timer:
     """Compiles pieces on backends and times them on real intermediate values.
 
-    Loaded runnables are kept for the timer's life, so a piece is compiled at most once
-    per backend however many measurements use it.
+    Compiled blobs are kept for the timer's life, so a piece is compiled at most once per
+    backend; loaded runnables are released after each measurement, because an idle loaded
+    runtime still holds thread pools that slow down whatever is measured next.
     """
 
     def __init__(
@@ -148,33 +150,44 @@ class _Timer:
         self.cache = cache
         self.failures: dict[tuple[str, str], str] = {}
         self._overheads: dict[str, float] = {}
-        self._loaded: dict[tuple[str, str], Runnable] = {}
+        self._blobs: dict[tuple[str, str], bytes] = {}
 
     def _key(self, backend_name: str, *parts: object) -> str:
         backend = self.backends[backend_name]
         return _hash(*parts, backend_name, backend_version(backend), _threads(backend), self.precision)
 
-    def _call(self, piece: _Piece, backend_name: str) -> Callable[[], object] | None:
-        """A call running ``piece`` on the backend, or ``None`` (reason in ``failures``)."""
-        inputs = [self.values[name] for name in piece.inputs]
-        runnable = self._loaded.get((piece.key, backend_name))
-        if runnable is None:
-            if (piece.key, backend_name) in self.failures:
-                return None
-            backend = self.backends[backend_name]
-            proto = piece.proto
-            if not backend.capabilities.dynamic_shapes:
-                proto = specialise(proto, [a.shape for a in inputs])
-            request = LoweringRequest(f"measure_{backend_name}", piece.composites, self.precision)
-            try:
-                runnable = load_runnable(backend, compile_blob(backend, proto, request), request.name)
-                runnable.run(inputs)
-            except BackendError as error:
-                self.failures[(piece.key, backend_name)] = str(error)
-                return None
-            self._loaded[(piece.key, backend_name)] = runnable
-        bound = runnable
-        return lambda: bound.run(inputs)
+    def _load(self, piece: _Piece, backend_name: str) -> Runnable | None:
+        """``piece`` loaded on the backend, or ``None`` (the reason in ``failures``)."""
+        if (piece.key, backend_name) in self.failures:
+            return None
+        backend = self.backends[backend_name]
+        request = LoweringRequest(f"measure_{backend_name}", piece.composites, self.precision)
+        try:
+            blob = self._blobs.get((piece.key, backend_name))
+            if blob is None:
+                proto = piece.proto
+                if not backend.capabilities.dynamic_shapes:
+                    proto = specialise(proto, [self.values[name].shape for name in piece.inputs])
+                blob = self._blobs[(piece.key, backend_name)] = compile_blob(backend, proto, request)
+            return load_runnable(backend, blob, request.name)
+        except BackendError as error:
+            self.failures[(piece.key, backend_name)] = str(error)
+            return None
+
+    def _measure(self, pieces: Sequence[_Piece], assignment: Sequence[str]) -> list[float] | None:
+        runnables = [self._load(p, b) for p, b in zip(pieces, assignment, strict=True)]
+        if any(r is None for r in runnables):
+            return None
+        calls = [_bind(r, [self.values[n] for n in p.inputs]) for r, p in zip(runnables, pieces, strict=True) if r]
+        try:
+            return _call_times_us(calls)
+        except Exception as error:  # noqa: BLE001 - a backend failing at run time is a failed candidate
+            for piece, backend in zip(pieces, assignment, strict=True):
+                self.failures[(piece.key, backend)] = f"{type(error).__name__}: {error}"
+            return None
+        finally:
+            del calls, runnables
+            gc.collect()
 
     def time_us(self, piece: _Piece, backend_name: str) -> float | None:
         """Microseconds of one call of ``piece`` alone, or ``None`` if it cannot run there."""
@@ -182,12 +195,11 @@ class _Timer:
         cached = self.cache.get(key)
         if cached is not None:
             return cached
-        call = self._call(piece, backend_name)
-        if call is None:
+        times = self._measure([piece], [backend_name])
+        if times is None:
             return None
-        microseconds = _call_times_us([call])[0]
-        self.cache.put(key, microseconds, f"{backend_name} {piece.proto.graph.name}")
-        return microseconds
+        self.cache.put(key, times[0], f"{backend_name} {piece.proto.graph.name}")
+        return times[0]
 
     def chain_us(self, pieces: Sequence[_Piece], assignment: Sequence[str]) -> list[float] | None:
         """Microseconds of each piece when all run one after another, ``pieces[i]`` on
@@ -198,10 +210,9 @@ class _Timer:
         cached = [self.cache.get(k) for k in keys]
         if all(c is not None for c in cached):
             return [float(c) for c in cached if c is not None]
-        calls = [self._call(p, b) for p, b in zip(pieces, assignment, strict=True)]
-        if any(c is None for c in calls):
+        times = self._measure(pieces, assignment)
+        if times is None:
             return None
-        times = _call_times_us([c for c in calls if c is not None])
         for key, microseconds, piece in zip(keys, times, pieces, strict=True):
             self.cache.put(key, microseconds, f"in chain: {piece.proto.graph.name}")
         return times
@@ -532,6 +543,10 @@ def _random_values(model: ir.Model, names: set[str]) -> dict[str, np.ndarray]:
 
 
 # --- small helpers ----------------------------------------------------------------------------
+def _bind(runnable: Runnable, inputs: list[np.ndarray]) -> Callable[[], object]:
+    return lambda: runnable.run(inputs)
+
+
 def _call_times_us(calls: Sequence[Callable[[], object]]) -> list[float]:
     """Run ``calls`` in order, repeatedly; each call's lower-quartile time in microseconds.
 
