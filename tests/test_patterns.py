@@ -393,3 +393,11 @@ def test_public_api_is_curated() -> None:
         "quantized_units", "var",
     }  # fmt: skip
     assert all(hasattr(patterns, name) for name in patterns.__all__)
+
+
+def test_describe_prints_the_pattern_on_one_line() -> None:
+    assert conv_bias_relu().describe() == "@act=Clip|Relu?(@add=Add?(@conv=Conv(x, w), const bias))"
+    x = var("x")
+    d = op.Sub(x, op.ReduceMean(x), _name="d")
+    assert Pattern("p", op.Div(d, op.Mul(d, 2.0))).describe() == "Div(@d=Sub(x, ReduceMean(x)), Mul(@d, const=2))"
+    assert "Pattern('p': Relu(_))" == repr(Pattern("p", op.Relu(var())))

@@ -377,6 +377,17 @@ class Pattern:
 
         return CompositeRule(name or self.name, self, check)
 
+    def describe(self) -> str:
+        """The pattern as one line of text, e.g. ``Relu?(Add(Conv(x, w), const bias))``.
+
+        ``Op?`` is an optional op, ``(a | b)`` alternatives, ``Relu|Clip`` op alternatives.
+        """
+        seen: set[int] = set()
+        return ", ".join(_describe(out, seen) for out in self.outputs)
+
+    def __repr__(self) -> str:
+        return f"Pattern({self.name!r}: {self.describe()})"
+
     def capture_names(self) -> frozenset[str]:
         """Every capture name the pattern may bind (some only in some alternatives)."""
         names: set[str] = set()
@@ -410,6 +421,32 @@ def pattern(
         return Pattern(name or f.__name__, out, check)
 
     return build if fn is None else build(fn)
+
+
+def _describe(p: ValuePattern, seen: set[int]) -> str:
+    """Text of ``p``; a named op met a second time (a shared sub-pattern) prints as ``@name``."""
+    if isinstance(p, Var):
+        return (p.name or "_") + ("?" if p.optional else "")
+    if isinstance(p, Const):
+        text = "const" + (f" {p.name}" if p.name else "") + (f"={p.value:g}" if p.value is not None else "")
+        return text + ("?" if p.optional else "")
+    if isinstance(p, OpOutput):
+        if p.op.name and id(p.op) in seen:
+            return f"@{p.op.name}"
+        seen.add(id(p.op))
+        ops = "|".join(sorted(p.op.op_types))
+        domain = f"{p.op.domain}." if p.op.domain else ""
+        index = f"[{p.index}]" if p.op.num_outputs > 1 else ""
+        label = f"@{p.op.name}=" if p.op.name else ""
+        return f"{label}{domain}{ops}({', '.join(_describe(i, seen) for i in p.op.inputs)}){index}"
+    if isinstance(p, Either):
+        alts = p.alternatives
+        # optional(op) is Either(op output, its first input): print it as "Op?(...)".
+        if len(alts) == 2 and isinstance(alts[0], OpOutput) and alts[0].op.inputs[:1] == (alts[1],):
+            head, _, rest = _describe(alts[0], seen).partition("(")
+            return f"{head}?({rest}"
+        return "(" + " | ".join(_describe(a, seen) for a in alts) + ")"
+    return type(p).__name__
 
 
 def walk(*roots: ValuePattern) -> Iterator[ValuePattern]:

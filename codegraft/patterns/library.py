@@ -11,8 +11,8 @@ Captures (present only when that part matched):
   bn_bias, bn_mean, bn_var, act
 - ``gemm_bias_act``: a, b, c, gemm | matmul, bias, bias_add, act
 - ``matmul_add_gelu``: a, w, bias, matmul, bias_add, gelu (the fused op, or the final Mul
-  of the Erf form)
-- ``layer_norm``: x, scale, bias, epsilon, layer_norm | mean, norm
+  of the Erf form), erf_plus_one
+- ``layer_norm``: x, scale, bias, epsilon, layer_norm | mean, centered, norm
 - ``attention``: q, k, v, scale, mask, qk, softmax, av
 
 List more specific patterns first: ``matmul_add_gelu`` before ``gemm_bias_act``,
@@ -65,7 +65,7 @@ def _gemm_bias_act() -> Pattern:
 def _erf_gelu(y: ValuePattern) -> ValuePattern:
     """0.5 * y * (1 + erf(y / sqrt(2))), in the operand orders exporters produce."""
     scaled = either(op.Div(y, const(value=_SQRT2)), op.Mul(y, const(value=1 / _SQRT2)))
-    one_plus = op.Add(op.Erf(scaled), const(value=1.0))
+    one_plus = op.Add(op.Erf(scaled), const(value=1.0), _name="erf_plus_one")
     half = const(value=0.5)
     return either(
         op.Mul(op.Mul(y, one_plus), half, _name="gelu"),
@@ -88,7 +88,7 @@ def _layer_norm() -> Pattern:
     x = var("x")
     fused = op.LayerNormalization(x, var("scale"), var("bias", optional=True), _name="layer_norm")
     # ReduceMean takes its axes as an attribute before opset 18 and as an input after.
-    d = op.Sub(x, op.ReduceMean(x, const(optional=True), _name="mean"))
+    d = op.Sub(x, op.ReduceMean(x, const(optional=True), _name="mean"), _name="centered")
     variance = op.ReduceMean(op.Pow(d, const(value=2.0)), const(optional=True))
     norm = op.Div(d, op.Sqrt(op.Add(variance, const("epsilon"))), _name="norm")
     scaled = op.Mul(norm, const("scale"), _optional=True)
