@@ -374,7 +374,8 @@ def _reshape(node: ir.Node, inputs: Sequence[ArrivingInput], opset: int) -> Node
     source, target = data.shape, out.shape
     if source is None or not source.is_static() or not target.is_static():
         return _reads_memory_order(node, inputs, opset)
-    groups = _reshape_groups([int(d) for d in source.dims], [int(d) for d in target.dims])
+    source_dims, target_dims = [int(d) for d in source.numpy()], [int(d) for d in target.numpy()]
+    groups = _reshape_groups(source_dims, target_dims)
     if groups is None:
         return None
     position = {axis: i for i, axis in enumerate(data.perm)}
@@ -384,7 +385,7 @@ def _reshape(node: ir.Node, inputs: Sequence[ArrivingInput], opset: int) -> Node
     order = sorted(range(len(groups)), key=lambda g: keys[g])
     wanted = tuple(a for g in order for a in groups[g][0])
     out_perm = tuple(a for g in order for a in groups[g][1])
-    stored = np.asarray([int(target.dims[a]) for a in out_perm], dtype=np.int64)
+    stored = np.asarray([target_dims[a] for a in out_perm], dtype=np.int64)
     return NodePlan((wanted, None), (out_perm,), new_constants={1: stored}, reason="reshaped in storage order")
 
 
