@@ -233,6 +233,49 @@ def test_channel_shuffle_costs_one_transpose() -> None:
     assert list(shuffle.attributes.get_ints("perm") or []) == [0, 1, 2, 4, 3]
 
 
+def _ints(name: str, values: list[int]) -> onnx.TensorProto:
+    return numpy_helper.from_array(np.array(values, np.int64), name)
+
+
+def test_pad_slice_split_follow_their_axes() -> None:
+    proto = _model(
+        [
+            helper.make_node("Conv", ["x", "w"], ["c"]),
+            helper.make_node("Pad", ["c", "pads"], ["p"], mode="reflect"),
+            helper.make_node("Slice", ["p", "starts", "ends", "axes"], ["s"]),
+            helper.make_node("Split", ["s", "sizes"], ["a", "b"], axis=1),
+            helper.make_node("Mul", ["a", "b"], ["m"]),
+            helper.make_node("Conv", ["m", "w2"], ["y"]),
+        ],
+        [("x", [2, 3, 5, 6])],
+        ["y"],
+        [_init("w", 6, 3, 1, 1), _init("w2", 2, 2, 1, 1),
+         _ints("pads", [0, 0, 1, 2, 0, 0, 2, 1]), _ints("starts", [1, 0]), _ints("ends", [5, -1]),
+         _ints("axes", [1, 3]), _ints("sizes", [2, 2])],
+    )  # fmt: skip
+    result, model = _check(proto)
+    assert result.transposes_inserted == 2  # input and output only
+    split = next(n for n in model.graph if n.op_type == "Split")
+    assert split.attributes.get_int("axis") == 3
+
+
+def test_pad_and_slice_before_opset_10_use_attributes() -> None:
+    proto = _model(
+        [
+            helper.make_node("Conv", ["x", "w"], ["c"]),
+            helper.make_node("Pad", ["c"], ["p"], pads=[0, 0, 1, 0, 0, 0, 0, 2]),
+            helper.make_node("Slice", ["p"], ["s"], starts=[1], ends=[3], axes=[1]),
+            helper.make_node("Conv", ["s", "w2"], ["y"]),
+        ],
+        [("x", [1, 3, 4, 4])],
+        ["y"],
+        [_init("w", 4, 3, 1, 1), _init("w2", 2, 2, 1, 1)],
+        opset=9,
+    )
+    result, _ = _check(proto)
+    assert result.transposes_inserted == 2
+
+
 def test_ops_without_nhwc_form_get_transposes_around_them() -> None:
     proto = _model(
         [

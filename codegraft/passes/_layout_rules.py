@@ -389,6 +389,68 @@ def _reshape(node: ir.Node, inputs: Sequence[ArrivingInput], opset: int) -> Node
     return NodePlan((wanted, None), (out_perm,), new_constants={1: stored}, reason="reshaped in storage order")
 
 
+def _constant_ints(arriving: ArrivingInput | None) -> list[int] | None:
+    if arriving is None or arriving.value is None or not arriving.is_constant:
+        return None
+    tensor = ir.convenience.get_const_tensor(arriving.value)
+    return None if tensor is None else [int(v) for v in tensor.numpy().reshape(-1)]
+
+
+def _input(inputs: Sequence[ArrivingInput], index: int) -> ArrivingInput | None:
+    return inputs[index] if index < len(inputs) and inputs[index].value is not None else None
+
+
+def _pad(node: ir.Node, inputs: Sequence[ArrivingInput], opset: int) -> NodePlan | None:
+    """Pad: the begin and end pads follow their axes into storage order."""
+    perm = inputs[0].perm
+    if perm is None or is_identity(perm):
+        return None
+    rank = len(perm)
+    if opset < 11:
+        pads = node.attributes.get_ints("pads")
+        if pads is None or len(pads) != 2 * rank:
+            return None
+        stored = [int(pads[a]) for a in perm] + [int(pads[rank + a]) for a in perm]
+        attrs = {"pads": ir.AttrInt64s("pads", stored)}
+        return NodePlan((perm,), (perm,), attributes=attrs, reason="pads remapped")
+    pads_input = _constant_ints(_input(inputs, 1))
+    if pads_input is None or len(pads_input) != 2 * rank or _input(inputs, 3) is not None:
+        return None  # computed pads, or an ``axes`` input: not worth a special case
+    stored = [pads_input[a] for a in perm] + [pads_input[rank + a] for a in perm]
+    wanted = (perm, *(None for _ in inputs[1:]))
+    return NodePlan(wanted, (perm,), new_constants={1: np.asarray(stored, dtype=np.int64)}, reason="pads remapped")
+
+
+def _slice(node: ir.Node, inputs: Sequence[ArrivingInput], opset: int) -> NodePlan | None:
+    """Slice: the sliced axes are renumbered; starts, ends and steps stay as they are."""
+    perm = inputs[0].perm
+    if perm is None or is_identity(perm):
+        return None
+    rank = len(perm)
+    if opset < 10:
+        starts = node.attributes.get_ints("starts") or ()
+        listed = node.attributes.get_ints("axes")
+        axes = list(range(len(starts))) if listed is None else [int(a) % rank for a in listed]
+        attrs = {"axes": ir.AttrInt64s("axes", [_stored_axis(perm, a) for a in axes])}
+        return NodePlan((perm,), (perm,), attributes=attrs, reason="axes remapped")
+    axes_input = _constant_ints(_input(inputs, 3))
+    if axes_input is None:
+        return None  # absent or computed axes: the model's layout
+    stored = np.asarray([_stored_axis(perm, a % rank) for a in axes_input], dtype=np.int64)
+    wanted = (perm, *(None for _ in inputs[1:]))
+    return NodePlan(wanted, (perm,), new_constants={3: stored}, reason="axes remapped")
+
+
+def _split(node: ir.Node, inputs: Sequence[ArrivingInput], opset: int) -> NodePlan | None:
+    perm = inputs[0].perm
+    if perm is None or is_identity(perm):
+        return None
+    axis = node.attributes.get_int("axis", 0) % len(perm)
+    attrs = {"axis": ir.AttrInt64("axis", _stored_axis(perm, axis))}
+    wanted = (perm, *(None for _ in inputs[1:]))
+    return NodePlan(wanted, tuple(perm for _ in node.outputs), attributes=attrs, reason="axis remapped")
+
+
 def rule_for(node: ir.Node) -> Rule | None:
     """The rule that plans ``node``, or ``None`` for ops that stay in the model's layout."""
     if node.domain != "":
@@ -408,6 +470,12 @@ def rule_for(node: ir.Node) -> Rule | None:
         return _arg_reduce
     if op == "Reshape":
         return _reshape
+    if op == "Pad":
+        return _pad
+    if op == "Slice":
+        return _slice
+    if op == "Split":
+        return _split
     if op == "Flatten":
         return _reads_memory_order
     return None
