@@ -229,3 +229,24 @@ def test_default_blocklist_is_frozen() -> None:
     assert "Exp" in DEFAULT_BLOCKLIST and isinstance(DEFAULT_BLOCKLIST, frozenset)
     with pytest.raises(ValueError, match="precision must be one of"):
         convert_precision(ir.serde.deserialize_model(_cnn()), "int4")  # type: ignore[arg-type]
+
+
+def test_nhwc_partition_in_float16() -> None:
+    """The core's order for an NHWC float16 backend: layout first, then the checked precision."""
+    from codegraft.passes import lower_nhwc, to_nhwc
+
+    proto = _light("squeezenet")
+    model = ir.serde.deserialize_model(proto)
+    layout = to_nhwc(model)
+    assert layout.transposes_inserted == 1
+
+    def evaluate(m: ir.Model, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return _run16(lower_nhwc(m), feeds)
+
+    samples = sample_feeds_for(model, 1)
+    result = convert_precision_checked(layout.model, "float16", samples, evaluate)
+    assert result.within_tolerance and result.casts_inserted == 2
+    assert all(n.domain == "codegraft.nhwc" for n in result.model.graph if n.op_type == "Conv")
+    reference = run_onnxruntime(proto, samples[0])
+    got = evaluate(result.model.clone(), samples[0])
+    assert relative_error(got[proto.graph.output[0].name], reference[proto.graph.output[0].name]) < 1e-2
