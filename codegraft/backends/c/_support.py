@@ -136,6 +136,9 @@ def _check_window(node: ir.Node, spatial: int) -> str:
             return f"{name} has {len(values)} values, expected {length}"
         if values is not None and name != "pads" and min(values) < 1:
             return f"{name}={values} must be positive"
+    if auto_pad.startswith("SAME") and any(d != 1 for d in attr_ints(node, "dilations") or []):
+        # the padding rule for this case is not settled (onnxruntime refuses it); do not guess
+        return f"auto_pad={auto_pad} with dilations is not supported"
     kernel = attr_ints(node, "kernel_shape")
     if kernel is not None and len(kernel) != spatial:
         return f"kernel_shape has {len(kernel)} values, expected {spatial}"

@@ -1,0 +1,178 @@
+"""C backend on random shapes and attributes (hypothesis) against onnxruntime.
+
+Example counts are small on purpose: every example compiles C (identical sources hit the
+on-disk cache, so shrinking is cheap).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from c_backend_util import check, make_model, needs_compiler
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from onnx import helper
+
+pytestmark = needs_compiler
+SETTINGS = settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def _weights(seed: int, *shape: int) -> np.ndarray:
+    return np.random.default_rng(seed).uniform(-1, 1, size=shape).astype(np.float32)
+
+
+@st.composite
+def conv_cases(draw: st.DrawFn) -> tuple[dict, tuple, tuple, bool]:
+    spatial = draw(st.sampled_from([1, 2]))
+    group = draw(st.sampled_from([1, 1, 2, 3]))
+    depthwise = draw(st.booleans())
+    cg = 1 if depthwise else draw(st.integers(1, 5))
+    mg = 1 if depthwise and draw(st.booleans()) else draw(st.integers(1, 20))
+    if depthwise:
+        group = draw(st.integers(2, 20))
+    kernel = [draw(st.integers(1, 4)) for _ in range(spatial)]
+    strides = [draw(st.integers(1, 3)) for _ in range(spatial)]
+    dilations = [draw(st.integers(1, 2)) for _ in range(spatial)]
+    attrs: dict = {"group": group, "strides": strides, "dilations": dilations}
+    auto_pad = draw(st.sampled_from(["NOTSET", "NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"]))
+    if auto_pad.startswith("SAME"):
+        attrs["dilations"] = dilations = [1] * spatial  # declined otherwise (see _support.py)
+    if auto_pad == "NOTSET":
+        attrs["pads"] = [draw(st.integers(0, 2)) for _ in range(2 * spatial)]
+    else:
+        attrs["auto_pad"] = auto_pad
+    extent = [(k - 1) * d + 1 for k, d in zip(kernel, dilations, strict=True)]
+    size = [draw(st.integers(e, e + 9)) for e in extent]
+    x = (draw(st.integers(1, 2)), cg * group, *size)
+    w = (mg * group, cg, *kernel)
+    return attrs, x, w, draw(st.booleans())
+
+
+@SETTINGS
+@given(conv_cases(), st.integers(0, 2**16))
+def test_conv_random(case: tuple[dict, tuple, tuple, bool], seed: int) -> None:
+    attrs, x, w, bias = case
+    inits = {"w": _weights(seed, *w)}
+    names = ["x", "w"]
+    if bias:
+        inits["b"] = _weights(seed + 1, w[0])
+        names.append("b")
+    nodes = [helper.make_node("Conv", names, ["c"], **attrs), helper.make_node("Relu", ["c"], ["y"])]
+    check(make_model(nodes, {"x": x}, ["y"], inits), seed=seed)
+
+
+@st.composite
+def pool_cases(draw: st.DrawFn) -> tuple[str, dict, tuple]:
+    op = draw(st.sampled_from(["MaxPool", "AveragePool"]))
+    spatial = draw(st.sampled_from([1, 2]))
+    kernel = [draw(st.integers(1, 4)) for _ in range(spatial)]
+    attrs: dict = {"kernel_shape": kernel, "strides": [draw(st.integers(1, 3)) for _ in range(spatial)]}
+    dilations = [1] * spatial
+    if op == "MaxPool" and draw(st.booleans()):
+        dilations = [draw(st.integers(1, 2)) for _ in range(spatial)]
+        attrs["dilations"] = dilations
+    if op == "AveragePool":
+        attrs["count_include_pad"] = draw(st.integers(0, 1))
+    auto_pad = draw(st.sampled_from(["NOTSET", "NOTSET", "SAME_UPPER", "VALID"]))
+    if auto_pad == "NOTSET":
+        # onnxruntime requires pads smaller than the kernel
+        attrs["pads"] = [draw(st.integers(0, k - 1)) for k in kernel * 2]
+        attrs["ceil_mode"] = draw(st.integers(0, 1))
+    else:
+        attrs["auto_pad"] = auto_pad
+    extent = [(k - 1) * d + 1 for k, d in zip(kernel, dilations, strict=True)]
+    size = [draw(st.integers(e, e + 8)) for e in extent]
+    return op, attrs, (draw(st.integers(1, 2)), draw(st.integers(1, 20)), *size)
+
+
+@SETTINGS
+@given(pool_cases(), st.integers(0, 2**16))
+def test_pool_random(case: tuple[str, dict, tuple], seed: int) -> None:
+    op, attrs, x = case
+    check(make_model([helper.make_node(op, ["x"], ["y"], **attrs)], {"x": x}, ["y"], opset=19), seed=seed)
+
+
+@st.composite
+def matmul_cases(draw: st.DrawFn) -> tuple[tuple, tuple, bool]:
+    m, k, n = draw(st.integers(1, 20)), draw(st.integers(1, 40)), draw(st.integers(1, 70))
+    batch_a = draw(st.lists(st.sampled_from([1, 2, 3]), max_size=2))
+    batch_b = draw(st.lists(st.sampled_from([1, 2, 3]), max_size=2))
+    # make the batch axes broadcastable: where both exist and differ, one of them is 1
+    for i in range(1, min(len(batch_a), len(batch_b)) + 1):
+        if batch_a[-i] != batch_b[-i] and 1 not in (batch_a[-i], batch_b[-i]):
+            batch_b[-i] = 1
+    return (*batch_a, m, k), (*batch_b, k, n), draw(st.booleans())
+
+
+@SETTINGS
+@given(matmul_cases(), st.integers(0, 2**16))
+def test_matmul_random(case: tuple[tuple, tuple, bool], seed: int) -> None:
+    a, b, const_b = case
+    node = helper.make_node("MatMul", ["a", "b"], ["y"])
+    if const_b:
+        model = make_model([node], {"a": a}, ["y"], {"b": _weights(seed, *b)})
+    else:
+        model = make_model([node], {"a": a, "b": b}, ["y"])
+    check(model, seed=seed)
+
+
+@SETTINGS
+@given(st.integers(1, 16), st.integers(1, 40), st.integers(1, 70), st.booleans(), st.booleans(),
+       st.sampled_from(["none", "row", "col", "full"]), st.integers(0, 2**16))
+def test_gemm_random(m: int, k: int, n: int, ta: bool, tb: bool, bias: str, seed: int) -> None:
+    inits = {"b": _weights(seed, *((n, k) if tb else (k, n)))}
+    names = ["a", "b"]
+    if bias != "none":
+        inits["c"] = _weights(seed + 1, *{"row": (n,), "col": (m, 1), "full": (m, n)}[bias])
+        names.append("c")
+    node = helper.make_node("Gemm", names, ["y"], transA=int(ta), transB=int(tb), alpha=0.7, beta=1.3)
+    check(make_model([node], {"a": (k, m) if ta else (m, k)}, ["y"], inits), seed=seed)
+
+
+@st.composite
+def broadcast_shapes(draw: st.DrawFn) -> tuple[tuple, tuple]:
+    rank = draw(st.integers(1, 4))
+    out = [draw(st.integers(1, 6)) for _ in range(rank)]
+    a = [d if draw(st.booleans()) else 1 for d in out]
+    b = [d if draw(st.booleans()) else 1 for d in out]
+    return tuple(a[draw(st.integers(0, rank)) :]), tuple(b[draw(st.integers(0, rank)) :])
+
+
+@SETTINGS
+@given(broadcast_shapes(), st.lists(st.sampled_from(["Add", "Sub", "Mul", "Div", "Relu", "Tanh", "Sigmoid"]),
+                                     min_size=1, max_size=4), st.integers(0, 2**16))
+def test_elementwise_chain_random(shapes: tuple[tuple, tuple], ops: list[str], seed: int) -> None:
+    nodes, current = [], "a"
+    for index, op in enumerate(ops):
+        out = f"t{index}"
+        inputs = [current, "b"] if op in ("Add", "Sub", "Mul", "Div") else [current]
+        if op == "Div":  # divide by 1 + |b|: well conditioned, so 1e-4 is a fair tolerance
+            nodes.append(helper.make_node("Abs", ["b"], [f"s{index}"]))
+            nodes.append(helper.make_node("Add", [f"s{index}", "one"], [f"d{index}"]))
+            inputs = [current, f"d{index}"]
+        nodes.append(helper.make_node(op, inputs, [out]))
+        current = out
+    nodes.append(helper.make_node("Identity", [current], ["y"]))
+    check(make_model(nodes, {"a": shapes[0], "b": shapes[1]}, ["y"], {"one": np.float32(1.0)}), seed=seed)
+
+
+@SETTINGS
+@given(st.integers(1, 3), st.integers(1, 24), st.integers(2, 9), st.integers(0, 2**16))
+def test_conv_block_with_layout_edges(n: int, c: int, size: int, seed: int) -> None:
+    """Conv -> BN -> Relu -> (Add residual) -> Concat -> GlobalAveragePool -> Flatten -> Gemm."""
+    rng = np.random.default_rng(seed)
+    inits = {
+        "w": _weights(seed, c, c, 3, 3), "s": rng.uniform(0.5, 1.5, c).astype(np.float32),
+        "bb": _weights(seed + 1, c), "m": _weights(seed + 2, c), "v": rng.uniform(0.5, 1.5, c).astype(np.float32),
+        "fw": _weights(seed + 3, 2 * c, 5),
+    }
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("BatchNormalization", ["c", "s", "bb", "m", "v"], ["bn"]),
+        helper.make_node("Relu", ["bn"], ["r"]),
+        helper.make_node("Add", ["r", "x"], ["res"]),
+        helper.make_node("Concat", ["res", "x"], ["cat"], axis=1),
+        helper.make_node("GlobalAveragePool", ["cat"], ["gap"]),
+        helper.make_node("Flatten", ["gap"], ["f"]),
+        helper.make_node("MatMul", ["f", "fw"], ["y"]),
+    ]
+    check(make_model(nodes, {"x": (n, c, size, size)}, ["y", "r"], inits), seed=seed)
