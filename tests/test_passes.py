@@ -152,3 +152,23 @@ LIGHT_GOLDEN = {"resnet50": 175, "densenet121": 668, "inception_v2": 370, "squee
 def test_light_models(name: str) -> None:
     _, model = _run(_light(name), PassOptions())
     assert len(list(model.graph)) == LIGHT_GOLDEN[name]
+
+
+def test_no_ops_feeding_outputs_keep_the_output_names() -> None:
+    graph = helper.make_graph(
+        [
+            helper.make_node("Relu", ["x"], ["r"]),
+            helper.make_node("Mul", ["r", "one"], ["y"]),
+            helper.make_node("Add", ["x", "zero"], ["z"]),
+            helper.make_node("Identity", ["r"], ["w"]),
+        ],
+        "edges",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2]) for n in "yzw"],
+        [_const("one", 1.0), _const("zero", 0.0)],
+    )
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model = ir.serde.deserialize_model(proto)
+    result = run_common_passes(model, PassOptions())
+    assert "2 no-op nodes" in result.records[1].detail
+    _run(proto, PassOptions())
