@@ -30,6 +30,7 @@ from codegraft.patterns import (
     optional,
     var,
 )
+from codegraft.patterns._pattern import walk
 
 UNARY = ("Relu", "Sigmoid", "Neg")
 BINARY = ("Add", "Mul", "Sub")
@@ -91,7 +92,7 @@ def patterns(draw: st.DrawFn) -> Pattern:
 
 
 def expand(p: ValuePattern) -> list[object]:
-    """Concrete trees: ("leaf", pattern) or ("op", op_type, children)."""
+    """Concrete trees: ("leaf", pattern) or ("op", op_type, children, op output pattern)."""
     if isinstance(p, (Var, Const)):
         return [("leaf", p)]
     if isinstance(p, Either):
@@ -100,9 +101,9 @@ def expand(p: ValuePattern) -> list[object]:
     out: list[object] = []
     for op_type in sorted(p.op.op_types):
         for kids in itertools.product(*(expand(i) for i in p.op.inputs)):
-            out.append(("op", op_type, kids))
+            out.append(("op", op_type, kids, p))
             if p.op.commutative:
-                out.append(("op", op_type, kids[::-1]))
+                out.append(("op", op_type, kids[::-1], p))
     return out
 
 
@@ -216,3 +217,150 @@ def test_brute_force_sees_optional_and_commuted_forms() -> None:
     keys = brute_force(g, p)
     assert (frozenset({"n0", "n1"}), frozenset({("a", "x"), ("b", "x")})) in keys
     assert {key_of(m.nodes, m.captures) for m in all_matches(g, p)} == keys
+
+
+# --- multi-output patterns: validity against an independent convexity oracle -------------
+
+
+@st.composite
+def multi_output_patterns(draw: st.DrawFn) -> Pattern:
+    first = draw(patterns()).outputs[0]
+    inner = [p for p in walk(first) if isinstance(p, OpOutput)]
+    shared = inner[draw(st.integers(0, len(inner) - 1))]
+    if draw(st.booleans()):
+        second: ValuePattern = shared  # an interior value declared as an output
+    else:
+        other = draw(st.sampled_from([var(), const("k"), shared]))
+        second = op.any(*draw(st.sets(st.sampled_from(BINARY), min_size=1, max_size=2)))(shared, other)
+    return Pattern("multi", (first, second))
+
+
+def descendants(g: ir.Graph) -> dict[str, set[str]]:
+    below: dict[str, set[str]] = {}
+    for n in reversed(list(g)):
+        reach: set[str] = set()
+        for v in n.outputs:
+            for use in v.uses():
+                reach |= {use.node.name or ""} | below[use.node.name or ""]
+        below[n.name or ""] = reach
+    return below
+
+
+def valid(g: ir.Graph, m_nodes: frozenset[str], outputs: tuple[ir.Value, ...]) -> bool:
+    below = descendants(g)
+    for n in g:
+        if n.name in m_nodes:
+            for v in n.outputs:
+                if v in outputs:
+                    continue
+                if v.is_graph_output() or any(u.node.name not in m_nodes for u in v.uses()):
+                    return False
+    outside = {n.name for n in g} - m_nodes
+    return not any(
+        o in below[s] and below[o] & m_nodes
+        for s in m_nodes
+        for o in outside  # leaves, then comes back
+    )
+
+
+@settings(max_examples=300, derandomize=True, deadline=None)
+@given(graphs(), multi_output_patterns())
+def test_multi_output_matches_are_convex_and_maximal(g: ir.Graph, p: Pattern) -> None:
+    structural = list(all_matches(g, p))
+    chosen = list(find_composites(g, [CompositeRule("multi", p)]))
+    taken: set[str] = set()
+    keys = {key_of(m.nodes, m.captures) for m in structural}
+    for m in chosen:
+        names = frozenset(n.name or "" for n in m.nodes)
+        assert key_of(m.nodes, m.captures) in keys
+        assert valid(g, names, m.outputs), f"accepted an invalid match {sorted(names)}"
+        assert taken.isdisjoint(names)
+        taken |= names
+    for m in structural:
+        names = frozenset(n.name or "" for n in m.nodes)
+        if valid(g, names, m.outputs):
+            assert not taken.isdisjoint(names), f"valid match {sorted(names)} was missed"
+
+
+# --- planted instances: graphs built around the pattern, so matches span several nodes ----
+
+
+@st.composite
+def planted(draw: st.DrawFn, pattern_strategy: st.SearchStrategy[Pattern]) -> tuple[ir.Graph, Pattern]:
+    """A pattern and a graph holding one or two instances of it among random nodes (which
+    may also read the instances' interior values, making some invalid)."""
+    p = draw(pattern_strategy)
+    inputs = [ir.Value(name=f"x{i}", type=ir.TensorType(ir.DataType.FLOAT), shape=ir.Shape([2])) for i in range(2)]
+    k = ir.Value(name="k", type=ir.TensorType(ir.DataType.FLOAT), shape=ir.Shape([2]))
+    k.const_value = ir.tensor(np.ones(2, np.float32), name="k")
+    values: list[ir.Value] = [*inputs, k]
+    nodes: list[ir.Node] = []
+
+    def add(op_type: str, args: list[ir.Value]) -> ir.Value:
+        node = ir.Node("", op_type, args, name=f"n{len(nodes)}", num_outputs=1)
+        node.outputs[0].name = f"v{len(nodes)}"
+        nodes.append(node)
+        values.append(node.outputs[0])
+        return node.outputs[0]
+
+    def noise() -> None:
+        for _ in range(draw(st.integers(0, 3))):
+            op_type = draw(st.sampled_from(UNARY + BINARY))
+            arity = 1 if op_type in UNARY else 2
+            add(op_type, [values[draw(st.integers(0, len(values) - 1))] for _ in range(arity)])
+
+    def plant(tree: object, bound: dict[int, ir.Value]) -> ir.Value:
+        assert isinstance(tree, tuple)
+        if tree[0] == "leaf":
+            leaf = tree[1]
+            if isinstance(leaf, Const):
+                return k
+            if id(leaf) not in bound:
+                bound[id(leaf)] = values[draw(st.integers(0, len(values) - 1))]
+            return bound[id(leaf)]
+        bound[id(tree[3])] = add(tree[1], [plant(child, bound) for child in tree[2]])
+        return bound[id(tree[3])]
+
+    def plant_second(second: ValuePattern, bound: dict[int, ir.Value]) -> None:
+        """A further output reading the first's value, sometimes through an outside node
+        (which makes the match non-convex)."""
+        if not isinstance(second, OpOutput) or len(second.op.inputs) != 2 or id(second) in bound:
+            return  # an interior value declared as an output, planted with the first or skipped
+        if id(second.op.inputs[0]) not in bound:
+            return
+        shared = bound[id(second.op.inputs[0])]
+        other_pattern = second.op.inputs[1]
+        if isinstance(other_pattern, Const):
+            other = k
+        elif id(other_pattern) in bound:
+            other = bound[id(other_pattern)]
+        elif draw(st.booleans()):
+            other = add("Neg", [shared])  # leaves the match and comes back
+        else:
+            other = values[draw(st.integers(0, len(values) - 1))]
+        add(draw(st.sampled_from(sorted(second.op.op_types))), [shared, other])
+
+    trees = expand(p.outputs[0])
+    noise()
+    for _ in range(draw(st.integers(1, 2))):
+        bound: dict[int, ir.Value] = {}
+        plant(trees[draw(st.integers(0, len(trees) - 1))], bound)
+        for second in p.outputs[1:]:
+            plant_second(second, bound)
+        noise()
+    produced = [n.outputs[0] for n in nodes]
+    extra = draw(st.lists(st.sampled_from(produced), unique=True, max_size=2))
+    outputs = list(dict.fromkeys([produced[-1], *extra]))
+    return ir.Graph(inputs, outputs, nodes=nodes, initializers=[k], name="g"), p
+
+
+@settings(max_examples=300, derandomize=True, deadline=None)
+@given(planted(patterns()))
+def test_matcher_agrees_with_brute_force_on_planted_instances(case: tuple[ir.Graph, Pattern]) -> None:
+    test_matcher_agrees_with_brute_force.hypothesis.inner_test(*case)  # type: ignore[attr-defined]
+
+
+@settings(max_examples=300, derandomize=True, deadline=None)
+@given(planted(multi_output_patterns()))
+def test_multi_output_planted_matches_are_convex_and_maximal(case: tuple[ir.Graph, Pattern]) -> None:
+    test_multi_output_matches_are_convex_and_maximal.hypothesis.inner_test(*case)  # type: ignore[attr-defined]
