@@ -62,8 +62,8 @@ MIN_CHUNK_NODES = 6
 MAX_CHUNKS = 6
 # Timing: warm-up runs, then timed runs until both limits are reached (whichever is later).
 _WARMUP = 2
-_MIN_RUNS = 8
-_MIN_SECONDS = 0.1
+_MIN_RUNS = 9
+_MIN_SECONDS = 0.15
 _MAX_RUNS = 50
 
 
@@ -548,10 +548,11 @@ def _bind(runnable: Runnable, inputs: list[np.ndarray]) -> Callable[[], object]:
 
 
 def _call_times_us(calls: Sequence[Callable[[], object]]) -> list[float]:
-    """Run ``calls`` in order, repeatedly; each call's lower-quartile time in microseconds.
+    """Run ``calls`` in order, repeatedly; each call's median time in microseconds.
 
-    Other processes only ever add time, so the low end of the distribution is the steadiest
-    estimate of a call's own cost.
+    The median, not the minimum or a low quantile: some runtimes are bimodal on a loaded
+    machine (an OpenMP team whose threads get descheduled runs 30x slower most of the time),
+    and the placement must be chosen for the typical run, not the lucky one.
     """
     for _ in range(_WARMUP):
         for call in calls:
@@ -565,7 +566,7 @@ def _call_times_us(calls: Sequence[Callable[[], object]]) -> list[float]:
             call()
             samples[index].append((time.perf_counter() - start) * 1e6)
         rounds += 1
-    return [float(np.percentile(s, 25)) for s in samples]
+    return [float(np.median(s)) for s in samples]
 
 
 def _threads(backend: Backend) -> int | None:

@@ -208,10 +208,14 @@ def test_op_without_cpu_kernel_reason() -> None:
     assert answer.reason.startswith("OpenVINO CPU plugin does not support Unique (query_model:")
 
 
-def test_prepare_answers_every_node_of_a_supported_model(backend: ov_backend.OpenVINOBackend) -> None:
+@pytest.mark.parametrize("whole", [True, False], ids=["model", "graph"])
+def test_prepare_answers_every_node_of_a_supported_model(whole: bool) -> None:
+    backend = ov_backend.make_backend()
     model = _partition(light_model("squeezenet")).model
-    backend.prepare(model)
+    backend.prepare(model if whole else model.graph)
+    assert all(node in backend._prepared_yes for node in model.graph)
     assert all(backend.supports(node) for node in model.graph)
+    assert not backend._probe_answers  # answered by the one whole-model query
 
 
 def test_probe_answers_are_shared_by_identical_nodes() -> None:

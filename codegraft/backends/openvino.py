@@ -142,26 +142,33 @@ class OpenVINOBackend:
         self._core = openvino.Core()
         self._lock = threading.Lock()
         # Nodes of prepared models that OpenVINO takes; held by identity (ir.Node hashes so).
-        self._prepared_yes: set[ir.Node] = set()
+        self._prepared_yes: frozenset[ir.Node] = frozenset()
         # One-node probe answers, keyed by the probe model's hash.
         self._probe_answers: dict[str, Support] = {}
 
     # --- support -------------------------------------------------------------------
-    def prepare(self, model: ir.Model) -> None:
+    def prepare(self, model: ir.Model | ir.Graph) -> None:
         """Query OpenVINO once for the whole model; call before :meth:`supports`.
 
         When OpenVINO converts the model and the CPU plugin takes every operation, all its
         nodes (subgraphs included) are answered "yes" from then on; otherwise each node is
         probed on its own when asked, so every "no" names the operation OpenVINO refused.
+        Only the last prepared model is remembered (no model is kept alive by the backend
+        beyond the next ``prepare``).
         """
+        if isinstance(model, ir.Graph):
+            model = ir.Model(model, ir_version=8)
+        nodes: frozenset[ir.Node] = frozenset()
         try:
             ov_model = self._core.read_model(_model_bytes(model), b"")
             supported = set(self._core.query_model(ov_model, _DEVICE))
         except RuntimeError:
-            return  # per-node probes will tell which node OpenVINO cannot convert
-        if all(op.get_friendly_name() in supported for op in _compute_ops(ov_model)):
-            with self._lock:
-                self._prepared_yes.update(model.graph.all_nodes())
+            pass  # per-node probes will tell which node OpenVINO cannot convert
+        else:
+            if all(op.get_friendly_name() in supported for op in _compute_ops(ov_model)):
+                nodes = frozenset(model.graph.all_nodes())
+        with self._lock:
+            self._prepared_yes = nodes
 
     def supports(self, node: ir.Node) -> Support:
         """Yes, or what OpenVINO said about this node (see the module note)."""
