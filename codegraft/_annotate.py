@@ -166,10 +166,9 @@ def _claim_composites(
 
     excluded = [node for node, i in index_of.items() if claimed[i] is not None]
     result = find_composites(graph, rules, excluded=excluded)
-    for decline in result.declines:
-        for node in decline.nodes:
-            if node in index_of:
-                declines[index_of[node]].append(Decline(target.name, f"pattern {decline.rule}: {decline.reason}"))
+    for node, i in index_of.items():
+        for message in result.reasons(node):
+            declines[i].append(Decline(target.name, message))
     for number, match in enumerate(result.matches):
         members = [index_of[node] for node in match.nodes if node in index_of]
         if len(members) != len(match.nodes) or any(claimed[i] is not None for i in members):

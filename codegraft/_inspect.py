@@ -61,4 +61,4 @@ def draw_report(inspection: Inspection, path: pathlib.Path, *, fmt: str, collaps
     """Draw the partitioned graph as SVG or HTML (needs graphviz's ``dot``)."""
     from codegraft import _draw
 
-    _draw.draw_inspection(inspection, path, fmt=fmt, collapse=collapse)  # type: ignore[attr-defined]
+    _draw.draw_inspection(inspection, path, fmt=fmt, collapse=collapse)

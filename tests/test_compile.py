@@ -7,7 +7,7 @@ import threading
 import numpy as np
 import onnx
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
@@ -26,9 +26,15 @@ def random_models(draw: st.DrawFn) -> onnx.ModelProto:
     values = ["x", "y"]
     nodes = []
     for index in range(draw(st.integers(1, 24))):
-        op = draw(st.sampled_from([*UNARY, *BINARY, "MatMul"]))
+        op = draw(st.sampled_from([*UNARY, *BINARY, "MatMul", "chain"]))
         out = f"v{index}"
-        if op in BINARY:
+        if op == "chain":  # a fresh two-node chain, so composite patterns have something to match
+            first, second = draw(st.sampled_from([("MatMul", "Tanh"), ("MatMul", "Relu"), ("Add", "Relu")]))
+            a, b = draw(st.sampled_from(values)), draw(st.sampled_from(values))
+            inputs = [a, "W"] if first == "MatMul" else [a, b]
+            nodes.append(helper.make_node(first, inputs, [f"{out}_pre"], name=f"n{index}_pre"))
+            nodes.append(helper.make_node(second, [f"{out}_pre"], [out], name=f"n{index}"))
+        elif op in BINARY:
             a, b = draw(st.sampled_from(values)), draw(st.sampled_from(values))
             nodes.append(helper.make_node(op, [a, b], [out], name=f"n{index}"))
         elif op == "MatMul":
@@ -53,14 +59,39 @@ def random_models(draw: st.DrawFn) -> onnx.ModelProto:
 ALL_OPS = [*UNARY, *BINARY, "MatMul"]
 
 
-@settings(max_examples=40, suppress_health_check=[HealthCheck.too_slow], deadline=None)
+def _rules() -> dict[str, object]:
+    from codegraft.patterns import op, pattern, var
+
+    @pattern
+    def matmul_act(op, x):  # type: ignore[no-untyped-def]
+        return op.any("Relu", "Tanh", "Sigmoid")(op.MatMul(x, var("w")))
+
+    @pattern
+    def add_relu(op, a, b):  # type: ignore[no-untyped-def]
+        return op.Relu(op.Add(a, b))
+
+    del op
+    return {"matmul_act": matmul_act.rule(), "add_relu": add_relu.rule()}
+
+
+RULES = _rules()
+
+
+@settings(max_examples=60, suppress_health_check=[HealthCheck.too_slow], deadline=None)
 @given(
     random_models(),
-    st.lists(st.sets(st.sampled_from(ALL_OPS)), min_size=1, max_size=3),
+    st.lists(
+        st.tuples(st.sets(st.sampled_from(ALL_OPS)), st.sets(st.sampled_from(sorted(RULES)))), min_size=1, max_size=3
+    ),
     st.integers(1, 3),
 )
-def test_random_dags_match_onnxruntime(model: onnx.ModelProto, op_sets: list[set[str]], min_size: int) -> None:
-    targets = [SubsetBackend(f"t{i}", ops) for i, ops in enumerate(op_sets)]
+def test_random_dags_match_onnxruntime(
+    model: onnx.ModelProto, specs: list[tuple[set[str], set[str]]], min_size: int
+) -> None:
+    targets = [
+        SubsetBackend(f"t{i}", ops, rules=tuple(RULES[r] for r in sorted(rules)))
+        for i, (ops, rules) in enumerate(specs)
+    ]
     exe = cg.compile(model, targets=targets, passes=(), min_partition_size=min_size)
     feeds = random_feeds(model, seed=1)
     assert_close(exe.run(feeds), run_onnxruntime(model, feeds), rtol=1e-5)
@@ -72,6 +103,12 @@ def test_random_dags_match_onnxruntime(model: onnx.ModelProto, op_sets: list[set
     for step in exe.steps:
         assert set(step.inputs) <= available, f"{step.name} reads a value produced later"
         available |= set(step.outputs)
+    partitions_of_composite: dict[str, set[str]] = {}
+    for node in report.nodes:
+        if node.composite:
+            partitions_of_composite.setdefault(node.composite, set()).add(node.partition)
+    assert all(len(parts) == 1 for parts in partitions_of_composite.values()), "a composite was split"
+    event(f"composites: {min(len(partitions_of_composite), 3)}")
     for node in report.nodes:
         part = next(p for p in report.partitions if p.name == node.partition)
         assert node.backend == part.backend
