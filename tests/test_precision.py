@@ -250,3 +250,16 @@ def test_nhwc_partition_in_float16() -> None:
     reference = run_onnxruntime(proto, samples[0])
     got = evaluate(result.model.clone(), samples[0])
     assert relative_error(got[proto.graph.output[0].name], reference[proto.graph.output[0].name]) < 1e-2
+
+
+def test_old_model_in_bfloat16_after_an_opset_upgrade() -> None:
+    from codegraft.passes import BFLOAT16_OPSET, upgrade_opset
+
+    proto = _light("squeezenet")  # opset 9: no bfloat16 Conv
+    model = upgrade_opset(ir.serde.deserialize_model(proto), BFLOAT16_OPSET)
+    assert model.opset_imports[""] == BFLOAT16_OPSET
+    samples = sample_feeds_for(model, 1)
+    result = convert_precision_checked(model, "bfloat16", samples, _run16)
+    assert result.within_tolerance and result.kept_float32 == ()
+    assert result.casts_inserted == 2
+    print(f"squeezenet: bfloat16 relative error {result.error:.2e}")

@@ -7,11 +7,14 @@ A backend only *declares* what it prefers (layout, precisions); these passes do 
 * :func:`to_nhwc`: rewrite a partition channels-last, transposes only at its edges.
 * :func:`lower_nhwc`: the reference meaning of the ``codegraft.nhwc`` ops, in plain ONNX.
 * :func:`convert_precision` / :func:`convert_precision_checked`: float16 or bfloat16 with
-  Casts only at edges, checked against float32 on sample inputs, offending ops moved back.
+  Casts only at edges, checked against float32 on sample inputs, offending ops moved back
+  (:func:`upgrade_opset` first for bfloat16 on models older than opset 22).
+* :func:`quantize_int8`: static int8 QDQ quantization from calibration samples.
 """
 
 from codegraft.passes.layout import NHWC_DOMAIN, LayoutResult, to_nhwc
 from codegraft.passes.nhwc_reference import lower_nhwc
+from codegraft.passes.opset import BFLOAT16_OPSET, upgrade_opset
 from codegraft.passes.pipeline import (
     PASS_NAMES,
     PassOptions,
@@ -38,6 +41,8 @@ from codegraft.passes.precision_check import (
 from codegraft.passes.quantize import QuantizeOptions, QuantizeResult, quantize_int8
 
 __all__ = [
+    "BFLOAT16_OPSET",
+    "upgrade_opset",
     "QuantizeOptions",
     "QuantizeResult",
     "quantize_int8",
