@@ -2,11 +2,14 @@
 
 NOTE: a fair comparison runs every configuration in the same process, with the same thread
 count (onnxruntime's intra-op threads, OpenVINO's ``INFERENCE_NUM_THREADS``, codegraft's host
-and backends), on the same inputs, after a warm-up.  Configurations run one after another,
-each built, warmed up, timed and *released* before the next is built: an idle runtime still
-holds thread pools (onnxruntime's spin after each call; OpenMP teams of a loaded library),
-and with several loaded at once on a small machine they slow each other down by up to 60x,
-which would measure the neighbours instead of the configuration.  Figures are medians; each
+and backends), on the same inputs, after a warm-up.  Each configuration is built, warmed up,
+timed and *released* before the next is built: an idle runtime still holds thread pools
+(onnxruntime's spin after each call; OpenMP teams of a loaded library), and with several
+loaded at once on a small machine they slow each other down by up to 60x, which would
+measure the neighbours instead of the configuration.  The runs are split into ``rounds``
+(every configuration rebuilt each round; the placement cache makes that cheap), so a slow
+phase of the machine, another process or thermal throttling, hurts every configuration alike
+instead of whichever ran then.  Figures are medians; each
 is also given as a ratio to the best peer, the number a user compares against.
 """
 
@@ -93,6 +96,7 @@ def compare(
     runs: int = 20,
     threads: int = 2,
     warmup: int = 3,
+    rounds: int = 3,
     measured: bool = True,
     progress: Progress | None = None,
     name: str | None = None,
@@ -111,7 +115,7 @@ def compare(
     feeds = random_feeds(proto)
     reference = run_onnxruntime(proto, feeds)
     configs = _configs(proto, targets, threads, measured)
-    total = len(configs) * (1 + warmup + runs)
+    total = len(configs) * (len(_blocks(runs, rounds)) * (1 + warmup) + runs)
     done = 0
 
     def tick(label: str) -> None:
@@ -123,26 +127,31 @@ def compare(
     errors: dict[str, str] = {}
     accuracy: dict[str, float] = {}
     samples: dict[str, list[float]] = {c.name: [] for c in configs}
-    for config in configs:
-        try:
-            runner = config.build()
-            accuracy[config.name] = _max_rel_error(runner(feeds), reference)
-        except Exception as error:  # noqa: BLE001 - a configuration that cannot run is a result, not a crash
-            errors[config.name] = f"{type(error).__name__}: {str(error).splitlines()[0][:200]}"
-            done += warmup + runs
+    for block in _blocks(runs, rounds):
+        for config in configs:
+            if config.name in errors:
+                done += 1 + warmup + block
+                continue
+            try:
+                runner = config.build()
+                if config.name not in accuracy:
+                    accuracy[config.name] = _max_rel_error(runner(feeds), reference)
+            except Exception as error:  # noqa: BLE001 - a configuration that cannot run is a result, not a crash
+                errors[config.name] = f"{type(error).__name__}: {str(error).splitlines()[0][:200]}"
+                done += warmup + block
+                tick(f"compile {config.name}")
+                continue
             tick(f"compile {config.name}")
-            continue
-        tick(f"compile {config.name}")
-        for _ in range(warmup):
-            runner(feeds)
-            tick(f"warm-up {config.name}")
-        for _ in range(runs):
-            start = time.perf_counter()
-            runner(feeds)
-            samples[config.name].append((time.perf_counter() - start) * 1e3)
-            tick(f"run {config.name}")
-        del runner  # its thread pools must not compete with the next configuration's
-        gc.collect()
+            for _ in range(warmup):
+                runner(feeds)
+                tick(f"warm-up {config.name}")
+            for _ in range(block):
+                start = time.perf_counter()
+                runner(feeds)
+                samples[config.name].append((time.perf_counter() - start) * 1e3)
+                tick(f"run {config.name}")
+            del runner  # its thread pools must not compete with the next configuration's
+            gc.collect()
 
     medians = {n: statistics.median(s) for n, s in samples.items() if s}
     peer_medians = [medians[c.name] for c in configs if c.peer and c.name in medians]
@@ -165,6 +174,12 @@ def compare(
             )
         )
     return BenchTable(name or _model_name(model), threads, runs, tuple(rows))
+
+
+def _blocks(runs: int, rounds: int) -> list[int]:
+    """``runs`` split into ``rounds`` near-equal blocks (none empty)."""
+    rounds = max(1, min(rounds, runs))
+    return [runs // rounds + (1 if i < runs % rounds else 0) for i in range(rounds)]
 
 
 def _configs(proto: onnx.ModelProto, targets: Sequence[str], threads: int, measured: bool) -> list[_Config]:
