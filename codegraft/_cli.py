@@ -177,6 +177,30 @@ def inspect_command(
             err_console.print(f"wrote {path}")
 
 
+@app.command("bench")
+@_guard
+def bench_command(
+    model: Annotated[pathlib.Path, typer.Argument(help="The ONNX model.")],
+    targets: TargetsOption = None,
+    runs: Annotated[int, typer.Option(help="Timed runs per configuration (median reported).")] = 20,
+    threads: Annotated[int, typer.Option(help="Threads for every configuration alike.")] = 2,
+    measured: Annotated[bool, typer.Option(help="Also time measured placement over all targets.")] = True,
+) -> None:
+    """Time MODEL under onnxruntime alone, OpenVINO alone and codegraft with each target."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from codegraft._bench import compare
+
+    with Progress(TextColumn("{task.description:<40}"), BarColumn(), TimeElapsedColumn(), console=err_console) as bar:
+        task = bar.add_task("measuring", total=1)
+
+        def progress(label: str, done: int, total: int) -> None:
+            bar.update(task, description=label, completed=done, total=total)
+
+        table = compare(str(model), targets or [], runs=runs, threads=threads, measured=measured, progress=progress)
+    typer.echo(table.render())
+
+
 @app.command("backends")
 def backends_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print as JSON.")] = False,
