@@ -372,3 +372,103 @@ def test_light_models(name: str) -> None:
     convs = sum(1 for n in model.graph if n.op_type == "Conv")
     assert result.converted_ops >= convs > 0
     assert all(n.domain == NHWC_DOMAIN for n in model.graph if n.op_type == "Conv")
+
+
+# --- random graphs: the rewrite must never change what the model computes ------------------
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+class _RandomCNN:
+    """Builds a random DAG of 4-D ops, tracking shapes so every op is valid."""
+
+    def __init__(self, data: st.DataObject) -> None:
+        self.data = data
+        self.nodes: list[onnx.NodeProto] = []
+        self.inits: list[onnx.TensorProto] = []
+        self.shapes: dict[str, tuple[int, ...]] = {"x": (2, 3, 5, 4)}
+        self.rng = np.random.default_rng(data.draw(st.integers(0, 2**16), label="seed"))
+
+    def _name(self, hint: str) -> str:
+        return f"{hint}{len(self.nodes)}_{len(self.inits)}"
+
+    def _const(self, shape: tuple[int, ...]) -> str:
+        name = self._name("k")
+        self.inits.append(numpy_helper.from_array(self.rng.standard_normal(shape).astype(np.float32) * 0.5, name))
+        return name
+
+    def _emit(self, op: str, inputs: list[str], shape: tuple[int, ...], **attrs: object) -> None:
+        out = self._name(op.lower())
+        self.nodes.append(helper.make_node(op, inputs, [out], **attrs))
+        self.shapes[out] = shape
+
+    def pick(self) -> str:
+        return self.data.draw(st.sampled_from(sorted(self.shapes)), label="operand")
+
+    def step(self) -> None:
+        a = self.pick()
+        n, c, h, w = self.shapes[a]
+        kind = self.data.draw(
+            st.sampled_from(
+                ["conv", "conv3", "relu", "add_const", "add", "concat", "pool", "gap", "reduce", "softmax",
+                 "transpose", "lrn", "slice", "pad"]
+            ),
+            label="op",
+        )  # fmt: skip
+        if kind == "conv":
+            m = self.data.draw(st.integers(1, 4), label="channels")
+            self._emit("Conv", [a, self._const((m, c, 1, 1))], (n, m, h, w))
+        elif kind == "conv3":
+            self._emit("Conv", [a, self._const((2, c, 3, 3)), self._const((2,))], (n, 2, h, w), pads=[1, 1, 1, 1])
+        elif kind == "relu":
+            self._emit("Relu", [a], (n, c, h, w))
+        elif kind == "add_const":
+            self._emit("Add", [a, self._const((c, 1, 1))], (n, c, h, w))
+        elif kind == "add":
+            same = sorted(k for k, s in self.shapes.items() if s in ((n, c, h, w), (n, c, 1, 1)))
+            b = self.data.draw(st.sampled_from(same), label="other")
+            self._emit("Mul", [a, b], (n, c, h, w))
+        elif kind == "concat":
+            same = sorted(k for k, s in self.shapes.items() if s[0] == n and s[2:] == (h, w))
+            b = self.data.draw(st.sampled_from(same), label="other")
+            self._emit("Concat", [a, b], (n, c + self.shapes[b][1], h, w), axis=1)
+        elif kind == "pool":
+            self._emit("MaxPool", [a], (n, c, h, w), kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+        elif kind == "gap":
+            self._emit("GlobalAveragePool", [a], (n, c, 1, 1))
+        elif kind == "reduce":
+            self._emit("ReduceMean", [a], (n, 1, h, w), axes=[1], keepdims=1)
+        elif kind == "softmax":
+            axis = self.data.draw(st.integers(1, 3), label="axis")
+            self._emit("Softmax", [a], (n, c, h, w), axis=axis)
+        elif kind == "transpose":
+            self._emit("Transpose", [a], (n, h, w, c), perm=[0, 2, 3, 1])
+        elif kind == "lrn":
+            self._emit("LRN", [a], (n, c, h, w), size=3)
+        elif kind == "slice" and c > 1:
+            self._emit("Slice", [a, self._ints([0]), self._ints([c - 1]), self._ints([1])], (n, c - 1, h, w))
+        elif kind == "pad":
+            self._emit("Pad", [a, self._ints([0, 0, 1, 0, 0, 0, 0, 1])], (n, c, h + 1, w + 1))
+
+    def _ints(self, values: list[int]) -> str:
+        name = self._name("i")
+        self.inits.append(numpy_helper.from_array(np.array(values, np.int64), name))
+        return name
+
+    def model(self) -> onnx.ModelProto:
+        produced = [o for node in self.nodes for o in node.output]
+        outputs = [produced[-1], *self.data.draw(st.sets(st.sampled_from(produced), max_size=2), label="outs")]
+        return _model(self.nodes, [("x", list(self.shapes["x"]))], sorted(set(outputs)), self.inits, opset=17)
+
+
+@settings(max_examples=150, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_random_graphs_compute_the_same(data: st.DataObject) -> None:
+    builder = _RandomCNN(data)
+    builder.nodes.append(helper.make_node("Conv", ["x", builder._const((3, 3, 1, 1))], ["start"]))
+    builder.shapes["start"] = (2, 3, 5, 4)
+    for _ in range(data.draw(st.integers(1, 10), label="length")):
+        builder.step()
+    result, _ = _check(builder.model())
+    assert result.converted_ops >= 1

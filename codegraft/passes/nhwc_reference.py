@@ -36,11 +36,8 @@ def lower_nhwc(model: ir.Model) -> ir.Model:
         new_nodes.append(back)
         graph.insert_before(node, new_nodes)
         result = node.outputs[0]
-        ir.convenience.replace_all_uses_with(result, back.outputs[0])
         back.outputs[0].shape, back.outputs[0].type = result.shape, result.type
-        for index, output in enumerate(graph.outputs):
-            if output is result:
-                graph.outputs[index] = back.outputs[0]
+        result.replace_all_uses_with(back.outputs[0], replace_graph_outputs=True)
         name = result.name
         graph.remove(node, safe=True)
         back.outputs[0].name = name
