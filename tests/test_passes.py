@@ -174,3 +174,10 @@ def test_no_ops_feeding_outputs_keep_the_output_names() -> None:
     result = run_common_passes(model, PassOptions())
     assert "(2 no-ops among them)" in result.records[1].detail
     _run(proto, PassOptions())
+
+
+def test_shapes_are_inferred_again_only_after_a_change() -> None:
+    model = ir.serde.deserialize_model(_light("resnet50"))  # nothing to remove or fold
+    records = run_common_passes(model, PassOptions()).records
+    assert [r.name for r in records] == list(PASS_NAMES)
+    assert all(r.nodes_removed == 0 and r.constants_folded == 0 for r in records)
