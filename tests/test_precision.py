@@ -263,3 +263,22 @@ def test_old_model_in_bfloat16_after_an_opset_upgrade() -> None:
     assert result.within_tolerance and result.kept_float32 == ()
     assert result.casts_inserted == 2
     print(f"squeezenet: bfloat16 relative error {result.error:.2e}")
+
+
+def test_unknown_types_stay_float32() -> None:
+    """A custom op without a schema: its result's type is unknown, so what reads it stays float32."""
+    graph = helper.make_graph(
+        [
+            helper.make_node("Relu", ["x"], ["r"]),
+            helper.make_node("Mystery", ["r"], ["m"], domain="vendor"),
+            helper.make_node("Sigmoid", ["m"], ["y"]),
+        ],
+        "custom",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+    )
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("vendor", 1)])
+    result = convert_precision_detailed(ir.serde.deserialize_model(proto), "float16")
+    reasons = {k.op_type: k.reason for k in result.kept_float32}
+    assert reasons == {"Mystery": "no ONNX schema for vendor::Mystery", "Sigmoid": "an input's type is unknown"}
+    assert result.converted_ops == 1 and result.casts_inserted == 2  # Relu: x down, r up

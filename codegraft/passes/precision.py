@@ -174,6 +174,9 @@ class _Converter:
             reason = self.keep_nodes[node.name]
         elif node.op_type in self.keep_ops:
             reason = "block-listed op"
+        elif any(v is not None and v.dtype is None and v not in self.lowered for v in node.inputs):
+            # it may really be float32: converting around it could mix types
+            reason = "an input's type is unknown"
         else:
             found = low_precision_slots(node, self.opset, self.low)
             if isinstance(found, Slots):
