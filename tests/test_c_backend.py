@@ -244,3 +244,21 @@ def test_conv_bias_bn_relu_fused_into_conv() -> None:
     program = CBackend().generate(_partition(model))
     # input to NHWC, the conv with everything fused, the result back to NCHW
     assert program.kernels == 3, program.source
+
+
+@pytest.mark.parametrize("op", ["Exp", "Tanh", "Sigmoid", "Erf", "Gelu", "Softmax"])
+def test_vector_math_over_a_wide_range(op: str) -> None:
+    """The inlined exp/tanh/erf approximations against onnxruntime from -80 to 80."""
+    from c_backend_util import run_c
+
+    from codegraft.testing import assert_close, run_onnxruntime
+
+    x = np.concatenate([np.linspace(-80, 80, 4001), np.linspace(-1e-3, 1e-3, 999)]).astype(np.float32)
+    model = make_model([helper.make_node(op, ["x"], ["y"])], {"x": x.shape}, ["y"], opset=20)
+    if op == "Exp":  # relative error per element: exp spans 70 orders of magnitude
+        got, want = run_c(model, {"x": x})["y"], run_onnxruntime(model, {"x": x})["y"]
+        np.testing.assert_allclose(got, want, rtol=1e-5)
+        return
+    for scale in (1.0, 1e-3):
+        feeds = {"x": x * np.float32(scale)}
+        assert_close(run_c(model, feeds), run_onnxruntime(model, feeds), rtol=1e-5, atol=1e-7)

@@ -26,6 +26,46 @@ typedef void (*cg_ep)(const float* const* ops, float* y, long ldy, const float* 
 
 static inline long cg_min(long a, long b) { return a < b ? a : b; }
 
+/* Branch-free math the vectoriser can inline (libm's expf/erff/tanhf are scalar calls).
+   cg_exp: Cody-Waite reduction and a degree-6 polynomial, ~2 ulp over [-87, 88], inputs
+   clamped there (callers saturate anyway); cg_erf: Abramowitz-Stegun 7.1.26, |error| < 1.5e-7. */
+static inline float cg_exp(float x) {
+  x = x < 88.0f ? x : 88.0f;
+  x = x > -87.0f ? x : -87.0f;
+  const float n = __builtin_floorf(x * 1.44269504088896341f + 0.5f);
+  const float r = x - n * 0.693359375f + n * 2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  const int bits = ((int)n + 127) << 23;
+  float scale;
+  __builtin_memcpy(&scale, &bits, sizeof scale);
+  return p * scale;
+}
+static inline float cg_exp_op(float x) { return x > 88.72283935546875f ? INFINITY : cg_exp(x); }
+static inline float cg_sigmoid(float x) { return 1.0f / (1.0f + cg_exp(-x)); }
+static inline float cg_tanh(float x) {
+  const float a = x < 0.0f ? -x : x;
+  const float big = 1.0f - 2.0f / (cg_exp(2.0f * a) + 1.0f);
+  const float a2 = a * a;
+  const float small = a * (1.0f + a2 * (-0.333333333f + a2 * (0.133333333f - a2 * 0.053968254f)));
+  const float t = a < 0.0625f ? small : big;
+  return x < 0.0f ? -t : t;
+}
+static inline float cg_erf(float x) {
+  const float a = x < 0.0f ? -x : x;
+  const float t = 1.0f / (1.0f + 0.3275911f * a);
+  const float poly = t * (0.254829592f + t * (-0.284496736f + t * (1.421413741f + t * (-1.453152027f + t * 1.061405429f))));
+  const float e = 1.0f - poly * cg_exp(-a * a);
+  return x < 0.0f ? -e : e;
+}
+static inline float cg_fmin(float a, float b) { return a < b ? a : b; }
+static inline float cg_fmax(float a, float b) { return a > b ? a : b; }
+
 /* One GEMM-shaped job: rows of a (padded, channels-last) input times packed weights. */
 typedef struct {
   const float* x; long pstride; long cstride; long cg;
@@ -147,7 +187,7 @@ static void cg_softmax(const float* x, float* y, long outer, long n, long inner)
       float m = -INFINITY;
       for (long k = 0; k < n; k++) m = xp[k * inner] > m ? xp[k * inner] : m;
       float s = 0.0f;
-      for (long k = 0; k < n; k++) { const float e = expf(xp[k * inner] - m); yp[k * inner] = e; s += e; }
+      for (long k = 0; k < n; k++) { const float e = cg_exp(xp[k * inner] - m); yp[k * inner] = e; s += e; }
       for (long k = 0; k < n; k++) yp[k * inner] = yp[k * inner] / s;
     }
 }

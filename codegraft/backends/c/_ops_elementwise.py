@@ -43,26 +43,26 @@ def expression(step: Step, args: list[str]) -> str:
     simple = {
         "pow": f"powf({a}, {args[1]})" if len(args) > 1 else "",
         "relu": f"({a} > 0.0f ? {a} : 0.0f)",
-        "sigmoid": f"1.0f / (1.0f + expf(-{a}))",
-        "tanh": f"tanhf({a})",
-        "erf": f"erff({a})",
-        "gelu": f"0.5f * {a} * (1.0f + erff({a} * 0x1.6a09e6p-1f))",
-        "gelu_tanh": f"0.5f * {a} * (1.0f + tanhf(0x1.988454p-1f * ({a} + 0x1.6e5ba6p-5f * {a} * {a} * {a})))",
-        "exp": f"expf({a})",
+        "sigmoid": f"cg_sigmoid({a})",
+        "tanh": f"cg_tanh({a})",
+        "erf": f"cg_erf({a})",
+        "gelu": f"0.5f * {a} * (1.0f + cg_erf({a} * 0x1.6a09e6p-1f))",
+        "gelu_tanh": f"0.5f * {a} * (1.0f + cg_tanh(0x1.988454p-1f * ({a} + 0x1.6e5ba6p-5f * {a} * {a} * {a})))",
+        "exp": f"cg_exp_op({a})",
         "sqrt": f"sqrtf({a})",
         "neg": f"-{a}",
         "abs": f"fabsf({a})",
         "reciprocal": f"1.0f / {a}",
-        "hardswish": f"{a} * fmaxf(0.0f, fminf(1.0f, {a} * 0x1.555556p-3f + 0.5f))",
+        "hardswish": f"{a} * cg_fmax(0.0f, cg_fmin(1.0f, {a} * 0x1.555556p-3f + 0.5f))",
     }
     if kind in simple:
         return simple[kind]
     if kind == "leakyrelu":
         return f"({a} >= 0.0f ? {a} : {a} * {p[0]})"
     if kind == "clip":
-        return f"fminf(fmaxf({a}, {p[0]}), {p[1]})"
+        return f"cg_fmin(cg_fmax({a}, {p[0]}), {p[1]})"
     if kind == "hardsigmoid":
-        return f"fmaxf(0.0f, fminf(1.0f, {p[0]} * {a} + {p[1]}))"
+        return f"cg_fmax(0.0f, cg_fmin(1.0f, {p[0]} * {a} + {p[1]}))"
     if kind == "powc":
         return _pow_const(a, step.params[0])
     raise ValueError(f"unknown elementwise kind {kind!r}")
