@@ -290,6 +290,11 @@ def test_ops_without_nhwc_form_get_transposes_around_them() -> None:
     result, _ = _check(proto)
     assert result.converted_ops == 2
     assert result.transposes_inserted == 4  # in, around LRN (2), out
+    reasons = [c.reason for c in result.conversions]
+    assert reasons[0].startswith("Conv ") and reasons[0].endswith("reads it NHWC")
+    assert reasons[1].startswith("LRN ") and reasons[1].endswith("reads it NCHW")
+    assert reasons[3] == "graph output 'y' stays NCHW"
+    assert [c.value for c in result.conversions][:2] == ["x", "c"]
 
 
 def test_conv1d_pool1d_batchnorm_resize_and_computed_weight() -> None:

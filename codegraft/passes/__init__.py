@@ -12,7 +12,7 @@ A backend only *declares* what it prefers (layout, precisions); these passes do 
 * :func:`quantize_int8`: static int8 QDQ quantization from calibration samples.
 """
 
-from codegraft.passes.layout import NHWC_DOMAIN, LayoutResult, to_nhwc
+from codegraft.passes.layout import NHWC_DOMAIN, Conversion, LayoutResult, to_nhwc
 from codegraft.passes.nhwc_reference import lower_nhwc
 from codegraft.passes.opset import BFLOAT16_OPSET, upgrade_opset
 from codegraft.passes.pipeline import (
@@ -41,6 +41,7 @@ from codegraft.passes.precision_check import (
 from codegraft.passes.quantize import QuantizeOptions, QuantizeResult, quantize_int8
 
 __all__ = [
+    "Conversion",
     "BFLOAT16_OPSET",
     "upgrade_opset",
     "QuantizeOptions",

@@ -29,6 +29,7 @@ from codegraft.passes._layout_rules import (
     NodePlan,
     Perm,
     all_identity,
+    channels_last,
     identity,
     is_identity,
     permute_shape,
@@ -37,7 +38,16 @@ from codegraft.passes._layout_rules import (
     unpermute_shape,
 )
 
-__all__ = ["NHWC_DOMAIN", "LayoutResult", "to_nhwc"]
+__all__ = ["NHWC_DOMAIN", "Conversion", "LayoutResult", "to_nhwc"]
+
+
+@dataclass(frozen=True)
+class Conversion:
+    """One conversion that remains in the rewritten model, and why it is there."""
+
+    value: str  # the model's value that is converted
+    op: str  # "Transpose", or "Reshape" when only unit axes move
+    reason: str  # e.g. "LRN 'norm1' reads it NCHW", "graph output 'y' stays NCHW"
 
 
 @dataclass(frozen=True)
@@ -54,6 +64,7 @@ class LayoutResult:
             the transpose pair a per-op rewrite would have put there cancelled (model
             Transposes that composed away are counted too).
         constants_folded: constants (weights, broadcast operands) stored re-laid-out instead.
+        conversions: every Transpose or Reshape added, with the reason it is needed.
     """
 
     model: ir.Model = field(repr=False)
@@ -62,6 +73,7 @@ class LayoutResult:
     reshapes_inserted: int
     transposes_cancelled: int
     constants_folded: int
+    conversions: tuple[Conversion, ...] = ()
 
 
 def to_nhwc(model: ir.Model) -> LayoutResult:
@@ -88,6 +100,7 @@ def to_nhwc(model: ir.Model) -> LayoutResult:
         reshapes_inserted=rewriter.reshaped,
         transposes_cancelled=rewriter.cancelled,
         constants_folded=rewriter.folded,
+        conversions=tuple(rewriter.conversions),
     )
 
 
@@ -98,6 +111,14 @@ def _ensure_shapes(model: ir.Model) -> None:
         if data is not None and data.shape is None and rule_for(node) is not None:
             ShapeInferencePass(strict_mode=False)(model)
             return
+
+
+def _describe(perm: Perm) -> str:
+    if is_identity(perm):
+        return "NCHW"
+    if perm == channels_last(len(perm)):
+        return "NHWC"
+    return f"in perm {list(perm)}"
 
 
 def _constant(value: ir.Value) -> ir.TensorProtocol | None:
@@ -119,6 +140,7 @@ class _Rewriter:
         self.forms: dict[tuple[ir.Value, Perm], ir.Value] = {}
         self.replaced_constants: set[ir.Value] = set()
         self.absorbed: list[ir.Node] = []
+        self.conversions: list[Conversion] = []
         self.names = self._taken_names()
         self.counter = itertools.count()
         self.converted = self.inserted = self.reshaped = self.cancelled = self.folded = 0
@@ -176,7 +198,11 @@ class _Rewriter:
                 self.replaced_constants.add(value)
                 node.replace_input_with(i, self._initializer(plan.new_constants[i], f"{node.name or 'node'}_in{i}"))
                 continue
-            new = self.holder_of(value) if wanted is None else self.resolve(value, wanted, before=node)
+            if wanted is None:
+                new = self.holder_of(value)
+            else:
+                why = f"{node.op_type} {node.name!r} reads it {_describe(wanted)}"
+                new = self.resolve(value, wanted, before=node, why=why)
             if new is not value:
                 node.replace_input_with(i, new)
         for name, attr in plan.attributes.items():
@@ -211,7 +237,7 @@ class _Rewriter:
             self.cancelled += 1
         return True
 
-    def resolve(self, value: ir.Value, wanted: Perm, *, before: ir.Node | None) -> ir.Value:
+    def resolve(self, value: ir.Value, wanted: Perm, *, before: ir.Node | None, why: str) -> ir.Value:
         """A value holding ``value``'s data stored in ``wanted`` (made once, then shared)."""
         holder, current = self.stored.get(value, (value, identity(len(wanted))))
         if current == wanted:
@@ -230,6 +256,8 @@ class _Rewriter:
             self.folded += 1
         else:
             new = self._transpose(holder, tuple(current.index(axis) for axis in wanted), before)
+            op = new.producer()
+            self.conversions.append(Conversion(value.name or "", op.op_type if op else "", why))
         self.forms[key] = new
         return new
 
@@ -271,7 +299,8 @@ class _Rewriter:
                 if value is None or value.graph is not self.graph or value not in self.stored:
                     continue
                 perm = self.stored[value][1]
-                inner.replace_input_with(i, self.resolve(value, identity(len(perm)), before=node))
+                why = f"{node.op_type} {node.name!r} reads it NCHW in a body"
+                inner.replace_input_with(i, self.resolve(value, identity(len(perm)), before=node, why=why))
 
     # --- finishing -----------------------------------------------------------------------
 
@@ -281,7 +310,8 @@ class _Rewriter:
             if output not in self.stored:
                 continue
             perm = self.stored[output][1]
-            logical = self.resolve(output, identity(len(perm)), before=None)
+            why = f"graph output {output.name!r} stays NCHW"
+            logical = self.resolve(output, identity(len(perm)), before=None, why=why)
             if logical is output:
                 continue
             name = output.name
