@@ -80,3 +80,20 @@ def test_options_exclude_and_op_types() -> None:
     assert set(readers) <= {"Conv", "Relu", "MaxPool"} and readers["Conv"] == 2
     with pytest.raises(ValueError, match="calibration sample"):
         quantize_int8(model, [])
+
+
+def test_light_squeezenet_opset9_is_upgraded_and_within_tolerance() -> None:
+    from codegraft.testing import light_model
+
+    proto = light_model("squeezenet")  # opset 9: QDQ needs 13
+    model = ir.serde.deserialize_model(proto)
+    result = quantize_int8(model, sample_feeds_for(model, 4))
+    assert result.model.opset_imports[""] == 13
+    output = proto.graph.output[0].name
+    quantized = ir.serde.serialize_model(result.model)
+    errors = [
+        relative_error(run_onnxruntime(quantized, s)[output], run_onnxruntime(proto, s)[output])
+        for s in sample_feeds_for(model, 2, seed=5)
+    ]
+    print(f"squeezenet int8 QDQ relative error {max(errors):.3g}")
+    assert max(errors) < TOLERANCE

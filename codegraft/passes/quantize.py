@@ -22,8 +22,12 @@ import onnx_ir as ir
 from onnxruntime import quantization as ort_quant
 
 from codegraft.passes._graph_util import name_nodes
+from codegraft.passes.opset import upgrade_opset
 
-__all__ = ["QuantizeOptions", "QuantizeResult", "quantize_int8"]
+__all__ = ["QDQ_OPSET", "QuantizeOptions", "QuantizeResult", "quantize_int8"]
+
+# Older models are moved to this opset first: DequantizeLinear takes ``axis`` from 13.
+QDQ_OPSET = 13
 
 IntType = Literal["int8", "uint8"]
 _TYPES: Mapping[str, ort_quant.QuantType] = {"int8": ort_quant.QuantType.QInt8, "uint8": ort_quant.QuantType.QUInt8}
@@ -82,11 +86,13 @@ def quantize_int8(
 ) -> QuantizeResult:
     """Quantize ``model`` (not modified) statically to int8 QDQ, calibrated on ``calibration``.
 
-    Graph inputs and outputs keep their names and float types.
+    Graph inputs and outputs keep their names and float types; a model older than opset 13
+    comes back at opset 13.
     """
     if not calibration:
         raise ValueError("quantize_int8 needs at least one calibration sample")
-    proto = ir.serde.serialize_model(model)
+    # QDQ needs opset 10, per-axis scales (per_channel, int32 biases) opset 13
+    proto = ir.serde.serialize_model(upgrade_opset(model, QDQ_OPSET))
     with tempfile.TemporaryDirectory(prefix="codegraft-quant-") as tmp:
         # onnxruntime writes the result (and calibration scratch models) to files
         output = pathlib.Path(tmp) / "quantized.onnx"
