@@ -176,3 +176,12 @@ def test_conv_block_with_layout_edges(n: int, c: int, size: int, seed: int) -> N
         helper.make_node("MatMul", ["f", "fw"], ["y"]),
     ]
     check(make_model(nodes, {"x": (n, c, size, size)}, ["y", "r"], inits), seed=seed)
+
+
+@SETTINGS
+@given(st.lists(st.integers(1, 20), min_size=1, max_size=5), st.randoms(use_true_random=False), st.integers(0, 2**16))
+def test_transpose_random(shape: list[int], random: object, seed: int) -> None:
+    perm = list(range(len(shape)))
+    random.shuffle(perm)  # type: ignore[attr-defined]
+    node = helper.make_node("Transpose", ["x"], ["y"], perm=perm)
+    check(make_model([node], {"x": tuple(shape)}, ["y"]), seed=seed)

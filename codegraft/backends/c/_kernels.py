@@ -32,7 +32,11 @@ static inline long cg_min(long a, long b) { return a < b ? a : b; }
 static inline float cg_exp(float x) {
   x = x < 88.0f ? x : 88.0f;
   x = x > -87.0f ? x : -87.0f;
-  const float n = __builtin_floorf(x * 1.44269504088896341f + 0.5f);
+  /* n = round(x / ln 2) by the 1.5 * 2^23 trick: no float->int conversion, which (like
+     floorf) keeps gcc 12 from vectorising the loop */
+  union { float f; int i; } big, scale;
+  big.f = x * 1.44269504088896341f + 12582912.0f;
+  const float n = big.f - 12582912.0f;
   const float r = x - n * 0.693359375f + n * 2.12194440e-4f;
   float p = 1.9875691500e-4f;
   p = p * r + 1.3981999507e-3f;
@@ -41,10 +45,8 @@ static inline float cg_exp(float x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * r * r + r + 1.0f;
-  const int bits = ((int)n + 127) << 23;
-  float scale;
-  __builtin_memcpy(&scale, &bits, sizeof scale);
-  return p * scale;
+  scale.i = (big.i - 0x4B400000 + 127) << 23;
+  return p * scale.f;
 }
 static inline float cg_exp_op(float x) { return x > 88.72283935546875f ? INFINITY : cg_exp(x); }
 static inline float cg_sigmoid(float x) { return 1.0f / (1.0f + cg_exp(-x)); }

@@ -69,28 +69,63 @@ def emit_reduce_mean(ctx: Context, op: g.ReduceMean) -> None:
 
 
 def emit_transpose(ctx: Context, op: g.Transpose) -> None:
-    """Physical transpose as nested loops; the outermost is split across threads."""
+    """Physical transpose: axes merged where possible, then a tiled 2-D transpose per batch.
+
+    Layout conversions at partition edges (NCHW <-> NHWC) are exactly ``[N][C][HW]`` <->
+    ``[N][HW][C]``; reading along one axis while writing along the other in 16 x 16 tiles
+    keeps both sides in cache.
+    """
     x, out = op.inputs[0], op.out
-    in_shape = x.physical_shape
-    in_strides = _strides(in_shape)
-    out_shape = tuple(in_shape[p] for p in op.perm)
+    in_strides = _strides(x.physical_shape)
+    dims = [(x.physical_shape[p], in_strides[p]) for p in op.perm if x.physical_shape[p] != 1]
+    merged: list[tuple[int, int]] = []
+    for size, stride in dims:
+        if merged and merged[-1][1] == stride * size:
+            merged[-1] = (merged[-1][0] * size, stride)
+        else:
+            merged.append((size, stride))
     fn = ctx.name("transpose")
     lines = [f"static void {fn}(const float* x, float* y) {{"]
-    if not out_shape:
-        lines.append("  y[0] = x[0];")
+    big = int(out.size > 32768)
+    if not merged or merged[-1][1] == 1:
+        inner = merged[-1][0] if merged else 1
+        outer_dims = merged[:-1]
+        lines += _outer_loop(outer_dims, 1, big, inner)
+        lines.append(f"    memcpy(y + o * {inner}, x + xo, {inner * 4});")
+        lines.append("  }")
     else:
-        out_strides = _strides(out_shape)
-        lines.append(f"  #pragma omp parallel for schedule(static) if({int(out.size > 32768)})")
-        indent = "  "
-        for axis, size in enumerate(out_shape):
-            lines.append(f"{indent}for (long d{axis} = 0; d{axis} < {size}; d{axis}++)")
-            indent += "  "
-        src = " + ".join(f"d{a} * {in_strides[op.perm[a]]}" for a in range(len(out_shape)))
-        dst = " + ".join(f"d{a} * {out_strides[a]}" for a in range(len(out_shape)))
-        lines.append(f"{indent}y[{dst}] = x[{src}];")
+        sizes = [d for d, _ in merged]
+        out_strides = _strides(tuple(sizes))
+        tiled = next(i for i, (_, stride) in enumerate(merged) if stride == 1)
+        last = len(merged) - 1
+        outer_dims = [m for i, m in enumerate(merged) if i not in (tiled, last)]
+        outer_out = [out_strides[i] for i in range(len(merged)) if i not in (tiled, last)]
+        tiles = -(-sizes[tiled] // 16)
+        lines += _outer_loop(outer_dims, tiles, big, 0, outer_out)
+        lines.append(f"    const long a0 = ti * 16, a1 = cg_min(a0 + 16, {sizes[tiled]});")
+        lines.append(f"    for (long b0 = 0; b0 < {sizes[last]}; b0 += 16) {{")
+        lines.append(f"      const long b1 = cg_min(b0 + 16, {sizes[last]});")
+        lines.append("      for (long a = a0; a < a1; a++)")
+        lines.append("        for (long b = b0; b < b1; b++)")
+        lines.append(f"          y[yo + a * {out_strides[tiled]} + b] = x[xo + a + b * {merged[last][1]}];")
+        lines += ["    }", "  }"]
     lines.append("}")
     ctx.functions.append("\n".join(lines))
     ctx.body.append(f"  {fn}({ctx.ptr(x)}, {ctx.ptr(out)});")
+
+
+def _outer_loop(dims: list[tuple[int, int]], tiles: int, big: int, inner: int,
+                out_strides: list[int] | None = None) -> list[str]:
+    """Open a parallel loop over the outer axes (and ``tiles``); defines ``o``, ``ti``, ``xo``, ``yo``."""
+    total = math.prod(d for d, _ in dims) * tiles
+    lines = [f"  #pragma omp parallel for schedule(static) if({big})", f"  for (long o = 0; o < {total}; o++) {{"]
+    lines.append(f"    long rest = o, xo = 0, yo = 0; const long ti = rest % {tiles}; rest /= {tiles};")
+    for index in reversed(range(len(dims))):
+        size, stride = dims[index]
+        out_stride = out_strides[index] if out_strides is not None else 0
+        lines.append(f"    {{ const long i = rest % {size}; rest /= {size}; xo += i * {stride}; yo += i * {out_stride}; }}")
+    lines.append("    (void)ti; (void)yo;")
+    return lines
 
 
 def emit_concat(ctx: Context, op: g.Concat) -> None:
