@@ -19,6 +19,7 @@ import itertools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import onnx
@@ -60,12 +61,12 @@ class _GraphBuilder:
         self.initializers.append(numpy_helper.from_array(value, name))
         return name
 
-    def op(self, op_type: str, inputs: list[str], n_outputs: int = 1, **attrs: object) -> list[str]:
+    def op(self, op_type: str, inputs: list[str], n_outputs: int = 1, **attrs: Any) -> list[str]:
         outputs = [self.fresh(op_type.lower()) for _ in range(n_outputs)]
         self.nodes.append(helper.make_node(op_type, inputs, outputs, name=self.fresh(op_type), **attrs))
         return outputs
 
-    def op1(self, op_type: str, inputs: list[str], **attrs: object) -> str:
+    def op1(self, op_type: str, inputs: list[str], **attrs: Any) -> str:
         return self.op(op_type, inputs, **attrs)[0]
 
     def model(self, name: str, inputs: list[onnx.ValueInfoProto], output: str) -> onnx.ModelProto:

@@ -56,6 +56,7 @@ class BenchTable:
     threads: int
     runs: int
     rows: tuple[BenchRow, ...]
+    placement: str = ""  # what measured placement chose, with its numbers
 
     def best_peer(self) -> BenchRow | None:
         peers = [r for r in self.rows if r.peer and not r.error]
@@ -79,6 +80,8 @@ class BenchTable:
                 lines.append(
                     f"| {r.config} | {r.median_ms:.3f} | {r.min_ms:.3f} | {r.ratio:.2f}x | {r.max_rel_error:.1e} |"
                 )
+        if self.placement:
+            lines += ["", f"measured placement: {self.placement}"]
         return "\n".join(lines)
 
 
@@ -114,7 +117,8 @@ def compare(
     proto = _load(model)
     feeds = random_feeds(proto)
     reference = run_onnxruntime(proto, feeds)
-    configs = _configs(proto, targets, threads, measured)
+    notes: dict[str, str] = {}
+    configs = _configs(proto, targets, threads, measured, notes)
     total = len(configs) * (len(_blocks(runs, rounds)) * (1 + warmup) + runs)
     done = 0
 
@@ -173,7 +177,8 @@ def compare(
                 accuracy[config.name],
             )
         )
-    return BenchTable(name or _model_name(model), threads, runs, tuple(rows))
+    placement = notes.get("codegraft[measured]", "")
+    return BenchTable(name or _model_name(model), threads, runs, tuple(rows), placement)
 
 
 def _blocks(runs: int, rounds: int) -> list[int]:
@@ -182,18 +187,20 @@ def _blocks(runs: int, rounds: int) -> list[int]:
     return [runs // rounds + (1 if i < runs % rounds else 0) for i in range(rounds)]
 
 
-def _configs(proto: onnx.ModelProto, targets: Sequence[str], threads: int, measured: bool) -> list[_Config]:
+def _configs(
+    proto: onnx.ModelProto, targets: Sequence[str], threads: int, measured: bool, notes: dict[str, str]
+) -> list[_Config]:
     data = proto.SerializeToString()
     configs = [_Config(PEER_ORT, True, lambda: _onnxruntime_peer(data, threads))]
     if _openvino_installed():
         configs.append(_Config(PEER_OPENVINO, True, lambda: _openvino_peer(data, threads)))
     for target in targets:
-        configs.append(_Config(f"codegraft[{target}]", False, _codegraft(proto, [target], threads, "first")))
-    configs.append(_Config("codegraft[host]", False, _codegraft(proto, [], threads, "first")))
+        configs.append(_Config(f"codegraft[{target}]", False, _codegraft(proto, [target], threads, "first", notes)))
+    configs.append(_Config("codegraft[host]", False, _codegraft(proto, [], threads, "first", notes)))
     if measured and targets:
         # The host is listed as a target too, so that it is a candidate even with one target.
         everything = [*targets, "onnxruntime"] if "onnxruntime" not in targets else list(targets)
-        configs.append(_Config("codegraft[measured]", False, _codegraft(proto, everything, threads, "measured")))
+        configs.append(_Config("codegraft[measured]", False, _codegraft(proto, everything, threads, "measured", notes)))
     return configs
 
 
@@ -228,12 +235,24 @@ def _openvino_peer(model: bytes, threads: int) -> RunFn:
     return run
 
 
-def _codegraft(proto: onnx.ModelProto, targets: list[str], threads: int, placement: str) -> Callable[[], RunFn]:
+def _codegraft(
+    proto: onnx.ModelProto, targets: list[str], threads: int, placement: str, notes: dict[str, str]
+) -> Callable[[], RunFn]:
+    """Build a codegraft executable; ``notes`` receives where its partitions run and why."""
+
     def build() -> RunFn:
         import codegraft
 
         backends = [make_target(t, threads) for t in targets]
         exe = codegraft.compile(proto, targets=backends, threads=threads, placement=placement)
+        counts: dict[str, int] = {}
+        for step in exe.steps:
+            counts[step.backend] = counts.get(step.backend, 0) + 1
+        note = "partitions: " + ", ".join(f"{b} x{n}" for b, n in counts.items())
+        for decision in exe.report().placements:
+            timings = ", ".join(f"{b} {us / 1e3:.2f} ms" for b, us in decision.timings_us)
+            note += f"; {decision.region} -> {decision.chosen} ({timings})"
+        notes[f"codegraft[{placement}]" if placement == "measured" else f"codegraft{targets}"] = note
         return exe.run
 
     return build
