@@ -181,3 +181,54 @@ def test_shapes_are_inferred_again_only_after_a_change() -> None:
     records = run_common_passes(model, PassOptions()).records
     assert [r.name for r in records] == list(PASS_NAMES)
     assert all(r.nodes_removed == 0 and r.constants_folded == 0 for r in records)
+
+
+# --- random graphs: no pass may change what the model computes or its signature -------------
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_UNARY = ("Relu", "Neg", "Sigmoid", "Identity", "Abs")
+
+
+@settings(max_examples=80, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data(), st.sampled_from([PassOptions(), PassOptions.from_names(["identity", "cse"]), PassOptions.none()]))
+def test_random_graphs_keep_outputs(data: st.DataObject, options: PassOptions) -> None:
+    values = ["x", "c0"]  # an input and a constant
+    constants = {"c0"}
+    nodes: list[onnx.NodeProto] = []
+    inits = [_const("c0", [0.5, -1.0, 2.0]), _const("one", 1.0), _const("zero", 0.0)]
+    for index in range(data.draw(st.integers(1, 12), label="length")):
+        a = data.draw(st.sampled_from(values), label="a")
+        kind = data.draw(st.sampled_from(["unary", "binary", "no_op", "dup"]), label="kind")
+        out = f"v{index}"
+        if kind == "unary":
+            nodes.append(helper.make_node(data.draw(st.sampled_from(_UNARY), label="op"), [a], [out]))
+        elif kind == "binary":
+            b = data.draw(st.sampled_from(values), label="b")
+            nodes.append(helper.make_node(data.draw(st.sampled_from(["Add", "Mul", "Sub"]), label="op"), [a, b], [out]))
+        elif kind == "no_op":
+            nodes.append(
+                helper.make_node("Mul", [a, "one"], [out]) if index % 2 else helper.make_node("Add", [a, "zero"], [out])
+            )
+        elif nodes:  # duplicate an earlier node with a fresh output
+            earlier = data.draw(st.sampled_from(nodes), label="earlier")
+            nodes.append(helper.make_node(earlier.op_type, list(earlier.input), [out]))
+        else:
+            continue
+        if all(i in constants for i in nodes[-1].input if i not in ("one", "zero")):
+            constants.add(out)
+        values.append(out)
+    produced = [o for n in nodes for o in n.output]
+    if not produced:
+        return
+    outputs = sorted({produced[-1], *data.draw(st.sets(st.sampled_from(produced), max_size=3), label="outs")})
+    graph = helper.make_graph(
+        nodes,
+        "random",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs],
+        inits,
+    )
+    proto = onnx.shape_inference.infer_shapes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    _run(proto, options)

@@ -8,8 +8,7 @@ changed so the compile report can say "fold_constants: 212 -> 180 nodes, 12 cons
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field, fields, replace
 
 import onnx_ir as ir
@@ -17,6 +16,8 @@ from onnx_ir.passes import common as ir_passes
 from onnxscript import optimizer
 from onnxscript.rewriter import RewriteRuleSet
 from onnxscript.rewriter.rules import common as rewrite_rules
+
+from codegraft.passes import _output_fence
 
 __all__ = ["PASS_NAMES", "PassOptions", "PassRecord", "PipelineResult", "run_common_passes"]
 
@@ -128,7 +129,11 @@ def _run_one(name: str, model: ir.Model, options: PassOptions) -> PassRecord:
     before = _count_nodes(model)
     folded_before = _folded_values(model)
     signature = [(v.name, v.type, v.shape) for v in model.graph.outputs]
-    detail = _PASSES[name](model, options)
+    if name == "shape_inference":  # renames nothing, and the fence domain has no schema
+        detail = _PASSES[name](model, options)
+    else:
+        with _output_fence.outputs_fenced(model):
+            detail = _PASSES[name](model, options)
     _restore_output_types(model, signature, name)
     folded = len(_folded_values(model) - folded_before)
     return PassRecord(name, before, _count_nodes(model), folded, detail)
@@ -168,45 +173,15 @@ def _shape_inference(model: ir.Model, options: PassOptions) -> str:
 
 def _identity(model: ir.Model, options: PassOptions) -> str:
     before = _count_nodes(model)
-    with _output_links_hidden(model.graph):
-        ir_passes.IdentityEliminationPass()(model)
+    ir_passes.IdentityEliminationPass()(model)
     # no-ops become Identity nodes (x*1 -> Identity(x)); eliminate those too
     no_ops = _NO_OP_RULES.apply_to_model(model)
-    with _output_links_hidden(model.graph):
-        ir_passes.IdentityEliminationPass()(model)
+    ir_passes.IdentityEliminationPass()(model)
     kept = sum(1 for n in model.graph if n.op_type == "Identity" and n.domain == "")
     return (
         f"removed {before - _count_nodes(model)} nodes ({no_ops} no-ops among them); "
         f"{kept} Identity kept: they link graph inputs or outputs"
     )
-
-
-@contextlib.contextmanager
-def _output_links_hidden(graph: ir.Graph) -> Iterator[None]:
-    """Hide Identity nodes that link one graph output to another from IdentityEliminationPass.
-
-    Removing such a node renames its input to its output's name, and the graph then lists
-    one value under two output names (onnx-ir 1.1): ``[r, Identity(r)]`` or two Identities
-    of one value.  We move them to a private domain for the duration of the pass.
-    """
-    outputs = set(graph.outputs)
-    linked: set[ir.Value] = set()
-    hidden = []
-    for node in graph:
-        if node.op_type != "Identity" or node.domain != "" or node.outputs[0] not in outputs:
-            continue
-        source = node.inputs[0]
-        if source is not None and (source in outputs or source in linked):
-            hidden.append(node)
-        if source is not None:
-            linked.add(source)
-    for node in hidden:
-        node.domain = "codegraft.hidden"
-    try:
-        yield
-    finally:
-        for node in hidden:
-            node.domain = ""
 
 
 # x*1, x+0, x-0, x/1, inference Dropout, Cast to the same type, Expand to the same shape,

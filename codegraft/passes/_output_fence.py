@@ -1,0 +1,65 @@
+"""Keep graph outputs out of reach of passes that merge or rename values.
+
+NOTE: onnx-ir's IdentityEliminationPass and onnxscript's no-op rules, when an Identity or a
+no-op links one graph output to another (``[r, Identity(r)]``, two no-ops of one value),
+rename the surviving value to the output's name, and the graph then lists one value under
+two output names (seen with onnx-ir 1.1 and onnxscript 0.7).  Instead of patching those
+passes we fence the outputs: each output is produced by an Identity in a private domain the
+passes do not touch, and afterwards each fence is removed if its input can take the
+output's name, or kept as a plain Identity if it cannot (a graph input, or a value already
+named for another output).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import onnx_ir as ir
+
+_FENCE_DOMAIN = "codegraft.fence"
+
+
+@contextlib.contextmanager
+def outputs_fenced(model: ir.Model) -> Iterator[None]:
+    """Run the body with every graph output behind a fence; output names survive it."""
+    graph = model.graph
+    fences: list[tuple[int, ir.Node]] = []
+    for index, output in enumerate(list(graph.outputs)):
+        if output.is_graph_input() or output.is_initializer():
+            continue  # passes do not rename these, and their names must not change
+        name = output.name
+        # the index keeps CSE from merging two fences of one value
+        fence = ir.Node(_FENCE_DOMAIN, "Identity", [output], [ir.AttrInt64("output", index)])
+        fenced = fence.outputs[0]
+        fenced.type, fenced.shape = output.type, output.shape
+        graph.append(fence)
+        output.name = f"{name}__fenced"  # the fence's output takes the name
+        fenced.name = name
+        graph.outputs[index] = fenced
+        fences.append((index, fence))
+    model.opset_imports[_FENCE_DOMAIN] = 1
+    try:
+        yield
+    finally:
+        _remove_fences(graph, fences)
+        model.opset_imports.pop(_FENCE_DOMAIN, None)
+
+
+def _remove_fences(graph: ir.Graph, fences: list[tuple[int, ir.Node]]) -> None:
+    named: set[ir.Value] = set(graph.outputs)
+    for index, fence in fences:
+        source, fenced = fence.inputs[0], fence.outputs[0]
+        assert source is not None
+        name = fenced.name
+        ours = source.name == f"{name}__fenced"  # the output's own value, maybe folded
+        if source.is_graph_input() or source in named or (source.is_initializer() and not ours):
+            # inputs and the user's initializers keep their names (renaming an initializer
+            # renames the TensorProto it wraps), and a value carries one output name only
+            fence.domain = ""
+            fence.attributes.pop("output")
+            continue
+        graph.outputs[index] = source
+        graph.remove(fence, safe=True)
+        source.name = name
+        named.add(source)
