@@ -24,7 +24,7 @@ _FENCE_DOMAIN = "codegraft.fence"
 def outputs_fenced(model: ir.Model) -> Iterator[None]:
     """Run the body with every graph output behind a fence; output names survive it."""
     graph = model.graph
-    fences: list[tuple[int, ir.Node]] = []
+    fences: list[tuple[int, ir.Node, ir.Value]] = []
     for index, output in enumerate(list(graph.outputs)):
         if output.is_graph_input() or output.is_initializer():
             continue  # passes do not rename these, and their names must not change
@@ -37,7 +37,7 @@ def outputs_fenced(model: ir.Model) -> Iterator[None]:
         output.name = f"{name}__fenced"  # the fence's output takes the name
         fenced.name = name
         graph.outputs[index] = fenced
-        fences.append((index, fence))
+        fences.append((index, fence, output))
     model.opset_imports[_FENCE_DOMAIN] = 1
     try:
         yield
@@ -46,12 +46,17 @@ def outputs_fenced(model: ir.Model) -> Iterator[None]:
         model.opset_imports.pop(_FENCE_DOMAIN, None)
 
 
-def _remove_fences(graph: ir.Graph, fences: list[tuple[int, ir.Node]]) -> None:
+def _remove_fences(graph: ir.Graph, fences: list[tuple[int, ir.Node, ir.Value]]) -> None:
     named: set[ir.Value] = set(graph.outputs)
-    for index, fence in fences:
+    for index, fence, original in fences:
         source, fenced = fence.inputs[0], fence.outputs[0]
         assert source is not None
         name = fenced.name
+        producer = original.producer()
+        if source.is_graph_input() and producer is not None and producer.graph is graph and original not in named:
+            # the pass forwarded the output to a graph input but left the original node (e.g.
+            # constant folding through an Identity): keep the original rather than add a copy
+            source = original
         ours = source.name == f"{name}__fenced"  # the output's own value, maybe folded
         if source.is_graph_input() or source in named or (source.is_initializer() and not ours):
             # inputs and the user's initializers keep their names (renaming an initializer

@@ -172,16 +172,12 @@ def _shape_inference(model: ir.Model, options: PassOptions) -> str:
 
 
 def _identity(model: ir.Model, options: PassOptions) -> str:
-    before = _count_nodes(model)
+    identities = sum(1 for n in model.graph if n.op_type == "Identity" and n.domain == "")
     ir_passes.IdentityEliminationPass()(model)
     # no-ops become Identity nodes (x*1 -> Identity(x)); eliminate those too
     no_ops = _NO_OP_RULES.apply_to_model(model)
     ir_passes.IdentityEliminationPass()(model)
-    kept = sum(1 for n in model.graph if n.op_type == "Identity" and n.domain == "")
-    return (
-        f"removed {before - _count_nodes(model)} nodes ({no_ops} no-ops among them); "
-        f"{kept} Identity kept: they link graph inputs or outputs"
-    )
+    return f"{identities} Identity nodes and {no_ops} no-ops considered"
 
 
 # x*1, x+0, x-0, x/1, inference Dropout, Cast to the same type, Expand to the same shape,
@@ -202,6 +198,7 @@ _NO_OP_RULES = RewriteRuleSet(
 
 
 def _fold_constants(model: ir.Model, options: PassOptions) -> str:
+    before = _folded_values(model)
     optimizer.fold_constants(
         model,
         # shapes were inferred for the whole graph already; per-node inference costs ~3x
@@ -209,23 +206,22 @@ def _fold_constants(model: ir.Model, options: PassOptions) -> str:
         input_size_limit=options.fold_max_input_elements,
         output_size_limit=options.fold_max_elements,
     )
-    # folding leaves the nodes it replaced behind; they are dead now
-    ir_passes.RemoveUnusedNodesPass()(model)
-    return f"tensors over {options.fold_max_elements} elements are not stored"
+    folded = len(_folded_values(model) - before)
+    return f"{folded} values folded into constants (none over {options.fold_max_elements} elements)"
 
 
 def _cse(model: ir.Model, options: PassOptions) -> str:
     before = _count_nodes(model)
     ir_passes.CommonSubexpressionEliminationPass()(model)
-    ir_passes.RemoveUnusedNodesPass()(model)
     return f"merged {before - _count_nodes(model)} duplicate nodes"
 
 
 def _dce(model: ir.Model, options: PassOptions) -> str:
-    initializers = len(model.graph.initializers)
+    initializers, nodes = len(model.graph.initializers), _count_nodes(model)
     ir_passes.RemoveUnusedNodesPass()(model)
     ir_passes.RemoveUnusedOpsetsPass()(model)
-    return f"removed {initializers - len(model.graph.initializers)} unused initializers"
+    removed = initializers - len(model.graph.initializers)
+    return f"removed {nodes - _count_nodes(model)} unused nodes, {removed} unused initializers"
 
 
 _PASSES = {
