@@ -38,19 +38,27 @@ from codegraft.passes.precision_check import (
     convert_precision_checked,
     sample_feeds_for,
 )
-from codegraft.passes.quantize import QuantizeOptions, QuantizeResult, quantize_int8
+
+# onnxruntime's quantization tools take ~0.3 s to import: only when asked for
+_QUANTIZE_NAMES = ("QDQ_OPSET", "QuantizeOptions", "QuantizeResult", "quantize_int8")
+
+
+def __getattr__(name: str) -> object:
+    if name in _QUANTIZE_NAMES:
+        from codegraft.passes import quantize
+
+        return getattr(quantize, name)
+    raise AttributeError(f"module 'codegraft.passes' has no attribute {name!r}")
+
 
 __all__ = [
-    "Conversion",
     "BFLOAT16_OPSET",
-    "upgrade_opset",
-    "QuantizeOptions",
-    "QuantizeResult",
-    "quantize_int8",
     "DEFAULT_BLOCKLIST",
     "DEFAULT_TOLERANCE",
     "NHWC_DOMAIN",
     "PASS_NAMES",
+    "QDQ_OPSET",
+    "Conversion",
     "ConversionResult",
     "Evaluate",
     "KeptOp",
@@ -61,11 +69,15 @@ __all__ = [
     "PipelineResult",
     "Precision",
     "PrecisionResult",
+    "QuantizeOptions",
+    "QuantizeResult",
     "convert_precision",
     "convert_precision_checked",
     "convert_precision_detailed",
     "lower_nhwc",
+    "quantize_int8",
     "run_common_passes",
     "sample_feeds_for",
     "to_nhwc",
+    "upgrade_opset",
 ]
