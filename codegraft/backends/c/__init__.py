@@ -1,8 +1,8 @@
 """The ``c`` backend: a real code generator that turns a partition into C, then native code.
 
 A partition goes in, C source comes out (one entry point, loops for the ops, fused
-epilogues, channels-last convolutions on a register-blocked SIMD micro-kernel, OpenMP
-across cores), the system C compiler turns it into a shared library, ctypes calls it.
+epilogues, channels-last convolutions on a register-blocked SIMD micro-kernel, a thread
+pool across cores), the system C compiler turns it into a shared library, ctypes calls it.
 See ``_codegen.py`` for the pipeline and ``_kernels.py`` for the kernels.
 
 Example::
@@ -34,7 +34,7 @@ class CBackend:
 
     ``compiler``: the C compiler (default: ``cc``/``gcc``/``clang`` on PATH);
     ``cache_dir``: where compiled libraries are cached (default
-    ``$CODEGRAFT_CACHE_DIR/c`` or ``~/.cache/codegraft/c``); ``num_threads``: OpenMP
+    ``$CODEGRAFT_CACHE_DIR/c`` or ``~/.cache/codegraft/c``); ``num_threads``:
     threads per call (default: all cores); ``target``: the CPU to compile for (default:
     this one).
     """

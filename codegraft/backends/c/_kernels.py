@@ -16,9 +16,6 @@ from __future__ import annotations
 PRELUDE = r"""
 #include <math.h>
 #include <string.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 typedef float vf __attribute__((vector_size(VW * 4)));
 typedef void (*cg_ep)(const float* const* ops, float* y, long ldy, const float* t, long ldt,
@@ -78,120 +75,161 @@ typedef struct {
   cg_ep ep; const float* const* ops;
 } cg_gemm_t;
 
-/* Zero-padded copy of channels-last x[N][H][W][C] into xp[N][Hp][Wp][C]. */
+/* Zero-padded copy of channels-last x[N][H][W][C] into xp[N][Hp][Wp][C]; one task per row. */
+typedef struct { const float* x; float* xp; long N, H, W, C, pt, pl, Hp, Wp; } cg_pad_t;
+static void cg_pad_row(const void* ctx, long task) {
+  const cg_pad_t* k = ctx;
+  const long n = task / k->Hp, h = task % k->Hp, C = k->C, W = k->W, Wp = k->Wp, pl = k->pl;
+  float* dst = k->xp + (n * k->Hp + h) * Wp * C;
+  const long hi = h - k->pt;
+  if (hi < 0 || hi >= k->H) { memset(dst, 0, sizeof(float) * Wp * C); return; }
+  memset(dst, 0, sizeof(float) * pl * C);
+  memcpy(dst + pl * C, k->x + (n * k->H + hi) * W * C, sizeof(float) * W * C);
+  memset(dst + (pl + W) * C, 0, sizeof(float) * (Wp - pl - W) * C);
+}
 static void cg_pad(const float* x, float* xp, long N, long H, long W, long C, long pt, long pl, long Hp, long Wp) {
-  #pragma omp parallel for collapse(2) schedule(static)
-  for (long n = 0; n < N; n++)
-    for (long h = 0; h < Hp; h++) {
-      float* dst = xp + (n * Hp + h) * Wp * C;
-      const long hi = h - pt;
-      if (hi < 0 || hi >= H) { memset(dst, 0, sizeof(float) * Wp * C); continue; }
-      memset(dst, 0, sizeof(float) * pl * C);
-      memcpy(dst + pl * C, x + (n * H + hi) * W * C, sizeof(float) * W * C);
-      memset(dst + (pl + W) * C, 0, sizeof(float) * (Wp - pl - W) * C);
-    }
+  const cg_pad_t k = {x, xp, N, H, W, C, pt, pl, Hp, Wp};
+  cg_parallel(N * Hp, cg_pad_row, &k);
 }
 
-/* Pack B (element (k, n) at b[k*sk + n*sn]) as [nmb][K][mbw], zero beyond N. */
+/* Pack B (element (k, n) at b[k*sk + n*sn]) as [nmb][K][mbw], zero beyond N; one task per block. */
+typedef struct { const float* b; long K, N, sk, sn; float* packed; long mbw; } cg_pack_t;
+static void cg_pack_block(const void* ctx, long mb) {
+  const cg_pack_t* p = ctx;
+  for (long k = 0; k < p->K; k++) {
+    float* dst = p->packed + (mb * p->K + k) * p->mbw;
+    for (long j = 0; j < p->mbw; j++) {
+      const long n = mb * p->mbw + j;
+      dst[j] = n < p->N ? p->b[k * p->sk + n * p->sn] : 0.0f;
+    }
+  }
+}
 static void cg_pack(const float* b, long K, long N, long sk, long sn, float* packed, long nmb, long mbw) {
-  #pragma omp parallel for schedule(static)
-  for (long mb = 0; mb < nmb; mb++)
-    for (long k = 0; k < K; k++) {
-      float* dst = packed + (mb * K + k) * mbw;
-      for (long j = 0; j < mbw; j++) {
-        const long n = mb * mbw + j;
-        dst[j] = n < N ? b[k * sk + n * sn] : 0.0f;
-      }
-    }
+  const cg_pack_t p = {b, K, N, sk, sn, packed, mbw};
+  cg_parallel(nmb, cg_pack_block, &p);
 }
 
-/* Depthwise convolution (one input and one output channel per group), channels-last. */
+/* Depthwise convolution (one input and one output channel per group), channels-last.
+   A block of 8 output pixels x one SIMD vector of channels stays in registers across all
+   taps; channels beyond the last full vector take a scalar loop.  One task per block. */
+typedef float vfu __attribute__((vector_size(VW * 4), aligned(4)));  /* unaligned loads */
+typedef struct {
+  const float* xp; long N, Hp, Wp, C, OH, OW, sh, sw, ntaps; const long* tapoff; const float* w; float* y;
+  cg_ep ep; const float* const* ops;
+} cg_dw_t;
+enum { CG_DW_PIXELS = 8 };
+static void cg_depthwise_block(const void* ctx, long task) {
+  const cg_dw_t* k = ctx;
+  enum { PB = CG_DW_PIXELS };
+  const long C = k->C, nblk = (k->OW + PB - 1) / PB, CV = C / VW * VW;
+  const long blk = task % nblk, rest = task / nblk, oh = rest % k->OH, n = rest / k->OH;
+  float acc[PB * C];
+  const long ow0 = blk * PB, np = cg_min(PB, k->OW - ow0);
+  const float* base[PB];
+  for (int p = 0; p < PB; p++)
+    base[p] = k->xp + ((n * k->Hp + oh * k->sh) * k->Wp + (ow0 + (p < np ? p : np - 1)) * k->sw) * C;
+  for (long c = 0; c < CV; c += VW) {
+    vf a[PB];
+    #pragma GCC unroll 8
+    for (int p = 0; p < PB; p++) a[p] = (vf){0};
+    for (long t = 0; t < k->ntaps; t++) {
+      const vf wv = *(const vfu*)(k->w + t * C + c);
+      const long off = k->tapoff[t] + c;
+      #pragma GCC unroll 8
+      for (int p = 0; p < PB; p++) a[p] += *(const vfu*)(base[p] + off) * wv;
+    }
+    #pragma GCC unroll 8
+    for (int p = 0; p < PB; p++) *(vfu*)(acc + p * C + c) = a[p];
+  }
+  for (long p = 0; p < np; p++)
+    for (long c = CV; c < C; c++) {
+      float s = 0.0f;
+      for (long t = 0; t < k->ntaps; t++) s += base[p][k->tapoff[t] + c] * k->w[t * C + c];
+      acc[p * C + c] = s;
+    }
+  k->ep(k->ops, k->y, C, acc, C, (n * k->OH + oh) * k->OW + ow0, np, 0, C);
+}
 static void cg_depthwise(const float* xp, long N, long Hp, long Wp, long C, long OH, long OW, long sh, long sw,
                          long ntaps, const long* tapoff, const float* w, float* y, cg_ep ep, const float* const* ops) {
-  #pragma omp parallel for collapse(2) schedule(static)
-  for (long n = 0; n < N; n++)
-    for (long oh = 0; oh < OH; oh++) {
-      float acc[C];
-      for (long ow = 0; ow < OW; ow++) {
-        const float* base = xp + ((n * Hp + oh * sh) * Wp + ow * sw) * C;
-        for (long c = 0; c < C; c++) acc[c] = 0.0f;
-        for (long t = 0; t < ntaps; t++) {
-          const float* xt = base + tapoff[t];
-          const float* wt = w + t * C;
-          for (long c = 0; c < C; c++) acc[c] += xt[c] * wt[c];
-        }
-        ep(ops, y, C, acc, C, (n * OH + oh) * OW + ow, 1, 0, C);
-      }
-    }
+  const cg_dw_t k = {xp, N, Hp, Wp, C, OH, OW, sh, sw, ntaps, tapoff, w, y, ep, ops};
+  cg_parallel(N * OH * ((OW + CG_DW_PIXELS - 1) / CG_DW_PIXELS), cg_depthwise_block, &k);
 }
 
 /* Max (mode 0) or average pooling excluding (1) or including (2) pads, channels-last.
-   hlim/wlim: input extent plus end padding, which bounds the divisor of mode 2. */
+   hlim/wlim: input extent plus end padding, which bounds the divisor of mode 2.  One task per output row. */
+typedef struct { const float* x; float* y; long N, H, W, C, OH, OW, kh, kw, sh, sw, ph, pw, dh, dw; int mode; long hlim, wlim; } cg_pool_t;
+static void cg_pool_row(const void* ctx, long task) {
+  const cg_pool_t* k = ctx;
+  const long n = task / k->OH, oh = task % k->OH, C = k->C;
+  for (long ow = 0; ow < k->OW; ow++) {
+    float* yp = k->y + ((n * k->OH + oh) * k->OW + ow) * C;
+    const long hs = oh * k->sh - k->ph, ws = ow * k->sw - k->pw;
+    const float init = k->mode == 0 ? -INFINITY : 0.0f;
+    for (long c = 0; c < C; c++) yp[c] = init;
+    long count = 0;
+    for (long i = 0; i < k->kh; i++) {
+      const long h = hs + i * k->dh;
+      if (h < 0 || h >= k->H) continue;
+      for (long j = 0; j < k->kw; j++) {
+        const long ww = ws + j * k->dw;
+        if (ww < 0 || ww >= k->W) continue;
+        const float* xp = k->x + ((n * k->H + h) * k->W + ww) * C;
+        count++;
+        if (k->mode == 0) {
+          for (long c = 0; c < C; c++) yp[c] = xp[c] > yp[c] ? xp[c] : yp[c];
+        } else {
+          for (long c = 0; c < C; c++) yp[c] += xp[c];
+        }
+      }
+    }
+    if (k->mode != 0) {
+      long size = count;
+      if (k->mode == 2) size = (cg_min(hs + k->kh, k->hlim) - hs) * (cg_min(ws + k->kw, k->wlim) - ws);
+      const float div = (float)size;
+      for (long c = 0; c < C; c++) yp[c] = yp[c] / div;
+    }
+  }
+}
 static void cg_pool(const float* x, float* y, long N, long H, long W, long C, long OH, long OW, long kh, long kw,
                     long sh, long sw, long ph, long pw, long dh, long dw, int mode, long hlim, long wlim) {
-  #pragma omp parallel for collapse(2) schedule(static)
-  for (long n = 0; n < N; n++)
-    for (long oh = 0; oh < OH; oh++)
-      for (long ow = 0; ow < OW; ow++) {
-        float* yp = y + ((n * OH + oh) * OW + ow) * C;
-        const long hs = oh * sh - ph, ws = ow * sw - pw;
-        const float init = mode == 0 ? -INFINITY : 0.0f;
-        for (long c = 0; c < C; c++) yp[c] = init;
-        long count = 0;
-        for (long i = 0; i < kh; i++) {
-          const long h = hs + i * dh;
-          if (h < 0 || h >= H) continue;
-          for (long j = 0; j < kw; j++) {
-            const long ww = ws + j * dw;
-            if (ww < 0 || ww >= W) continue;
-            const float* xp = x + ((n * H + h) * W + ww) * C;
-            count++;
-            if (mode == 0) {
-              for (long c = 0; c < C; c++) yp[c] = xp[c] > yp[c] ? xp[c] : yp[c];
-            } else {
-              for (long c = 0; c < C; c++) yp[c] += xp[c];
-            }
-          }
-        }
-        if (mode != 0) {
-          long size = count;
-          if (mode == 2) size = (cg_min(hs + kh, hlim) - hs) * (cg_min(ws + kw, wlim) - ws);
-          const float div = (float)size;
-          for (long c = 0; c < C; c++) yp[c] = yp[c] / div;
-        }
-      }
+  const cg_pool_t k = {x, y, N, H, W, C, OH, OW, kh, kw, sh, sw, ph, pw, dh, dw, mode, hlim, wlim};
+  cg_parallel(N * OH, cg_pool_row, &k);
 }
 
-/* Mean over HW of channels-last x[N][HW][C]. */
+/* Mean over HW of channels-last x[N][HW][C]; one task per (image, block of 64 channels). */
+typedef struct { const float* x; float* y; long HW, C, nb; } cg_gap_t;
+static void cg_gap_block(const void* ctx, long task) {
+  const cg_gap_t* k = ctx;
+  const long n = task / k->nb, c0 = (task % k->nb) * 64, c1 = cg_min(k->C, c0 + 64);
+  float* yp = k->y + n * k->C;
+  for (long c = c0; c < c1; c++) yp[c] = 0.0f;
+  for (long i = 0; i < k->HW; i++) {
+    const float* xp = k->x + (n * k->HW + i) * k->C;
+    for (long c = c0; c < c1; c++) yp[c] += xp[c];
+  }
+  for (long c = c0; c < c1; c++) yp[c] = yp[c] / (float)k->HW;
+}
 static void cg_global_avg(const float* x, float* y, long N, long HW, long C) {
-  const long CB = 64, nb = (C + CB - 1) / CB;
-  #pragma omp parallel for collapse(2) schedule(static)
-  for (long n = 0; n < N; n++)
-    for (long b = 0; b < nb; b++) {
-      const long c0 = b * CB, c1 = cg_min(C, c0 + CB);
-      float* yp = y + n * C;
-      for (long c = c0; c < c1; c++) yp[c] = 0.0f;
-      for (long i = 0; i < HW; i++) {
-        const float* xp = x + (n * HW + i) * C;
-        for (long c = c0; c < c1; c++) yp[c] += xp[c];
-      }
-      for (long c = c0; c < c1; c++) yp[c] = yp[c] / (float)HW;
-    }
+  const cg_gap_t k = {x, y, HW, C, (C + 63) / 64};
+  cg_parallel(N * k.nb, cg_gap_block, &k);
 }
 
-/* Softmax over the middle axis of [outer][n][inner]. */
+/* Softmax over the middle axis of [outer][n][inner]; one task per (outer, inner) line. */
+typedef struct { const float* x; float* y; long n, inner; } cg_softmax_t;
+static void cg_softmax_line(const void* ctx, long task) {
+  const cg_softmax_t* k = ctx;
+  const long o = task / k->inner, i = task % k->inner, n = k->n, inner = k->inner;
+  const float* xp = k->x + o * n * inner + i;
+  float* yp = k->y + o * n * inner + i;
+  float m = -INFINITY;
+  for (long j = 0; j < n; j++) m = xp[j * inner] > m ? xp[j * inner] : m;
+  float s = 0.0f;
+  for (long j = 0; j < n; j++) { const float e = cg_exp(xp[j * inner] - m); yp[j * inner] = e; s += e; }
+  for (long j = 0; j < n; j++) yp[j * inner] = yp[j * inner] / s;
+}
 static void cg_softmax(const float* x, float* y, long outer, long n, long inner) {
-  #pragma omp parallel for collapse(2) schedule(static)
-  for (long o = 0; o < outer; o++)
-    for (long i = 0; i < inner; i++) {
-      const float* xp = x + o * n * inner + i;
-      float* yp = y + o * n * inner + i;
-      float m = -INFINITY;
-      for (long k = 0; k < n; k++) m = xp[k * inner] > m ? xp[k * inner] : m;
-      float s = 0.0f;
-      for (long k = 0; k < n; k++) { const float e = cg_exp(xp[k * inner] - m); yp[k * inner] = e; s += e; }
-      for (long k = 0; k < n; k++) yp[k * inner] = yp[k * inner] / s;
-    }
+  const cg_softmax_t k = {x, y, n, inner};
+  cg_parallel(outer * inner, cg_softmax_line, &k);
 }
 """
 
@@ -228,33 +266,32 @@ def microkernel(nv: int, p: int) -> str:
 
 
 _DRIVER = r"""
-static void cg_gemm_NV__P_(const cg_gemm_t* k) {
+static void cg_gemm_NV__P__task(const void* ctx, long task) {
+  const cg_gemm_t* k = ctx;
   const long R = k->N * k->OH * k->OW;
   const long ntiles = (R + P_ - 1) / P_;
   const long K = k->ntaps * k->cg;
-  const long tasks = k->groups * k->nmb * ntiles;
-  #pragma omp parallel for schedule(static)
-  for (long task = 0; task < tasks; task++) {
-    const long tile = task % ntiles, gm = task / ntiles, mb = gm % k->nmb, grp = gm / k->nmb;
-    const long r0 = tile * P_, nr = cg_min(P_, R - r0);
-    const float* rows[P_];
-    float buf[P_ * NV_ * VW] __attribute__((aligned(64)));
-    for (int p = 0; p < P_; p++) {
-      const long r = r0 + (p < nr ? p : nr - 1);
-      const long ow = r % k->OW, rest = r / k->OW, oh = rest % k->OH, n = rest / k->OH;
-      rows[p] = k->x + ((n * k->Hp + oh * k->sh) * k->Wp + ow * k->sw) * k->pstride + grp * k->cg * k->cstride;
-    }
-    cg_mk_NV__P_(rows, k->tapoff, k->ntaps, k->cg, k->cstride, k->wp + (grp * k->nmb + mb) * K * NV_ * VW, buf);
-    const long c0 = grp * k->mg + mb * NV_ * VW;
-    const long nc = cg_min(NV_ * VW, k->mg - mb * NV_ * VW);
-    k->ep(k->ops, k->y, k->ldy, buf, NV_ * VW, k->rbase + r0, nr, c0, nc);
+  const long tile = task % ntiles, gm = task / ntiles, mb = gm % k->nmb, grp = gm / k->nmb;
+  const long r0 = tile * P_, nr = cg_min(P_, R - r0);
+  const float* rows[P_];
+  float buf[P_ * NV_ * VW] __attribute__((aligned(64)));
+  for (int p = 0; p < P_; p++) {
+    const long r = r0 + (p < nr ? p : nr - 1);
+    const long ow = r % k->OW, rest = r / k->OW, oh = rest % k->OH, n = rest / k->OH;
+    rows[p] = k->x + ((n * k->Hp + oh * k->sh) * k->Wp + ow * k->sw) * k->pstride + grp * k->cg * k->cstride;
   }
+  cg_mk_NV__P_(rows, k->tapoff, k->ntaps, k->cg, k->cstride, k->wp + (grp * k->nmb + mb) * K * NV_ * VW, buf);
+  const long c0 = grp * k->mg + mb * NV_ * VW;
+  const long nc = cg_min(NV_ * VW, k->mg - mb * NV_ * VW);
+  k->ep(k->ops, k->y, k->ldy, buf, NV_ * VW, k->rbase + r0, nr, c0, nc);
+}
+static void cg_gemm_NV__P_(const cg_gemm_t* k) {
+  const long ntiles = (k->N * k->OH * k->OW + P_ - 1) / P_;
+  cg_parallel(k->groups * k->nmb * ntiles, cg_gemm_NV__P__task, k);
 }
 """
 
 ENTRY_OPEN = """
 void cg_entry(const float* const* in, float* const* out, const float* w, float* s, int nthreads) {
-#ifdef _OPENMP
-  if (nthreads > 0) omp_set_num_threads(nthreads);
-#endif
+  cg_want = nthreads;
 """

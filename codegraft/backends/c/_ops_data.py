@@ -85,14 +85,14 @@ def emit_transpose(ctx: Context, op: g.Transpose) -> None:
         else:
             merged.append((size, stride))
     fn = ctx.name("transpose")
-    lines = [f"static void {fn}(const float* x, float* y) {{"]
-    big = int(out.size > 32768)
+    lines = [f"static void {fn}_task(const void* ctx, long o) {{", "  const float* x = ((const float* const*)ctx)[0];",
+             "  float* y = ((float* const*)ctx)[1];"]
     if not merged or merged[-1][1] == 1:
         inner = merged[-1][0] if merged else 1
         outer_dims = merged[:-1]
-        lines += _outer_loop(outer_dims, 1, big, inner)
-        lines.append(f"    memcpy(y + o * {inner}, x + xo, {inner * 4});")
-        lines.append("  }")
+        lines += _decompose(outer_dims, 1)
+        lines.append(f"  memcpy(y + o * {inner}, x + xo, {inner * 4});")
+        tasks = math.prod(d for d, _ in outer_dims)
     else:
         sizes = [d for d, _ in merged]
         out_strides = _strides(tuple(sizes))
@@ -101,30 +101,35 @@ def emit_transpose(ctx: Context, op: g.Transpose) -> None:
         outer_dims = [m for i, m in enumerate(merged) if i not in (tiled, last)]
         outer_out = [out_strides[i] for i in range(len(merged)) if i not in (tiled, last)]
         tiles = -(-sizes[tiled] // 16)
-        lines += _outer_loop(outer_dims, tiles, big, 0, outer_out)
-        lines.append(f"    const long a0 = ti * 16, a1 = cg_min(a0 + 16, {sizes[tiled]});")
-        lines.append(f"    for (long b0 = 0; b0 < {sizes[last]}; b0 += 16) {{")
-        lines.append(f"      const long b1 = cg_min(b0 + 16, {sizes[last]});")
-        lines.append("      for (long a = a0; a < a1; a++)")
-        lines.append("        for (long b = b0; b < b1; b++)")
-        lines.append(f"          y[yo + a * {out_strides[tiled]} + b] = x[xo + a + b * {merged[last][1]}];")
-        lines += ["    }", "  }"]
+        lines += _decompose(outer_dims, tiles, outer_out)
+        lines.append(f"  const long a0 = ti * 16, a1 = cg_min(a0 + 16, {sizes[tiled]});")
+        lines.append(f"  for (long b0 = 0; b0 < {sizes[last]}; b0 += 16) {{")
+        lines.append(f"    const long b1 = cg_min(b0 + 16, {sizes[last]});")
+        lines.append("    for (long a = a0; a < a1; a++)")
+        lines.append("      for (long b = b0; b < b1; b++)")
+        lines.append(f"        y[yo + a * {out_strides[tiled]} + b] = x[xo + a + b * {merged[last][1]}];")
+        lines.append("  }")
+        tasks = math.prod(d for d, _ in outer_dims) * tiles
+    lines.append("}")
+    lines.append(f"static void {fn}(const float* x, float* y) {{")
+    lines.append("  const void* k[2] = {x, y};")
+    if out.size > 32768:
+        lines.append(f"  cg_parallel({tasks}, {fn}_task, k);")
+    else:
+        lines.append(f"  for (long t = 0; t < {tasks}; t++) {fn}_task(k, t);")
     lines.append("}")
     ctx.functions.append("\n".join(lines))
     ctx.body.append(f"  {fn}({ctx.ptr(x)}, {ctx.ptr(out)});")
 
 
-def _outer_loop(dims: list[tuple[int, int]], tiles: int, big: int, inner: int,
-                out_strides: list[int] | None = None) -> list[str]:
-    """Open a parallel loop over the outer axes (and ``tiles``); defines ``o``, ``ti``, ``xo``, ``yo``."""
-    total = math.prod(d for d, _ in dims) * tiles
-    lines = [f"  #pragma omp parallel for schedule(static) if({big})", f"  for (long o = 0; o < {total}; o++) {{"]
-    lines.append(f"    long rest = o, xo = 0, yo = 0; const long ti = rest % {tiles}; rest /= {tiles};")
+def _decompose(dims: list[tuple[int, int]], tiles: int, out_strides: list[int] | None = None) -> list[str]:
+    """Split task ``o`` into the tile ``ti`` and the outer axes' input/output offsets ``xo``/``yo``."""
+    lines = [f"  long rest = o, xo = 0, yo = 0; const long ti = rest % {tiles}; rest /= {tiles};"]
     for index in reversed(range(len(dims))):
         size, stride = dims[index]
         out_stride = out_strides[index] if out_strides is not None else 0
-        lines.append(f"    {{ const long i = rest % {size}; rest /= {size}; xo += i * {stride}; yo += i * {out_stride}; }}")
-    lines.append("    (void)ti; (void)yo;")
+        lines.append(f"  {{ const long i = rest % {size}; rest /= {size}; xo += i * {stride}; yo += i * {out_stride}; }}")
+    lines.append("  (void)ti; (void)yo; (void)rest;")
     return lines
 
 

@@ -126,29 +126,38 @@ def emit_elementwise(ctx: Context, kernel: Kernel) -> None:
     block = 4096
     blocks = -(-inner // block)
     fn = ctx.name("ew")
-    params = ", ".join([f"const float* p{j}" for j in range(len(kernel.operands))] + ["float* y"])
-    lines = [f"static void {fn}({params}) {{"]
-    big = outer * inner > 32768
-    lines.append(f"  #pragma omp parallel for collapse(2) schedule(static) if({int(big)})")
-    lines.append(f"  for (long o = 0; o < {outer}; o++)")
-    lines.append(f"    for (long jb = 0; jb < {blocks}; jb++) {{")
-    lines.append("      long rest = o;")
-    for j in range(len(kernel.operands)):
-        lines.append(f"      long q{j} = 0;")
+    count = len(kernel.operands)
+    fields = "".join(f"const float* p{j}; " for j in range(count))
+    lines = [f"typedef struct {{ {fields}float* y; }} {fn}_t;"]
+    lines.append(f"static void {fn}_task(const void* ctx, long task) {{")
+    lines.append(f"  const {fn}_t* k = ctx;")
+    lines += [f"  const float* p{j} = k->p{j};" for j in range(count)]
+    lines.append("  float* y = k->y;")
+    lines.append(f"  const long o = task / {blocks}, jb = task % {blocks};")
+    lines.append("  long rest = o;")
+    lines += [f"  long q{j} = 0;" for j in range(count)]
     for axis in reversed(range(len(outer_dims))):
-        lines.append(f"      {{ const long i = rest % {outer_dims[axis]}; rest /= {outer_dims[axis]};")
-        for j, col in enumerate(cols):
-            if col[axis]:
-                lines.append(f"        q{j} += i * {col[axis]};")
-        lines.append("      }")
-    lines.append(f"      float* yo = y + o * {inner};")
-    lines.append(f"      const long j1 = jb * {block} + {block} < {inner} ? jb * {block} + {block} : {inner};")
-    lines.append(f"      for (long j = jb * {block}; j < j1; j++) {{")
+        lines.append(f"  {{ const long i = rest % {outer_dims[axis]}; rest /= {outer_dims[axis]};")
+        lines += [f"    q{j} += i * {col[axis]};" for j, col in enumerate(cols) if col[axis]]
+        lines.append("  }")
+    lines.append("  (void)rest;")
+    lines.append(f"  float* yo = y + o * {inner};")
+    lines.append(f"  const long j1 = jb * {block} + {block} < {inner} ? jb * {block} + {block} : {inner};")
+    lines.append(f"  for (long j = jb * {block}; j < j1; j++) {{")
     for j, col in enumerate(cols):
-        lines.append(f"        const float i{j} = p{j}[q{j}{' + j' if col[-1] else ''}];")
-    lines += step_lines(kernel.steps, "        ")
-    lines.append(f"        yo[j] = {result_name(kernel)};")
-    lines += ["      }", "    }", "}"]
+        lines.append(f"    const float i{j} = p{j}[q{j}{' + j' if col[-1] else ''}];")
+    lines += step_lines(kernel.steps, "    ")
+    lines.append(f"    yo[j] = {result_name(kernel)};")
+    lines += ["  }", "}"]
+    params = ", ".join([f"const float* p{j}" for j in range(count)] + ["float* y"])
+    lines.append(f"static void {fn}({params}) {{")
+    lines.append(f"  const {fn}_t k = {{{', '.join([f'p{j}' for j in range(count)] + ['y'])}}};")
+    tasks = outer * blocks
+    if outer * inner > 32768:  # below that, waking the pool costs more than the loop
+        lines.append(f"  cg_parallel({tasks}, {fn}_task, &k);")
+    else:
+        lines.append(f"  for (long t = 0; t < {tasks}; t++) {fn}_task(&k, t);")
+    lines.append("}")
     ctx.functions.append("\n".join(lines))
     args = ", ".join([ctx.ptr(t) for t in kernel.operands] + [ctx.ptr(out)])
     ctx.body.append(f"  {fn}({args});")

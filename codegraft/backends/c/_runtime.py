@@ -1,8 +1,8 @@
 """Loading a compiled partition with ctypes and calling its one entry point.
 
 NOTE: scratch memory is allocated once per loaded partition and reused by every call, so
-calls are serialised by a lock; the computation itself runs on OpenMP threads inside the
-call, with the GIL released by ctypes.  A library built for CPU features this machine
+calls are serialised by a lock; the computation itself runs on the library's thread pool
+inside the call, with the GIL released by ctypes.  A library built for CPU features this machine
 lacks (or for another machine type) is rebuilt from the source the blob carries.
 """
 

@@ -146,27 +146,12 @@ def store_library(cache_dir: pathlib.Path, key: str, data: bytes) -> pathlib.Pat
 
 
 def _base_flags(compiler: str) -> tuple[str, ...]:
-    # -fno-math-errno lets expf/sqrtf inline; no -ffast-math: results must match onnxruntime.
-    flags = ("-O3", "-shared", "-fPIC", "-std=gnu11", "-fno-math-errno", "-fno-semantic-interposition")
-    return flags + (("-fopenmp",) if _has_openmp(compiler) else ())
+    # -fno-math-errno lets sqrtf inline; no -ffast-math: results must match onnxruntime.
+    # Threads come from the library's own pool (pthreads), not OpenMP: see _pool.py.
+    return ("-O3", "-shared", "-fPIC", "-std=gnu11", "-pthread", "-fno-math-errno")
 
 
 @lru_cache(maxsize=None)
 def _version(compiler: str) -> str:
     done = subprocess.run([compiler, "--version"], capture_output=True, text=True)
     return done.stdout.splitlines()[0] if done.stdout else compiler
-
-
-@lru_cache(maxsize=None)
-def _has_openmp(compiler: str) -> bool:
-    # Apple clang ships without OpenMP; the pragmas are then ignored and code runs on one core.
-    with tempfile.TemporaryDirectory(prefix="codegraft-c-") as tmp:
-        src = pathlib.Path(tmp) / "probe.c"
-        src.write_text("#include <omp.h>\nint probe(void) { return omp_get_max_threads(); }\n")
-        cmd = [compiler, "-shared", "-fPIC", "-fopenmp", str(src), "-o", str(pathlib.Path(tmp) / "p.so")]
-        return subprocess.run(cmd, capture_output=True).returncode == 0
-
-
-def has_openmp(compiler: str) -> bool:
-    """Whether ``compiler`` accepts ``-fopenmp``."""
-    return _has_openmp(compiler)
