@@ -223,7 +223,8 @@ def measured_fma_gflops(threads: int) -> float | None:
         src, lib = pathlib.Path(tmp) / "fma.c", pathlib.Path(tmp) / "fma.so"
         src.write_text(_FMA_LOOP)
         compiler = Toolchain().resolved_compiler()
-        subprocess.run([compiler, "-O2", "-fopenmp", "-mavx512f", "-shared", "-fPIC", str(src), "-o", str(lib)], check=True)
+        flags = ["-O2", "-fopenmp", "-mavx512f", "-shared", "-fPIC"]
+        subprocess.run([compiler, *flags, str(src), "-o", str(lib)], check=True)
         fn = ctypes.CDLL(str(lib)).fma_peak
         fn.restype, fn.argtypes = ctypes.c_double, [ctypes.c_long, ctypes.c_int]
         return max(fn(50_000_000, threads) for _ in range(5))

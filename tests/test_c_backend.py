@@ -26,7 +26,8 @@ def one(op: str, inputs: dict, attrs: dict | None = None, inits: dict | None = N
 
 
 UNARY = [
-    ("Relu", {}), ("LeakyRelu", {"alpha": 0.2}), ("Sigmoid", {}), ("Tanh", {}), ("HardSigmoid", {"alpha": 0.3, "beta": 0.4}),
+    ("Relu", {}), ("LeakyRelu", {"alpha": 0.2}), ("Sigmoid", {}), ("Tanh", {}),
+    ("HardSigmoid", {"alpha": 0.3, "beta": 0.4}),
     ("HardSwish", {}), ("Erf", {}), ("Exp", {}), ("Neg", {}), ("Abs", {}), ("Identity", {}),
 ]
 
@@ -65,7 +66,8 @@ def test_binary_broadcast(op: str, a: tuple, b: tuple) -> None:
 
 def test_pow_tensor_and_constant_exponents() -> None:
     inputs = {"a": (3, 4), "b": (3, 4)}
-    model = make_model([helper.make_node("Abs", ["a"], ["p"]), helper.make_node("Pow", ["p", "b"], ["y"])], inputs, ["y"])
+    nodes = [helper.make_node("Abs", ["a"], ["p"]), helper.make_node("Pow", ["p", "b"], ["y"])]
+    model = make_model(nodes, inputs, ["y"])
     check(model)
     for exponent in (2.0, 3.0, 0.5, 1.7):
         model = make_model([helper.make_node("Abs", ["a"], ["p"]), helper.make_node("Pow", ["p", "e"], ["y"])],
@@ -78,7 +80,9 @@ def test_sum_of_three_with_broadcast() -> None:
     check(make_model([node], {"a": (2, 3, 4), "b": (3, 4), "c": (1, 4)}, ["y"]))
 
 
-@pytest.mark.parametrize("attrs", [{}, {"transA": 1}, {"transB": 1}, {"transA": 1, "transB": 1, "alpha": 0.5, "beta": 2.0}])
+@pytest.mark.parametrize(
+    "attrs", [{}, {"transA": 1}, {"transB": 1}, {"transA": 1, "transB": 1, "alpha": 0.5, "beta": 2.0}]
+)
 @pytest.mark.parametrize("bias", ["none", "row", "full", "scalar"])
 def test_gemm(attrs: dict, bias: str) -> None:
     m, k, n = 7, 19, 37
@@ -111,6 +115,7 @@ CONVS = [
     ({"dilations": [2, 3], "pads": [2, 2, 2, 2]}, (1, 4, 12, 12), (6, 4, 3, 3)),
     ({"group": 2}, (1, 6, 8, 8), (10, 3, 3, 3)),
     ({"group": 8, "pads": [1, 1, 1, 1]}, (1, 8, 9, 9), (8, 1, 3, 3)),  # depthwise
+    ({"group": 40, "pads": [1, 0, 1, 2], "strides": [2, 1]}, (2, 40, 13, 11), (40, 1, 3, 3)),  # vectors + tail
     ({"group": 4, "strides": [2, 2]}, (1, 4, 9, 9), (8, 1, 3, 3)),  # channel multiplier 2
     ({"auto_pad": "SAME_UPPER", "strides": [2, 2]}, (1, 3, 7, 8), (5, 3, 4, 4)),
     ({"auto_pad": "SAME_LOWER"}, (1, 3, 7, 8), (5, 3, 2, 2)),
@@ -160,7 +165,8 @@ POOLS = [
     ("AveragePool", {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "strides": [2, 2]}),
     ("AveragePool", {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "count_include_pad": 1}),
     ("AveragePool", {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1}),
-    ("AveragePool", {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1, "pads": [1, 1, 1, 1], "count_include_pad": 1}),
+    ("AveragePool",
+     {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1, "pads": [1, 1, 1, 1], "count_include_pad": 1}),
     ("AveragePool", {"kernel_shape": [2, 2], "auto_pad": "SAME_LOWER"}),
     ("MaxPool", {"kernel_shape": [3], "strides": [2], "pads": [1, 1]}),  # 1-D
     ("AveragePool", {"kernel_shape": [4], "strides": [3], "ceil_mode": 1}),  # 1-D

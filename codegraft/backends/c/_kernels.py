@@ -58,7 +58,8 @@ static inline float cg_tanh(float x) {
 static inline float cg_erf(float x) {
   const float a = x < 0.0f ? -x : x;
   const float t = 1.0f / (1.0f + 0.3275911f * a);
-  const float poly = t * (0.254829592f + t * (-0.284496736f + t * (1.421413741f + t * (-1.453152027f + t * 1.061405429f))));
+  const float poly =
+      t * (0.254829592f + t * (-0.284496736f + t * (1.421413741f + t * (-1.453152027f + t * 1.061405429f))));
   const float e = 1.0f - poly * cg_exp(-a * a);
   return x < 0.0f ? -e : e;
 }
@@ -157,7 +158,9 @@ static void cg_depthwise(const float* xp, long N, long Hp, long Wp, long C, long
 
 /* Max (mode 0) or average pooling excluding (1) or including (2) pads, channels-last.
    hlim/wlim: input extent plus end padding, which bounds the divisor of mode 2.  One task per output row. */
-typedef struct { const float* x; float* y; long N, H, W, C, OH, OW, kh, kw, sh, sw, ph, pw, dh, dw; int mode; long hlim, wlim; } cg_pool_t;
+typedef struct {
+  const float* x; float* y; long N, H, W, C, OH, OW, kh, kw, sh, sw, ph, pw, dh, dw; int mode; long hlim, wlim;
+} cg_pool_t;
 static void cg_pool_row(const void* ctx, long task) {
   const cg_pool_t* k = ctx;
   const long n = task / k->OH, oh = task % k->OH, C = k->C;

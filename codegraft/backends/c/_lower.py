@@ -56,7 +56,7 @@ class _Lowerer:
         self.counter += 1
         return f"_{hint}{self.counter}"
 
-    def const(self, array: np.ndarray, hint: str = "const") -> g.Tensor:
+    def const(self, array: np.ndarray | np.floating, hint: str = "const") -> g.Tensor:
         array = np.asarray(array, dtype=np.float32)
         return g.Tensor(self.fresh(hint), tuple(array.shape), const=array)
 
@@ -117,7 +117,9 @@ _FOLD: dict[str, Callable[..., np.ndarray]] = {
 }
 
 
-def _window(node: ir.Node, spatial_in: tuple[int, ...], kernel: tuple[int, ...], ceil: bool) -> tuple[g.Window, tuple[int, ...]]:
+def _window(
+    node: ir.Node, spatial_in: tuple[int, ...], kernel: tuple[int, ...], ceil: bool
+) -> tuple[g.Window, tuple[int, ...]]:
     rank = len(kernel)
     strides = tuple(attr_ints(node, "strides") or [1] * rank)
     dilations = tuple(attr_ints(node, "dilations") or [1] * rank)

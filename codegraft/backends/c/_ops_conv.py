@@ -85,7 +85,9 @@ def emit_conv(ctx: Context, kernel: Kernel, variants: _Kernels) -> None:
     m = phys_out[-1]
     group = conv.group
     cg, mg = c // group, m // group
-    taps = [(i * dilations[0] * wp + j * dilations[1]) * c for i in range(kernel_dims[0]) for j in range(kernel_dims[1])]
+    taps = [
+        (i * dilations[0] * wp + j * dilations[1]) * c for i in range(kernel_dims[0]) for j in range(kernel_dims[1])
+    ]
     ep = emit_epilogue(ctx, kernel)
     src = ctx.ptr(x)
     if any(pads_b) or any(pads_e):

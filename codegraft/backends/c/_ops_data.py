@@ -18,7 +18,8 @@ def emit_pool(ctx: Context, op: g.Pool) -> None:
     kernel, strides, dil = list(win.kernel), list(win.strides), list(win.dilations)
     pb, pe = list(win.pads_begin), list(win.pads_end)
     if len(spatial) == 1:
-        spatial, out_spatial, kernel, strides, dil = [1, *spatial], [1, *out_spatial], [1, *kernel], [1, *strides], [1, *dil]
+        spatial, out_spatial = [1, *spatial], [1, *out_spatial]
+        kernel, strides, dil = [1, *kernel], [1, *strides], [1, *dil]
         pb, pe = [0, *pb], [0, *pe]
     mode = 0 if op.kind == "max" else (2 if op.count_include_pad else 1)
     ctx.body.append(
@@ -128,7 +129,9 @@ def _decompose(dims: list[tuple[int, int]], tiles: int, out_strides: list[int] |
     for index in reversed(range(len(dims))):
         size, stride = dims[index]
         out_stride = out_strides[index] if out_strides is not None else 0
-        lines.append(f"  {{ const long i = rest % {size}; rest /= {size}; xo += i * {stride}; yo += i * {out_stride}; }}")
+        lines.append(
+            f"  {{ const long i = rest % {size}; rest /= {size}; xo += i * {stride}; yo += i * {out_stride}; }}"
+        )
     lines.append("  (void)ti; (void)yo; (void)rest;")
     return lines
 

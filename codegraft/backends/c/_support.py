@@ -66,8 +66,8 @@ def present(node: ir.Node, index: int) -> ir.Value | None:
     return None
 
 
-def rank_of(value: ir.Value) -> int | None:
-    return None if value.shape is None else len(value.shape)
+def rank_of(value: ir.Value | None) -> int | None:
+    return None if value is None or value.shape is None else len(value.shape)
 
 
 def supports(node: ir.Node) -> Support:

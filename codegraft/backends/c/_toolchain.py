@@ -17,7 +17,7 @@ import shutil
 import subprocess
 import tempfile
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache, lru_cache
 
 from codegraft.errors import CodegraftError
 
@@ -151,7 +151,7 @@ def _base_flags(compiler: str) -> tuple[str, ...]:
     return ("-O3", "-shared", "-fPIC", "-std=gnu11", "-pthread", "-fno-math-errno")
 
 
-@lru_cache(maxsize=None)
+@cache
 def _version(compiler: str) -> str:
     done = subprocess.run([compiler, "--version"], capture_output=True, text=True)
     return done.stdout.splitlines()[0] if done.stdout else compiler
