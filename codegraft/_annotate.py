@@ -20,6 +20,7 @@ from codegraft._graphinfo import NodeInfo, node_infos
 from codegraft.backend import Backend, Composite, Support, backend_patterns
 
 CONTROL_FLOW_REASON = "control flow runs on the host with its bodies"
+QDQ_OPS = frozenset({"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear"})
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,8 @@ class Annotation:
 
 def check_node(backend: Backend, node: ir.Node) -> Support:
     """Ask ``backend`` about ``node``: declared dtypes first, then its own ``supports``."""
+    if node.op_type in QDQ_OPS and "int8" not in backend.capabilities.precisions:
+        return Support.no(f"{node.op_type}: int8 not declared by {backend.name}")
     allowed = backend.capabilities.dtypes
     if allowed is not None:
         for value in (*node.inputs, *node.outputs):

@@ -30,7 +30,7 @@ from codegraft._report import NodeReport, PartitionReport, PassReport, Placement
 from codegraft.backend import Backend, Partition, Runnable
 from codegraft.backends import get_backend
 from codegraft.backends.onnxruntime import OnnxRuntimeBackend
-from codegraft.errors import BackendError, CodegraftError
+from codegraft.errors import BackendError, CodegraftError, ModelError
 
 log = logging.getLogger("codegraft")
 
@@ -82,6 +82,9 @@ def compile(  # noqa: A001 - the public name the README promises
     backends = _resolve_targets(targets)
     ir_model = import_model(model, example_inputs=example_inputs)
     pass_reports = _run_common_passes(ir_model, options)
+    if options.precision == "int8":
+        ir_model, quantize_report = _quantize(ir_model, options)
+        pass_reports += (quantize_report,)
 
     annotation, plan, placements = plan_model(ir_model, backends, host, options)
     by_name: dict[str, Backend] = {b.name: b for b in backends}
@@ -91,6 +94,7 @@ def compile(  # noqa: A001 - the public name the README promises
     runnables: list[Runnable] = []
     part_reports: list[PartitionReport] = []
     control_constants: dict[str, np.ndarray] = {}
+    samples = _partition_samples(ir_model, plan, options, host.name)
     for part in plan.partitions:
         if not part.outputs:  # nothing reads what it computes: nothing to run
             part_reports.append(PartitionReport(part.name, part.backend, len(part.node_indices), part.inputs, (),
@@ -105,7 +109,9 @@ def compile(  # noqa: A001 - the public name the README promises
             part = replace(part, inputs=part.inputs + part.initializers, initializers=())
             step, runnable, part_report = _lower_control(ir_model, annotation, part, backends, host, options)
         else:
-            step, runnable, part_report = _lower_partition(ir_model, annotation, part, by_name, host, options)
+            step, runnable, part_report = _lower_partition(
+                ir_model, annotation, part, by_name, host, options, samples, frozenset(b.name for b in backends)
+            )
         steps.append(step)
         runnables.append(runnable)
         part_reports.append(replace(part_report, stored_bytes=len(step.blob or step.template or b"")))
@@ -207,10 +213,14 @@ def _lower_partition(
     backends: dict[str, Backend],
     host: OnnxRuntimeBackend,
     options: CompileOptions,
+    samples: dict[str, tuple[dict[str, np.ndarray], ...]],
+    targets: frozenset[str],
 ) -> tuple[Step, Runnable, PartitionReport]:
     proto = partition_proto(model, annotation, part)
     backend = backends[part.backend]
-    request = LoweringRequest(part.name, part.composites, options.precision)
+    # The host keeps float32 unless the user listed it as a target too.
+    precision = options.precision if backend is not host or host.name in targets else "float32"
+    request = LoweringRequest(part.name, part.composites, precision, samples.get(part.name, ()))
     base = PartitionReport(part.name, part.backend, len(part.node_indices), part.inputs, part.outputs)
     caps = backend.capabilities
     if backend is not host and not caps.dynamic_shapes and not _static_inputs(proto):
@@ -220,7 +230,7 @@ def _lower_partition(
                     part.composites, options.precision)
         return step, runnable, PartitionReport(**{**base.__dict__, "deferred": True})
     try:
-        blob = compile_blob(backend, proto, request)
+        blob, precision_note = compile_blob(backend, proto, request)
         runnable = load_runnable(backend, blob, part.name)
     except BackendError as error:
         if options.strict or backend is host:
@@ -235,7 +245,7 @@ def _lower_partition(
         return step, host.load(blob), report
     step = Step(part.name, part.backend, part.inputs, part.outputs, blob, None, caps.native_code,
                 part.composites, options.precision)
-    return step, runnable, base
+    return step, runnable, replace(base, precision_note=precision_note)
 
 
 def _run_control_flow_ourselves(annotation: Annotation, unit_backends: list[str], backends: Sequence[Backend]) -> None:
@@ -293,6 +303,50 @@ def _lower_control(
     )
     step = Step(part.name, CONTROL_BACKEND, part.inputs, part.outputs, blob)
     return step, runnable, PartitionReport(**{**base.__dict__, "bodies": bodies})
+
+
+def _quantize(model: ir.Model, options: CompileOptions) -> tuple[ir.Model, PassReport]:
+    """Static int8 quantization (QDQ) calibrated on the user's samples."""
+    if not options.sample_inputs:
+        raise ModelError("precision='int8' needs calibration data: pass sample_inputs=[{input name: array}, ...]")
+    from codegraft.passes import quantize_int8
+
+    before = len(model.graph)
+    result = quantize_int8(model, list(options.sample_inputs))
+    detail = (f"{len(result.quantized_ops)} ops quantized; {result.quantize_nodes} QuantizeLinear, "
+              f"{result.dequantize_nodes} DequantizeLinear inserted")
+    return result.model, PassReport("quantize_int8", before, len(result.model.graph), detail)
+
+
+def _partition_samples(
+    model: ir.Model, plan: Plan, options: CompileOptions, host: str
+) -> dict[str, tuple[dict[str, np.ndarray], ...]]:
+    """Values at each partition's inputs for the user's sample inputs (for the precision check).
+
+    Only computed when a lower float precision is asked and samples were given; otherwise
+    the check generates inputs from the declared shapes.
+    """
+    if options.precision not in ("float16", "bfloat16") or not options.sample_inputs:
+        return {}
+    wanted = sorted({name for p in plan.partitions if p.backend != host for name in p.inputs})
+    proto = ir.to_proto(model)
+    known = {o.name for o in proto.graph.output}
+    values = {v.name: v for v in proto.graph.value_info}
+    for name in wanted:
+        if name not in known and name in values:
+            proto.graph.output.append(values[name])
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    names = [o.name for o in session.get_outputs()]
+    runs = [dict(zip(names, session.run(names, dict(feeds)), strict=True)) for feeds in options.sample_inputs]
+    constants = {n: v.const_value.numpy() for n, v in model.graph.initializers.items() if v.const_value is not None}
+    every = [{**constants, **dict(feeds), **run} for feeds, run in zip(options.sample_inputs, runs, strict=True)]
+    return {
+        p.name: tuple({name: values_of[name] for name in p.inputs} for values_of in every)
+        for p in plan.partitions
+        if p.backend != host and all(name in every[0] for name in p.inputs)
+    }
 
 
 def _static_inputs(proto: onnx.ModelProto) -> bool:

@@ -69,9 +69,22 @@ def body_model(body: ir.Graph, parent: ir.Model) -> tuple[onnx.ModelProto, tuple
         else:
             graph.input.append(ir.serde.serialize_value(value))
             outer.append(value.name or "")
+    _distinct_output_names(graph)
     opsets = [onnx.helper.make_opsetid(d, v) for d, v in parent.graph.opset_imports.items()]
     model = onnx.helper.make_model(graph, opset_imports=opsets, ir_version=parent.ir_version)
     return model, tuple(v.name or "" for v in body.inputs), tuple(outer)
+
+
+def _distinct_output_names(graph: onnx.GraphProto) -> None:
+    """Body outputs are positional, and passes may leave one value in two output slots; a
+    standalone model needs distinct output names, so repeats get an Identity of their own."""
+    seen: set[str] = set()
+    for index, output in enumerate(graph.output):
+        if output.name in seen:
+            alias = f"{output.name}__output{index}"
+            graph.node.append(onnx.helper.make_node("Identity", [output.name], [alias]))
+            output.name = alias
+        seen.add(output.name)
 
 
 def outer_reads(body: ir.Graph) -> list[ir.Value]:

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import onnx
@@ -23,32 +23,120 @@ log = logging.getLogger("codegraft")
 
 @dataclass(frozen=True)
 class LoweringRequest:
-    """What a partition needs to be compiled: its model and how the backend wants it."""
+    """What a partition needs to be compiled: its model and how the backend wants it.
+
+    ``samples`` are values of the partition's inputs for the precision self-check (generated
+    from the declared shapes when empty).
+    """
 
     name: str
     composites: tuple[Composite, ...] = ()
     precision: str = "float32"
+    samples: tuple[dict[str, np.ndarray], ...] = field(default=(), repr=False)
 
 
-def prepare(backend: Backend, proto: onnx.ModelProto, request: LoweringRequest) -> Partition:
-    """The :class:`Partition` the backend receives: its layout and precision applied."""
+@dataclass(frozen=True)
+class Prepared:
+    """The partition as the backend receives it, and what precision conversion did."""
+
+    partition: Partition
+    precision_note: str = ""
+
+
+def prepare(backend: Backend, proto: onnx.ModelProto, request: LoweringRequest) -> Prepared:
+    """The :class:`Partition` the backend receives: its layout and precision applied.
+
+    A lower precision is checked against float32 on sample inputs, run by the backend
+    itself; ops that push the error past the tolerance go back to float32 (or, for a backend
+    that applies precision as a hint, the whole partition stays float32), and the note says so.
+    """
     model = ir.from_proto(proto)
-    layout = backend.capabilities.layout
-    if layout == "NHWC":
+    caps = backend.capabilities
+    if caps.layout == "NHWC":
         from codegraft.passes.layout import to_nhwc
 
         model = to_nhwc(model).model
-    precision = request.precision if request.precision in backend.capabilities.precisions else "float32"
-    return Partition(request.name, model, request.composites, precision, layout)
+    wanted = request.precision
+    if wanted in ("float32", "int8"):
+        return Prepared(Partition(request.name, model, request.composites, "float32", caps.layout))
+    if wanted not in caps.precisions:
+        note = f"{wanted} not declared by {backend.name}: runs float32"
+        return Prepared(Partition(request.name, model, request.composites, "float32", caps.layout), note)
+    samples = list(request.samples) or _generated_samples(model)
+    if caps.precision_by_hint:
+        return _check_hinted(backend, model, request, samples)
+    return _convert_and_check(backend, model, request, samples)
 
 
-def compile_blob(backend: Backend, proto: onnx.ModelProto, request: LoweringRequest) -> bytes:
-    """Prepare and compile; any error is re-raised as a :class:`BackendError` naming the partition."""
+def _generated_samples(model: ir.Model) -> list[dict[str, np.ndarray]]:
+    from codegraft.passes import sample_feeds_for
+
+    return sample_feeds_for(model, n=2)
+
+
+def _evaluator(backend: Backend, request: LoweringRequest, precision: str) -> Callable[
+    [ir.Model, dict[str, np.ndarray]], dict[str, np.ndarray]
+]:
+    def evaluate(model: ir.Model, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        partition = Partition(request.name, model, request.composites, precision, backend.capabilities.layout)
+        runnable = backend.load(backend.compile(partition))
+        outputs = runnable.run([feeds[name] for name in partition.input_names])
+        return dict(zip(partition.output_names, outputs, strict=True))
+
+    return evaluate
+
+
+def _check_hinted(
+    backend: Backend, model: ir.Model, request: LoweringRequest, samples: Sequence[dict[str, np.ndarray]]
+) -> Prepared:
+    from codegraft.passes.precision_check import DEFAULT_TOLERANCE, relative_error
+
+    precision = request.precision
+    reference = _evaluator(backend, request, "float32")
+    lowered = _evaluator(backend, request, precision)
+    error = max(relative_error(lowered(model, dict(s)), reference(model, dict(s))) for s in samples)
+    tolerance = DEFAULT_TOLERANCE.get(precision, 1e-2)
+    layout = backend.capabilities.layout
+    if error > tolerance:
+        note = f"{precision} error {error:.2g} > {tolerance:.2g}: partition kept float32"
+        return Prepared(Partition(request.name, model, request.composites, "float32", layout), note)
+    note = f"{precision} ({backend.name} precision hint), error {error:.2g} vs float32"
+    return Prepared(Partition(request.name, model, request.composites, precision, layout), note)
+
+
+def _convert_and_check(
+    backend: Backend, model: ir.Model, request: LoweringRequest, samples: Sequence[dict[str, np.ndarray]]
+) -> Prepared:
+    from codegraft.passes import BFLOAT16_OPSET, convert_precision_checked, upgrade_opset
+
+    precision = request.precision
+    if precision == "bfloat16":
+        model = upgrade_opset(model, BFLOAT16_OPSET)
+    result = convert_precision_checked(
+        model, precision, list(samples), _evaluator(backend, request, precision)  # type: ignore[arg-type]
+    )
+    layout = backend.capabilities.layout
+    if not result.within_tolerance:
+        note = f"{precision} error {result.error:.2g} > {result.tolerance:.2g} even after moving ops back: float32"
+        return Prepared(Partition(request.name, model, request.composites, "float32", layout), note)
+    moved = ", ".join(f"{m.node} ({m.op_type})" for m in result.moved_to_float32)
+    note = f"{precision}, error {result.error:.2g} vs float32"
+    if moved:
+        note += f"; moved back to float32: {moved}"
+    return Prepared(Partition(request.name, result.model, request.composites, precision, layout), note)
+
+
+def compile_blob(backend: Backend, proto: onnx.ModelProto, request: LoweringRequest) -> tuple[bytes, str]:
+    """Prepare and compile; any error is re-raised as a :class:`BackendError` naming the partition.
+
+    Returns the blob and the precision note of :class:`Prepared`.
+    """
     try:
-        partition = prepare(backend, proto, request)
-        return backend.compile(partition)
+        prepared = prepare(backend, proto, request)
+        return backend.compile(prepared.partition), prepared.precision_note
     except Exception as error:
-        raise BackendError(f"{backend.name} failed to compile {request.name}: {type(error).__name__}: {error}") from error
+        message = f"{backend.name} failed to compile {request.name}: {type(error).__name__}: {error}"
+        raise BackendError(message) from error
 
 
 def load_runnable(backend: Backend, blob: bytes, name: str) -> Runnable:
@@ -114,7 +202,7 @@ class ShapeSpecialisingRunnable:
         proto = specialise(self._template, key)
         request = replace(self._request, name=f"{self._request.name}@{'x'.join(map(str, key[0])) if key else ''}")
         try:
-            blob = self.compiled.get(key) or compile_blob(self._backend, proto, request)
+            blob = self.compiled.get(key) or compile_blob(self._backend, proto, request)[0]
             runnable = load_runnable(self._backend, blob, request.name)
         except BackendError as error:
             if self._strict:

@@ -28,7 +28,7 @@ A minimal backend::
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
 import numpy as np
@@ -77,6 +77,9 @@ class Capabilities:
     by codegraft with that reason before :meth:`Backend.supports` is asked.
     ``layout`` is the layout the backend wants for layout-sensitive ops.
     ``precisions`` are the compute precisions it runs.
+    ``precision_by_hint``: the backend lowers precision itself when :attr:`Partition.precision`
+    asks (an inference hint, as OpenVINO's), so codegraft does not convert the graph; it
+    still checks the result against float32 and keeps float32 if the error is too large.
     ``native_code`` says the blob holds machine code, which the artifact records and
     hash-checks before loading.
     """
@@ -85,6 +88,7 @@ class Capabilities:
     dtypes: frozenset[str] | None = None  # None: any
     layout: Layout = "NCHW"
     precisions: frozenset[str] = frozenset({"float32"})
+    precision_by_hint: bool = False
     native_code: bool = False
 
 

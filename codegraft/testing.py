@@ -211,7 +211,10 @@ class SubsetBackend:
 
         self.name = name
         self.ops = frozenset(ops)
-        self.capabilities = Capabilities(dynamic_shapes=dynamic_shapes)
+        # It runs on onnxruntime, so it takes whatever precision onnxruntime takes.
+        self.capabilities = Capabilities(
+            dynamic_shapes=dynamic_shapes, precisions=frozenset({"float32", "float16", "int8"})
+        )
         self.fail_on = fail_on
         self.compiled: list[list[tuple[int | str | None, ...]]] = []
         self.rules = tuple(rules)

@@ -1,0 +1,60 @@
+"""Lower precision through compile: converted per partition, self-checked, reported; int8 QDQ."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import codegraft as cg
+from codegraft.testing import SubsetBackend, assert_close, light_model, random_feeds, run_onnxruntime
+
+
+def test_float16_partition_is_checked_and_reported() -> None:
+    model = light_model("squeezenet")
+    acc = SubsetBackend("acc", {"Conv", "Relu", "Concat", "MaxPool"})
+    exe = cg.compile(model, targets=[acc], precision="float16", min_partition_size=4)
+    notes = [p.precision_note for p in exe.report().partitions if p.backend == "acc"]
+    assert notes and all(n.startswith("float16, error") for n in notes), notes
+    feeds = random_feeds(model)
+    # Stated tolerance for float16: 1e-2 relative to the output's scale.
+    assert_close(exe.run(feeds), run_onnxruntime(model, feeds), rtol=1e-2)
+
+
+def test_host_stays_float32_unless_targeted() -> None:
+    model = light_model("squeezenet")
+    exe = cg.compile(model, targets=[], precision="float16")
+    assert all(not p.precision_note for p in exe.report().partitions)
+    feeds = random_feeds(model)
+    assert_close(exe.run(feeds), run_onnxruntime(model, feeds))
+
+
+def test_precision_not_declared_runs_float32() -> None:
+    model = light_model("squeezenet")
+    exe = cg.compile(model, targets=["numpy_example"], precision="bfloat16")
+    notes = {p.precision_note for p in exe.report().partitions if p.backend == "numpy_example"}
+    assert notes == {"bfloat16 not declared by numpy_example: runs float32"}
+
+
+def test_int8_quantizes_with_calibration_and_keeps_units_whole() -> None:
+    model = light_model("squeezenet")
+    calibration = [random_feeds(model, seed=s) for s in range(4)]
+    fp32_only = SubsetBackend("fp32", {"Conv", "Relu", "Concat", "MaxPool"})
+    fp32_only.capabilities = cg.Capabilities()  # float32 only: declines QDQ
+    exe = cg.compile(model, targets=[fp32_only], precision="int8", sample_inputs=calibration)
+    report = exe.report()
+    assert any(p.name == "quantize_int8" for p in report.passes)
+    dq = [n for n in report.nodes if n.op_type == "DequantizeLinear"]
+    assert dq and all(n.backend == "onnxruntime" for n in dq)
+    assert all(("fp32", "DequantizeLinear: int8 not declared by fp32") in n.declined for n in dq)
+    feeds = random_feeds(model, seed=9)
+    expected = run_onnxruntime(model, feeds)
+    (name,) = expected
+    got = exe.run(feeds)[name]
+    error = np.max(np.abs(got - expected[name])) / np.max(np.abs(expected[name]))
+    assert error < 5e-2  # stated int8 tolerance
+
+
+def test_int8_without_calibration_is_a_clear_error() -> None:
+    import pytest
+
+    with pytest.raises(cg.ModelError, match="int8.* needs calibration data"):
+        cg.compile(light_model("squeezenet"), precision="int8")
