@@ -168,7 +168,7 @@ class _Timer:
                 proto = piece.proto
                 if not backend.capabilities.dynamic_shapes:
                     proto = specialise(proto, [self.values[name].shape for name in piece.inputs])
-                blob = self._blobs[(piece.key, backend_name)] = compile_blob(backend, proto, request)
+                blob = self._blobs[(piece.key, backend_name)] = compile_blob(backend, proto, request)[0]
             return load_runnable(backend, blob, request.name)
         except BackendError as error:
             self.failures[(piece.key, backend_name)] = str(error)
@@ -254,7 +254,8 @@ def measure_placement(
     by_name: dict[str, Backend] = {b.name: b for b in backends}
     by_name[host.name] = host
     unit_backends = [unit.backend for unit in annotation.units]
-    regions = find_regions(annotation, backends, host)
+    sequence = plan_regions(annotation, backends, host)
+    regions = [r for r in sequence if len(r.candidates) > 1]
     if not regions:
         return unit_backends, ()
     feeds = _sample_feeds(model, options)
@@ -269,17 +270,29 @@ def measure_placement(
     }
     values = _intermediates(model, feeds, needed, host)
     timer = _Timer(by_name, values, options.precision, cache)
+    pieces = {r.name: _piece(model, annotation, r.units, r.name) for r in regions}
+    whole_us: dict[str, dict[str, float]] = {}
+    for region in sequence:
+        if len(region.candidates) == 1:
+            whole_us[region.name] = {region.candidates[0]: 0.0}  # fixed: its time is no choice's
+            continue
+        times = {b: t for b in region.candidates if (t := timer.time_us(pieces[region.name], b)) is not None}
+        whole_us[region.name] = times or {region.candidates[0]: 0.0}
+    chain = _cheapest_chain([whole_us[r.name] for r in sequence], timer.overhead_us)
     records = []
-    for region in regions:
-        decision = decide_region(model, annotation, region, timer, host.name)
+    for region, chosen in zip(sequence, chain, strict=True):
+        if len(region.candidates) == 1:
+            continue
+        decision = decide_region(model, annotation, region, timer, whole_us[region.name], chosen)
         for unit, backend in decision.unit_backends.items():
             unit_backends[unit] = backend
         records.append(decision.record)
     return unit_backends, tuple(records)
 
 
-def find_regions(annotation: Annotation, backends: Sequence[Backend], host: Backend) -> list[Region]:
-    """Partitions of the default placement that more than one backend could run."""
+def plan_regions(annotation: Annotation, backends: Sequence[Backend], host: Backend) -> list[Region]:
+    """The partitions of the default placement, in execution order, with the backends that
+    could run each whole (one candidate: nothing to choose)."""
     preds = annotation.unit_predecessors()
     default = [unit.backend for unit in annotation.units]
     groups = partition_units(default, preds, host=host.name, preference=[b.name for b in backends])
@@ -288,6 +301,7 @@ def find_regions(annotation: Annotation, backends: Sequence[Backend], host: Back
     regions = []
     for index, group in enumerate(groups):
         if group.backend == host.name:
+            regions.append(Region(f"r{index}_{group.backend}", group.units, (host.name,)))
             continue  # no target claimed these nodes: nothing to choose
         able = set(order)
         for unit_index in group.units:
@@ -296,31 +310,54 @@ def find_regions(annotation: Annotation, backends: Sequence[Backend], host: Back
                 able &= {unit.backend, host.name}
             for node in unit.nodes:
                 able &= set(annotation.capable[node]) | ({host.name} if host_ok[node] else set())
-        candidates = tuple(name for name in order if name in able)
-        if len(candidates) > 1:
-            regions.append(Region(f"r{index}_{group.backend}", group.units, candidates))
+        candidates = tuple(name for name in order if name in able) or (group.backend,)
+        regions.append(Region(f"r{index}_{group.backend}", group.units, candidates))
     return regions
 
 
-def decide_region(model: ir.Model, annotation: Annotation, region: Region, timer: _Timer, host: str) -> Decision:
-    """Time ``region`` whole and in chunks on each candidate; choose the cheapest placement."""
-    whole = _piece(model, annotation, region.units, region.name)
-    whole_us = {b: t for b in region.candidates if (t := timer.time_us(whole, b)) is not None}
+def find_regions(annotation: Annotation, backends: Sequence[Backend], host: Backend) -> list[Region]:
+    """The regions of :func:`plan_regions` that more than one backend could run."""
+    return [r for r in plan_regions(annotation, backends, host) if len(r.candidates) > 1]
+
+
+def _cheapest_chain(costs: Sequence[Mapping[str, float]], overhead: Callable[[str], float]) -> list[str]:
+    """A backend per element of a chain, minimising the sum of the elements' costs plus a
+    backend's call overhead wherever the chain enters it (the boundary crossing).
+
+    ``costs[i][b]`` is element ``i``'s time on ``b`` including one call overhead; elements
+    that stay on the previous element's backend merge into its call, so that overhead is
+    taken out of theirs.  Dynamic programming, linear in the chain.
+    """
+    best: dict[str, tuple[float, list[str]]] = {b: (t, [b]) for b, t in costs[0].items()}
+    for row in costs[1:]:
+        step: dict[str, tuple[float, list[str]]] = {}
+        for backend, t in row.items():
+            merged = max(t - overhead(backend), 0.0)
+            step[backend] = min(
+                (cost + (merged if prev == backend else t), [*path, backend]) for prev, (cost, path) in best.items()
+            )
+        best = step
+    return min(best.values())[1]
+
+
+def decide_region(
+    model: ir.Model,
+    annotation: Annotation,
+    region: Region,
+    timer: _Timer,
+    whole_us: Mapping[str, float],
+    chosen: str,
+) -> Decision:
+    """Record the choice for ``region`` (``chosen`` by the chain over all regions) and try to
+    split it between backends, keeping a split only when it measures faster."""
     size = _node_count(annotation, region.units)
-    if not whole_us:
-        fallback = region.candidates[0]
-        record = PlacementReport(region.name, fallback, (), f"{size} nodes; no candidate could be measured")
-        return Decision(dict.fromkeys(region.units, fallback), record)
-    best = min(whole_us, key=lambda b: (whole_us[b], region.candidates.index(b)))
-    decision = Decision(
-        dict.fromkeys(region.units, best),
-        PlacementReport(
-            region.name,
-            best,
-            tuple((b, round(t, 1)) for b, t in whole_us.items()),
-            f"{size} nodes; whole region fastest on {best}",
-        ),
-    )
+    timings = tuple((b, round(t, 1)) for b, t in whole_us.items())
+    fastest = min(whole_us, key=lambda b: (whole_us[b], region.candidates.index(b)))
+    if fastest == chosen:
+        detail = f"{size} nodes; fastest on {chosen}"
+    else:
+        detail = f"{size} nodes; fastest alone on {fastest}, but {chosen} saves crossings to its neighbours"
+    decision = Decision(dict.fromkeys(region.units, chosen), PlacementReport(region.name, chosen, timings, detail))
     chunks = _chunks(annotation, region.units)
     if len(chunks) < 2 or len(whole_us) < 2:
         return decision
@@ -336,17 +373,17 @@ def decide_region(model: ir.Model, annotation: Annotation, region: Region, timer
     if measured is None:
         return decision
     split_us = sum(measured)
-    timings = (*decision.record.timings_us, ("split", round(split_us, 1)))
+    timings = (*timings, ("split", round(split_us, 1)))
     shape = ", ".join(f"{b} x{n}" for b, n in runs)
-    if split_us >= (1 - SPLIT_MARGIN) * whole_us[best]:
+    if split_us >= (1 - SPLIT_MARGIN) * whole_us[chosen]:
         note = f"split ({shape}) measured {split_us:.0f} us, not {SPLIT_MARGIN:.0%} faster"
         return _with_note(Decision(decision.unit_backends, replace(decision.record, timings_us=timings)), note)
-    chosen = {unit: b for chunk, b in zip(chunks, assignment, strict=True) for unit in chunk}
+    units = {unit: b for chunk, b in zip(chunks, assignment, strict=True) for unit in chunk}
     detail = (
         f"{size} nodes split in {len(chunks)} chunks ({shape}): measured {split_us:.0f} us "
-        f"against {whole_us[best]:.0f} us whole on {best}"
+        f"against {whole_us[chosen]:.0f} us whole on {chosen}"
     )
-    return Decision(chosen, PlacementReport(region.name, "+".join(b for b, _ in runs), timings, detail))
+    return Decision(units, PlacementReport(region.name, "+".join(b for b, _ in runs), timings, detail))
 
 
 def _with_note(decision: Decision, note: str) -> Decision:
@@ -354,33 +391,21 @@ def _with_note(decision: Decision, note: str) -> Decision:
 
 
 def _best_split(pieces: Sequence[_Piece], timer: _Timer, candidates: list[str]) -> tuple[float, list[str]] | None:
-    """Cheapest backend per chunk by dynamic programming over the chain of chunks.
-
-    A chunk's cost on a backend is its in-chain time less the backend's call overhead; the
-    overhead is paid again wherever the backend changes (the boundary crossing).
-    """
+    """Cheapest backend per chunk of one region: :func:`_cheapest_chain` on in-chain times."""
     per_backend: dict[str, list[float]] = {}
     for backend in candidates:
         times = timer.chain_us(pieces, [backend] * len(pieces))
         if times is not None:
-            overhead = timer.overhead_us(backend)
-            per_backend[backend] = [max(t - overhead, 0.0) for t in times]
+            per_backend[backend] = times
     if len(per_backend) < 2:
         return None
-    # best[b]: (cost, assignment) of the cheapest chain so far ending on backend b.
-    best = {b: (timer.overhead_us(b) + costs[0], [b]) for b, costs in per_backend.items()}
-    for index in range(1, len(pieces)):
-        step: dict[str, tuple[float, list[str]]] = {}
-        for backend, costs in per_backend.items():
-            step[backend] = min(
-                (
-                    cost + costs[index] + (0.0 if prev == backend else timer.overhead_us(backend)),
-                    [*path, backend],
-                )
-                for prev, (cost, path) in best.items()
-            )
-        best = step
-    return min(best.values())
+    costs = [{b: times[i] for b, times in per_backend.items()} for i in range(len(pieces))]
+    assignment = _cheapest_chain(costs, timer.overhead_us)
+    estimate = 0.0
+    for index, backend in enumerate(assignment):
+        same = index > 0 and assignment[index - 1] == backend
+        estimate += max(costs[index][backend] - timer.overhead_us(backend), 0.0) if same else costs[index][backend]
+    return estimate, assignment
 
 
 # --- regions as standalone models -------------------------------------------------------------
@@ -585,4 +610,4 @@ def _hash(*parts: object) -> str:
     return digest.hexdigest()[:32]
 
 
-__all__ = ["MeasurementCache", "Region", "default_cache_dir", "find_regions", "measure_placement"]
+__all__ = ["MeasurementCache", "Region", "default_cache_dir", "find_regions", "measure_placement", "plan_regions"]

@@ -148,6 +148,21 @@ def test_blob_from_another_openvino_recompiles_from_onnx(backend: ov_backend.Ope
     np.testing.assert_allclose(s, 2.0)
 
 
+def test_blob_without_onnx(backend: ov_backend.OpenVINOBackend) -> None:
+    lean = ov_backend.OpenVINOBackend(num_threads=2, keep_onnx=False)
+    partition = _partition(light_model("squeezenet"))
+    full, small = backend.compile(partition), lean.compile(partition)
+    assert len(small) < 0.6 * len(full)
+    x = random_feeds(light_model("squeezenet"))[partition.input_names[0]]
+    np.testing.assert_array_equal(lean.load(small).run([x])[0], backend.load(full).run([x])[0])
+    header, _, _ = ov_backend.unpack_blob(small)
+    foreign = ov_backend.pack_blob(
+        ov_backend._BlobHeader("1999.0", "f32", 0, header.input_names, header.output_names), b"x", b""
+    )
+    with pytest.raises(BackendError, match="no ONNX to recompile"):
+        lean.load(foreign)
+
+
 @pytest.mark.parametrize(
     ("mangle", "message"),
     [

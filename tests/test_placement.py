@@ -170,3 +170,15 @@ def test_compile_with_measured_placement_is_correct(monkeypatch: pytest.MonkeyPa
     )
     assert_close(exe.run(feeds), run_onnxruntime(proto, feeds))
     assert exe.report().placements
+
+
+def test_chain_keeps_a_region_with_its_neighbours_when_crossing_costs_more() -> None:
+    from codegraft._placement import _cheapest_chain
+
+    overhead = {"a": 10.0, "b": 10.0}.__getitem__
+    # The middle element is 5 us faster on b, but leaving a and coming back costs two calls.
+    costs = [{"a": 100.0}, {"a": 50.0, "b": 45.0}, {"a": 100.0}]
+    assert _cheapest_chain(costs, overhead) == ["a", "a", "a"]
+    # 50 us faster on b is worth the crossings.
+    costs[1] = {"a": 100.0, "b": 50.0}
+    assert _cheapest_chain(costs, overhead) == ["a", "b", "a"]

@@ -124,6 +124,10 @@ class OpenVINOBackend:
     ``precision`` asks for bfloat16 (or float16).  Raises :class:`BackendUnavailable`
     when openvino is not installed.
 
+    ``keep_onnx`` (default on) stores the partition's ONNX in the blob beside OpenVINO's
+    export, so another OpenVINO version or CPU can recompile it; it about doubles the blob
+    (the weights are in both), so turn it off for artifacts that stay on one machine.
+
     Call :meth:`prepare` with the whole model before asking :meth:`supports` node by
     node: one OpenVINO query then answers for all of them.
     """
@@ -131,13 +135,14 @@ class OpenVINOBackend:
     name = "openvino"
     capabilities = Capabilities(dynamic_shapes=True, precisions=frozenset({"float32", "bfloat16"}))
 
-    def __init__(self, num_threads: int | None = None) -> None:
+    def __init__(self, num_threads: int | None = None, *, keep_onnx: bool = True) -> None:
         try:
             import openvino
         except ImportError as exc:
             raise BackendUnavailable("openvino is not installed: pip install codegraft[openvino]") from exc
 
         self.num_threads = num_threads
+        self.keep_onnx = keep_onnx
         self.version: str = openvino.get_version()
         self._core = openvino.Core()
         self._lock = threading.Lock()
@@ -207,7 +212,8 @@ class OpenVINOBackend:
 
     # --- compile and load ------------------------------------------------------------
     def compile(self, partition: Partition) -> bytes:
-        """Compile with OpenVINO and export; the blob also keeps the partition's ONNX."""
+        """Compile with OpenVINO and export; the blob also keeps the partition's ONNX
+        (unless ``keep_onnx`` is off)."""
         onnx_bytes = _model_bytes(partition.model)
         hint = _PRECISION_HINTS.get(partition.precision, "f32")
         header = _BlobHeader(
@@ -220,7 +226,7 @@ class OpenVINOBackend:
         compiled = self._compile_onnx(onnx_bytes, header)
         stream = io.BytesIO()
         compiled.export_model(stream)
-        return pack_blob(header, stream.getvalue(), onnx_bytes)
+        return pack_blob(header, stream.getvalue(), onnx_bytes if self.keep_onnx else b"")
 
     def load(self, blob: bytes) -> Runnable:
         """Import the exported model; recompile from the kept ONNX when that is not possible."""
@@ -232,6 +238,11 @@ class OpenVINOBackend:
             except RuntimeError:
                 compiled = None  # e.g. another CPU's export; the ONNX below still works
         if compiled is None:
+            if not onnx_bytes:
+                raise BackendError(
+                    f"this blob holds only an export of OpenVINO {header.openvino_version} that OpenVINO "
+                    f"{self.version} on this CPU cannot import, and no ONNX to recompile (keep_onnx was off)"
+                )
             compiled = self._compile_onnx(onnx_bytes, header)
         return OpenVINORunnable(compiled, header.input_names, header.output_names)
 
