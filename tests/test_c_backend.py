@@ -268,3 +268,10 @@ def test_vector_math_over_a_wide_range(op: str) -> None:
     for scale in (1.0, 1e-3):
         feeds = {"x": x * np.float32(scale)}
         assert_close(run_c(model, feeds), run_onnxruntime(model, feeds), rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("size", [1, 3, 5])
+def test_lrn_plain_and_after_a_conv(size: int) -> None:
+    one("LRN", {"x": (2, 7, 4, 3)}, {"size": size, "alpha": 0.01, "beta": 0.6, "bias": 2.0})
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"]), helper.make_node("LRN", ["c"], ["y"], size=size)]
+    check(make_model(nodes, {"x": (1, 3, 6, 6)}, ["y"], {"w": rand(9, 3, 1, 1)}))

@@ -20,7 +20,10 @@ from codegraft.testing import assert_close, light_model, random_feeds, run_onnxr
 pytestmark = needs_compiler
 
 # Every node of these is supported, so each compiles as one C partition.
-WHOLE_MODELS = ["resnet50", "squeezenet", "vgg19", "densenet121", "inception_v2", "shufflenet"]
+WHOLE_MODELS = [
+    "resnet50", "squeezenet", "vgg19", "densenet121", "inception_v1", "inception_v2", "shufflenet", "bvlc_alexnet",
+    "zfnet512",
+]
 
 
 @pytest.mark.parametrize("name", WHOLE_MODELS)
@@ -43,7 +46,7 @@ def test_light_model_after_the_nhwc_layout_pass(name: str) -> None:
     assert_close(dict(zip(partition.output_names, outputs, strict=True)), expected, rtol=1e-4)
 
 
-@pytest.mark.parametrize("name", ["resnet50", "inception_v1"])  # inception_v1: LRN goes to the host
+@pytest.mark.parametrize("name", ["resnet50", "inception_v1"])
 def test_codegraft_compile_targets_c(name: str) -> None:
     import codegraft as cg
 
@@ -136,7 +139,7 @@ def test_wrong_input_shape_is_rejected() -> None:
 def test_declines_with_reasons() -> None:
     be = CBackend()
     cases = [
-        (helper.make_node("LRN", ["x"], ["y"], size=3), {}, "LRN: not implemented"),
+        (helper.make_node("LpPool", ["x"], ["y"], kernel_shape=[2, 2]), {}, "LpPool: not implemented"),
         (helper.make_node("Conv", ["x", "w"], ["y"]), {"w": (2, 3, 1, 1, 1)}, "3-D convolution"),
         (helper.make_node("Conv", ["x", "x"], ["y"]), {}, "weight must be a constant"),
         (helper.make_node("Gelu", ["x"], ["y"], approximate="fast"), {}, "approximate"),

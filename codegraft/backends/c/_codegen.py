@@ -27,6 +27,7 @@ from codegraft.backends.c._ops_data import (
     emit_concat,
     emit_copy,
     emit_global_average,
+    emit_lrn,
     emit_pool,
     emit_reduce_mean,
     emit_softmax,
@@ -106,6 +107,8 @@ def _emit(ctx: Context, kernel: Kernel, variants: _Kernels) -> None:
         emit_transpose(ctx, core)
     elif isinstance(core, g.Concat):
         emit_concat(ctx, core)
+    elif isinstance(core, g.Lrn):
+        emit_lrn(ctx, core)
     elif isinstance(core, g.Copy):
         emit_copy(ctx, core)
     else:

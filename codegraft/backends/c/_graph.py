@@ -144,6 +144,16 @@ class ReduceMean(Op):
 
 
 @dataclass(eq=False)
+class Lrn(Op):
+    """Local response normalisation across channels (logical axis 1), in any layout."""
+
+    size: int = 1
+    alpha: float = 1e-4
+    beta: float = 0.75
+    bias: float = 1.0
+
+
+@dataclass(eq=False)
 class Concat(Op):
     """Concatenation along logical ``axis``."""
 

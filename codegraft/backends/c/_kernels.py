@@ -217,6 +217,28 @@ static void cg_global_avg(const float* x, float* y, long N, long HW, long C) {
   cg_parallel(N * k.nb, cg_gap_block, &k);
 }
 
+/* LRN across the channel axis of [outer][C][inner]; one task per outer index. */
+typedef struct { const float* x; float* y; long C, inner, lo, hi; float scale, beta, bias; } cg_lrn_t;
+static void cg_lrn_task(const void* ctx, long o) {
+  const cg_lrn_t* k = ctx;
+  const long C = k->C, inner = k->inner;
+  const float* xp = k->x + o * C * inner;
+  float* yp = k->y + o * C * inner;
+  for (long c = 0; c < C; c++) {
+    const long c0 = c - k->lo < 0 ? 0 : c - k->lo, c1 = c + k->hi > C - 1 ? C - 1 : c + k->hi;
+    for (long i = 0; i < inner; i++) {
+      float s = 0.0f;
+      for (long j = c0; j <= c1; j++) { const float v = xp[j * inner + i]; s += v * v; }
+      yp[c * inner + i] = xp[c * inner + i] / powf(k->bias + k->scale * s, k->beta);
+    }
+  }
+}
+static void cg_lrn(const float* x, float* y, long outer, long C, long inner, long lo, long hi, float scale, float beta,
+                   float bias) {
+  const cg_lrn_t k = {x, y, C, inner, lo, hi, scale, beta, bias};
+  cg_parallel(outer, cg_lrn_task, &k);
+}
+
 /* Softmax over the middle axis of [outer][n][inner]; one task per (outer, inner) line. */
 typedef struct { const float* x; float* y; long n, inner; } cg_softmax_t;
 static void cg_softmax_line(const void* ctx, long task) {

@@ -57,6 +57,8 @@ def assign_layout(graph: g.Graph) -> g.Graph:
             perm = perms.pop() if len(perms) == 1 else tuple(range(len(op.out.shape)))
             op.inputs = [lay.as_perm(t, perm) for t in op.inputs]
             op.out.perm = perm
+        elif isinstance(op, g.Lrn):  # works along whichever physical axis holds the channels
+            op.out.perm = op.inputs[0].perm
         elif isinstance(op, g.View) and op.out.shape == op.inputs[0].shape:
             op.out.perm = op.inputs[0].perm  # Identity keeps any order
         else:

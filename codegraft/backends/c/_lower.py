@@ -369,6 +369,14 @@ def _reduce_mean(lw: _Lowerer, node: ir.Node) -> None:
     lw.bind(node.outputs[0], out)
 
 
+def _lrn(lw: _Lowerer, node: ir.Node) -> None:
+    x = lw.tensor(node.inputs[0])
+    out = lw.new(x.shape)
+    lw.ops.append(g.Lrn([x], out, size=attr_int(node, "size", 1), alpha=attr_float(node, "alpha", 1e-4),
+                        beta=attr_float(node, "beta", 0.75), bias=attr_float(node, "bias", 1.0)))
+    lw.bind(node.outputs[0], out)
+
+
 def _concat(lw: _Lowerer, node: ir.Node) -> None:
     inputs = [lw.tensor(v) for v in node.inputs if v is not None]
     rank = len(inputs[0].shape)
@@ -445,6 +453,7 @@ _LOWERINGS: dict[str, Callable[[_Lowerer, ir.Node], None]] = {
     "Softmax": _softmax,
     "ReduceMean": _reduce_mean,
     "Concat": _concat,
+    "LRN": _lrn,
     "Reshape": _reshape,
     "Flatten": _flatten,
     "Squeeze": _squeeze,

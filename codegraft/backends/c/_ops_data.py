@@ -6,6 +6,7 @@ import math
 
 from codegraft.backends.c import _graph as g
 from codegraft.backends.c._emit import Context
+from codegraft.backends.c._ops_elementwise import c_float
 
 
 def emit_pool(ctx: Context, op: g.Pool) -> None:
@@ -38,6 +39,18 @@ def emit_global_average(ctx: Context, op: g.GlobalAveragePool) -> None:
 
 def emit_softmax(ctx: Context, op: g.Softmax) -> None:
     ctx.body.append(f"  cg_softmax({ctx.ptr(op.inputs[0])}, {ctx.ptr(op.out)}, {op.outer}, {op.n}, {op.inner});")
+
+
+def emit_lrn(ctx: Context, op: g.Lrn) -> None:
+    x = op.inputs[0]
+    axis = x.perm.index(1)
+    phys = x.physical_shape
+    outer, channels, inner = math.prod(phys[:axis]), phys[axis], math.prod(phys[axis + 1 :])
+    lo, hi = (op.size - 1) // 2, op.size // 2  # the window ONNX specifies: floor / ceil of (size - 1) / 2
+    ctx.body.append(
+        f"  cg_lrn({ctx.ptr(x)}, {ctx.ptr(op.out)}, {outer}, {channels}, {inner}, {lo}, {hi}, "
+        f"{c_float(op.alpha / op.size)}, {c_float(op.beta)}, {c_float(op.bias)});"
+    )
 
 
 def _strides(shape: tuple[int, ...]) -> list[int]:

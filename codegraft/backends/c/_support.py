@@ -242,6 +242,17 @@ def _check_reduce_mean(node: ir.Node) -> str:
     return ""
 
 
+def _check_lrn(node: ir.Node) -> str:
+    if node.attributes.get("size") is None:
+        return "the size attribute is required"
+    if attr_int(node, "size", 1) % 2 == 0:  # the window of an even size is read two ways; do not guess
+        return "an even size is not supported"
+    rank = rank_of(node.inputs[0])
+    if rank is not None and rank < 2:
+        return f"input rank {rank} < 2"
+    return ""
+
+
 def _ok(node: ir.Node) -> str:
     return ""
 
@@ -261,6 +272,7 @@ _CHECKS: dict[str, Callable[[ir.Node], str]] = {
     "Unsqueeze": _check_axes_input,
     "Dropout": _check_dropout,
     "ReduceMean": _check_reduce_mean,
+    "LRN": _check_lrn,
     "Softmax": _ok,
     "Concat": _ok,
     "Flatten": _ok,
