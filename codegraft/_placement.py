@@ -1,21 +1,27 @@
 """Measured placement: where several backends can run a region, time it on each and choose.
 
 NOTE: the unit of decision is a *region*, one partition of the default placement (first target
-that supports a node).  Each region is timed whole on every backend that can run all of it -
-the host included, since onnxruntime runs any standard op - and the fastest wins.  A region
-large enough is also cut into a few *chunks* (contiguous stretches of its topological order,
-cut where the fewest tensors are live) so that it can end up split between backends:
+that supports a node), and the regions form a chain in execution order.  Each region is timed
+on every backend that can run all of it - the host included, since onnxruntime runs any
+standard op.  Each maximal stretch of consecutive regions that one backend can run is also
+timed as a single partition on it, since one partition may fuse across the regions' borders.
+The cheapest way along the chain is then found by dynamic programming: an option's time less
+its backend's call overhead when it stays on the previous option's backend (their calls
+merge), its full time plus :data:`CROSSING_US` when it changes backend.  Choosing region by
+region instead fragments a model whose targets alternate (17 partitions for a 4-layer
+transformer), every crossing costing more than the region it saves time on.
+
+A region large enough is also cut into a few *chunks* (contiguous stretches of its
+topological order, cut where the fewest tensors are live) so that it can end up split:
 
 * chunks are timed *in a chain*, all chunks one after another as in the real run.  Timed
   alone, a chunk finds its weights still in cache from its previous call and looks two to
   three times faster than it is inside the model;
-* the cheapest assignment of backends to chunks is found by dynamic programming, a chunk
-  costing its in-chain time less its backend's fixed per-call overhead, and the overhead paid
-  again wherever the backend changes (the cost of a boundary crossing);
+* the cheapest assignment of backends to chunks is found by the same dynamic programming;
 * that split is then run for real, chunks on their chosen backends, and kept only when it
-  beats the best whole-region time by :data:`SPLIT_MARGIN`.  Estimates miss how backends
-  disturb each other (onnxruntime's worker threads spin for a while after a call, taking the
-  cores from whoever runs next), so only a measured split is trusted.
+  beats the region's time on its chosen backend by :data:`SPLIT_MARGIN`.  Estimates miss how
+  backends disturb each other (onnxruntime's worker threads spin for a while after a call,
+  taking the cores from whoever runs next), so only a measured split is trusted.
 
 Measurements are cached on disk (:class:`MeasurementCache`) by a hash of the region's ONNX and
 input shapes, the backend's name, version and thread count, and the precision, so a second
@@ -53,6 +59,11 @@ if TYPE_CHECKING:
     from codegraft._compiler import CompileOptions
 
 CACHE_ENV = "CODEGRAFT_CACHE_DIR"
+# Added to each change of backend on top of the new backend's call overhead: runtimes run
+# back to back disturb each other (worker threads still spinning, caches), which timing
+# them apart does not see.  bench/boundary.py measures 11-27 us per OpenVINO <-> onnxruntime
+# crossing where the two call overheads alone are 4 and 15 us.
+CROSSING_US = 10.0
 # A split region must beat the best whole-region time by this fraction; see the module note.
 SPLIT_MARGIN = 0.10
 # Regions of at least this many nodes are also measured in chunks...
@@ -262,7 +273,7 @@ def measure_placement(
     # Any value a region reads may become a chunk's input.
     needed = {
         value.name or ""
-        for region in regions
+        for region in sequence
         for unit in region.units
         for node in annotation.units[unit].nodes
         for value in annotation.infos[node].reads
@@ -270,24 +281,122 @@ def measure_placement(
     }
     values = _intermediates(model, feeds, needed, host)
     timer = _Timer(by_name, values, options.precision, cache)
-    pieces = {r.name: _piece(model, annotation, r.units, r.name) for r in regions}
+    # Every region is measured, fixed ones too: a stretch measured as one partition below
+    # includes them, so the chain must count their time the same way.
+    choices: list[list[_Option]] = [[] for _ in sequence]
     whole_us: dict[str, dict[str, float]] = {}
-    for region in sequence:
-        if len(region.candidates) == 1:
-            whole_us[region.name] = {region.candidates[0]: 0.0}  # fixed: its time is no choice's
-            continue
-        times = {b: t for b in region.candidates if (t := timer.time_us(pieces[region.name], b)) is not None}
+    for index, region in enumerate(sequence):
+        try:
+            piece = _piece(model, annotation, region.units, region.name)
+        except Exception:  # noqa: BLE001 - a region that cannot stand alone keeps its default, timed 0
+            piece = None
+        times = {b: t for b in region.candidates if piece and (t := timer.time_us(piece, b)) is not None}
         whole_us[region.name] = times or {region.candidates[0]: 0.0}
-    chain = _cheapest_chain([whole_us[r.name] for r in sequence], timer.overhead_us)
+        choices[index].extend(_Option(index + 1, b, t) for b, t in whole_us[region.name].items())
+    # A backend able to run a stretch of several regions may run it better as one partition
+    # (fusions across the regions' borders): each maximal stretch is measured as one option.
+    merged: dict[tuple[int, int, str], float] = {}
+    for start, end, backend in _stretches(sequence):
+        units = [u for r in sequence[start:end] for u in r.units]
+        piece = _piece(model, annotation, units, f"{sequence[start].name}..{sequence[end - 1].name}")
+        measured = timer.time_us(piece, backend)
+        if measured is not None:
+            merged[(start, end, backend)] = measured
+            choices[start].append(_Option(end, backend, measured))
+    path = _cheapest_path(choices, timer.overhead_us)
     records = []
-    for region, chosen in zip(sequence, chain, strict=True):
+    for start, option in path:
+        if (start, option.end, option.backend) in merged and option.end - start > 1:
+            records.append(_merged_record(sequence, start, option, whole_us, annotation))
+            for region in sequence[start : option.end]:
+                for unit in region.units:
+                    unit_backends[unit] = option.backend
+            continue
+        region = sequence[start]
         if len(region.candidates) == 1:
             continue
-        decision = decide_region(model, annotation, region, timer, whole_us[region.name], chosen)
+        decision = decide_region(model, annotation, region, timer, whole_us[region.name], option.backend)
         for unit, backend in decision.unit_backends.items():
             unit_backends[unit] = backend
         records.append(decision.record)
     return unit_backends, tuple(records)
+
+
+@dataclass(frozen=True)
+class _Option:
+    """Run the regions from here up to ``end`` (exclusive) on ``backend``, in ``us``."""
+
+    end: int
+    backend: str
+    us: float
+
+
+def _stretches(sequence: Sequence[Region]) -> list[tuple[int, int, str]]:
+    """(start, end, backend): maximal runs of two or more consecutive regions that
+    ``backend`` can all run, holding at least one region with a choice."""
+    found = []
+    backends = dict.fromkeys(b for r in sequence for b in r.candidates)
+    for backend in backends:
+        start = None
+        for index in range(len(sequence) + 1):
+            able = index < len(sequence) and backend in sequence[index].candidates
+            if able and start is None:
+                start = index
+            elif not able and start is not None:
+                if index - start > 1 and any(len(r.candidates) > 1 for r in sequence[start:index]):
+                    found.append((start, index, backend))
+                start = None
+    return found
+
+
+def _cheapest_path(options: Sequence[Sequence[_Option]], overhead: Callable[[str], float]) -> list[tuple[int, _Option]]:
+    """The cheapest way through the chain of regions, as (start, option) steps.
+
+    An option's time includes one call of its backend; an option on the same backend as the
+    one before it joins that call, so its overhead is taken out (the boundary it would have
+    crossed is gone), and one on another backend pays :data:`CROSSING_US` besides.
+    Dynamic programming over positions and the backend arrived on.
+    """
+    count = len(options)
+    # best[i][b]: cheapest (cost, steps) reaching position i with the last step on b.
+    best: list[dict[str, tuple[float, list[tuple[int, _Option]]]]] = [{} for _ in range(count + 1)]
+    best[0][""] = (0.0, [])
+    for index in range(count):
+        for previous, (cost, steps) in best[index].items():
+            for option in options[index]:
+                if previous == option.backend:
+                    step_us = max(option.us - overhead(option.backend), 0.0)
+                else:
+                    step_us = option.us + (CROSSING_US if previous else 0.0)
+                total = cost + step_us
+                known = best[option.end].get(option.backend)
+                if known is None or total < known[0]:
+                    best[option.end][option.backend] = (total, [*steps, (index, option)])
+    return min(best[count].values(), key=lambda entry: entry[0])[1]
+
+
+def _cheapest_chain(costs: Sequence[Mapping[str, float]], overhead: Callable[[str], float]) -> list[str]:
+    """A backend per element of a chain (each element its own option); see :func:`_cheapest_path`."""
+    options = [[_Option(i + 1, b, t) for b, t in row.items()] for i, row in enumerate(costs)]
+    return [option.backend for _, option in _cheapest_path(options, overhead)]
+
+
+def _merged_record(
+    sequence: Sequence[Region],
+    start: int,
+    option: _Option,
+    whole_us: Mapping[str, Mapping[str, float]],
+    annotation: Annotation,
+) -> PlacementReport:
+    stretch = sequence[start : option.end]
+    apart = sum(min(whole_us[r.name].values()) for r in stretch)
+    nodes = sum(_node_count(annotation, r.units) for r in stretch)
+    return PlacementReport(
+        f"{stretch[0].name}..{stretch[-1].name}",
+        option.backend,
+        ((f"{option.backend} as one partition", round(option.us, 1)), ("each region on its fastest", round(apart, 1))),
+        f"{len(stretch)} regions, {nodes} nodes, run as one partition on {option.backend}",
+    )
 
 
 def plan_regions(annotation: Annotation, backends: Sequence[Backend], host: Backend) -> list[Region]:
@@ -318,26 +427,6 @@ def plan_regions(annotation: Annotation, backends: Sequence[Backend], host: Back
 def find_regions(annotation: Annotation, backends: Sequence[Backend], host: Backend) -> list[Region]:
     """The regions of :func:`plan_regions` that more than one backend could run."""
     return [r for r in plan_regions(annotation, backends, host) if len(r.candidates) > 1]
-
-
-def _cheapest_chain(costs: Sequence[Mapping[str, float]], overhead: Callable[[str], float]) -> list[str]:
-    """A backend per element of a chain, minimising the sum of the elements' costs plus a
-    backend's call overhead wherever the chain enters it (the boundary crossing).
-
-    ``costs[i][b]`` is element ``i``'s time on ``b`` including one call overhead; elements
-    that stay on the previous element's backend merge into its call, so that overhead is
-    taken out of theirs.  Dynamic programming, linear in the chain.
-    """
-    best: dict[str, tuple[float, list[str]]] = {b: (t, [b]) for b, t in costs[0].items()}
-    for row in costs[1:]:
-        step: dict[str, tuple[float, list[str]]] = {}
-        for backend, t in row.items():
-            merged = max(t - overhead(backend), 0.0)
-            step[backend] = min(
-                (cost + (merged if prev == backend else t), [*path, backend]) for prev, (cost, path) in best.items()
-            )
-        best = step
-    return min(best.values())[1]
 
 
 def decide_region(
