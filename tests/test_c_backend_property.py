@@ -73,6 +73,8 @@ def pool_cases(draw: st.DrawFn) -> tuple[str, dict, tuple]:
     if op == "AveragePool":
         attrs["count_include_pad"] = draw(st.integers(0, 1))
     auto_pad = draw(st.sampled_from(["NOTSET", "NOTSET", "SAME_UPPER", "VALID"]))
+    if auto_pad == "SAME_UPPER" and "dilations" in attrs:
+        attrs["dilations"] = dilations = [1] * spatial  # declined otherwise (see _support.py)
     if auto_pad == "NOTSET":
         # onnxruntime requires pads smaller than the kernel
         attrs["pads"] = [draw(st.integers(0, k - 1)) for k in kernel * 2]

@@ -291,28 +291,44 @@ def microkernel(nv: int, p: int) -> str:
 
 
 _DRIVER = r"""
+/* A task is a run of consecutive row tiles for one (group, channel block): rows are walked
+   incrementally (no divisions per row) and the packed weights stay in cache across tiles. */
+typedef struct { const cg_gemm_t* k; long per_task, chunks; } cg_gemm_NV__P__job;
 static void cg_gemm_NV__P__task(const void* ctx, long task) {
-  const cg_gemm_t* k = ctx;
+  const cg_gemm_NV__P__job* job = ctx;
+  const cg_gemm_t* k = job->k;
   const long R = k->N * k->OH * k->OW;
   const long ntiles = (R + P_ - 1) / P_;
   const long K = k->ntaps * k->cg;
-  const long tile = task % ntiles, gm = task / ntiles, mb = gm % k->nmb, grp = gm / k->nmb;
-  const long r0 = tile * P_, nr = cg_min(P_, R - r0);
-  const float* rows[P_];
-  float buf[P_ * NV_ * VW] __attribute__((aligned(64)));
-  for (int p = 0; p < P_; p++) {
-    const long r = r0 + (p < nr ? p : nr - 1);
-    const long ow = r % k->OW, rest = r / k->OW, oh = rest % k->OH, n = rest / k->OH;
-    rows[p] = k->x + ((n * k->Hp + oh * k->sh) * k->Wp + ow * k->sw) * k->pstride + grp * k->cg * k->cstride;
-  }
-  cg_mk_NV__P_(rows, k->tapoff, k->ntaps, k->cg, k->cstride, k->wp + (grp * k->nmb + mb) * K * NV_ * VW, buf);
+  const long chunk = task % job->chunks, gm = task / job->chunks, mb = gm % k->nmb, grp = gm / k->nmb;
+  const long t0 = chunk * job->per_task, t1 = cg_min(ntiles, t0 + job->per_task);
+  const float* wp = k->wp + (grp * k->nmb + mb) * K * NV_ * VW;
   const long c0 = grp * k->mg + mb * NV_ * VW;
   const long nc = cg_min(NV_ * VW, k->mg - mb * NV_ * VW);
-  k->ep(k->ops, k->y, k->ldy, buf, NV_ * VW, k->rbase + r0, nr, c0, nc);
+  const float* x = k->x + grp * k->cg * k->cstride;
+  long r = t0 * P_, ow = r % k->OW, rest = r / k->OW, oh = rest % k->OH, n = rest / k->OH;
+  const float* rows[P_];
+  float buf[P_ * NV_ * VW] __attribute__((aligned(64)));
+  for (long tile = t0; tile < t1; tile++) {
+    const long r0 = tile * P_, nr = cg_min(P_, R - r0);
+    for (int p = 0; p < P_; p++) {
+      if (p >= nr) { rows[p] = rows[nr - 1]; continue; }
+      rows[p] = x + ((n * k->Hp + oh * k->sh) * k->Wp + ow * k->sw) * k->pstride;
+      if (++ow == k->OW) { ow = 0; if (++oh == k->OH) { oh = 0; n++; } }
+    }
+    cg_mk_NV__P_(rows, k->tapoff, k->ntaps, k->cg, k->cstride, wp, buf);
+    k->ep(k->ops, k->y, k->ldy, buf, NV_ * VW, k->rbase + r0, nr, c0, nc);
+  }
 }
 static void cg_gemm_NV__P_(const cg_gemm_t* k) {
   const long ntiles = (k->N * k->OH * k->OW + P_ - 1) / P_;
-  cg_parallel(k->groups * k->nmb * ntiles, cg_gemm_NV__P__task, k);
+  const long blocks = k->groups * k->nmb;
+  /* about 2^17 multiply-adds per task, but at least 8 tasks per thread when there is work */
+  long per_task = (1L << 17) / (P_ * NV_ * VW * k->ntaps * k->cg) + 1;
+  if (per_task > ntiles) per_task = ntiles;
+  while (per_task > 1 && blocks * ((ntiles + per_task - 1) / per_task) < 8L * (cg_workers + 1)) per_task = (per_task + 1) / 2;
+  const cg_gemm_NV__P__job job = {k, per_task, (ntiles + per_task - 1) / per_task};
+  cg_parallel(blocks * job.chunks, cg_gemm_NV__P__task, &job);
 }
 """
 

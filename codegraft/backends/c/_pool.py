@@ -7,7 +7,8 @@ each of a model's hundreds of loops then waits a scheduler tick, and a 20 ms mod
 hundreds.  Here the calling thread claims tasks from an atomic counter with the workers and
 waits only for tasks a worker has actually started: a worker that wakes late finds no work
 and costs nothing.  Workers spin briefly between loops (loops of one call follow each
-other closely), then sleep on a condition variable.  One loop at a time per library: a
+other closely; after a few pauses they yield the core instead of burning it, which matters
+on a machine shared with other work), then sleep on a condition variable.  One loop at a time per library: a
 second caller that finds the pool busy runs its loop on its own thread.
 
 The handshake between the caller retiring a job and a worker joining it is the classic
@@ -42,6 +43,13 @@ static inline void cg_relax(void) {
 #endif
 }
 
+/* Wait politely: a few pause instructions, then give the core away (on a busy machine the
+   thread we wait for may need this very core to finish). */
+static inline void cg_backoff(int spin) {
+  if (spin < 64) cg_relax();
+  else sched_yield();
+}
+
 static void cg_drain(cg_job* j) {
   long i;
   while ((i = atomic_fetch_add(&j->next, 1)) < j->ntasks) j->fn(j->ctx, i);
@@ -52,8 +60,8 @@ static void* cg_worker(void* arg) {
   long last = 0;  /* sequence number of the last job this worker joined */
   for (;;) {
     cg_job* j = atomic_load(&cg_current);
-    for (int spin = 0; (!j || atomic_load(&cg_seq) == last) && spin < 4000; spin++) {
-      cg_relax();
+    for (int spin = 0; (!j || atomic_load(&cg_seq) == last) && spin < 2000; spin++) {
+      cg_backoff(spin);
       j = atomic_load(&cg_current);
     }
     if (!j || atomic_load(&cg_seq) == last) {
@@ -106,7 +114,7 @@ static void cg_parallel(long ntasks, cg_task fn, const void* ctx) {
   }
   cg_drain(&job);
   atomic_store(&cg_current, (cg_job*)0);
-  while (atomic_load(&cg_active) > 0) cg_relax();
+  for (int spin = 0; atomic_load(&cg_active) > 0; spin++) cg_backoff(spin);
   pthread_mutex_unlock(&cg_busy);
 }
 """
