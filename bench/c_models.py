@@ -36,7 +36,10 @@ from bench.c_ops import (
 from codegraft.backends.c import CBackend
 from codegraft.testing import light_model
 
-MODELS = ["resnet50", "vgg19", "squeezenet", "densenet121", "inception_v2", "shufflenet"]
+MODELS = [
+    "resnet50", "vgg19", "squeezenet", "densenet121", "inception_v1", "inception_v2", "shufflenet", "bvlc_alexnet",
+    "zfnet512",
+]
 
 
 def model_rows(threads: int, repeat: int) -> list[Row]:

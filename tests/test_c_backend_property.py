@@ -34,8 +34,9 @@ def conv_cases(draw: st.DrawFn) -> tuple[dict, tuple, tuple, bool]:
     dilations = [draw(st.integers(1, 2)) for _ in range(spatial)]
     attrs: dict = {"group": group, "strides": strides, "dilations": dilations}
     auto_pad = draw(st.sampled_from(["NOTSET", "NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"]))
-    if auto_pad.startswith("SAME"):
-        attrs["dilations"] = dilations = [1] * spatial  # declined otherwise (see _support.py)
+    if auto_pad.startswith("SAME"):  # declined otherwise (see _support.py)
+        attrs["dilations"] = dilations = [1] * spatial
+        attrs["strides"] = strides = [min(s, k) for s, k in zip(strides, kernel, strict=True)]
     if auto_pad == "NOTSET":
         attrs["pads"] = [draw(st.integers(0, 2)) for _ in range(2 * spatial)]
     else:
@@ -73,8 +74,9 @@ def pool_cases(draw: st.DrawFn) -> tuple[str, dict, tuple]:
     if op == "AveragePool":
         attrs["count_include_pad"] = draw(st.integers(0, 1))
     auto_pad = draw(st.sampled_from(["NOTSET", "NOTSET", "SAME_UPPER", "VALID"]))
-    if auto_pad == "SAME_UPPER" and "dilations" in attrs:
-        attrs["dilations"] = dilations = [1] * spatial  # declined otherwise (see _support.py)
+    if auto_pad == "SAME_UPPER":  # declined otherwise (see _support.py)
+        attrs["dilations"] = dilations = [1] * spatial
+        attrs["strides"] = [min(s, k) for s, k in zip(attrs["strides"], kernel, strict=True)]
     if auto_pad == "NOTSET":
         # onnxruntime requires pads smaller than the kernel
         attrs["pads"] = [draw(st.integers(0, k - 1)) for k in kernel * 2]

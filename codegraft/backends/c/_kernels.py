@@ -326,7 +326,8 @@ static void cg_gemm_NV__P_(const cg_gemm_t* k) {
   /* about 2^17 multiply-adds per task, but at least 8 tasks per thread when there is work */
   long per_task = (1L << 17) / (P_ * NV_ * VW * k->ntaps * k->cg) + 1;
   if (per_task > ntiles) per_task = ntiles;
-  while (per_task > 1 && blocks * ((ntiles + per_task - 1) / per_task) < 8L * (cg_workers + 1)) per_task = (per_task + 1) / 2;
+  while (per_task > 1 && blocks * ((ntiles + per_task - 1) / per_task) < 8L * (cg_workers + 1))
+    per_task = (per_task + 1) / 2;
   const cg_gemm_NV__P__job job = {k, per_task, (ntiles + per_task - 1) / per_task};
   cg_parallel(blocks * job.chunks, cg_gemm_NV__P__task, &job);
 }
