@@ -239,18 +239,41 @@ static void cg_lrn(const float* x, float* y, long outer, long C, long inner, lon
   cg_parallel(outer, cg_lrn_task, &k);
 }
 
-/* Softmax over the middle axis of [outer][n][inner]; one task per (outer, inner) line. */
+/* Softmax over the middle axis of [outer][n][inner]; one task per (outer, inner) line.
+   Contiguous lines (inner == 1) keep VW partial maxima and sums in vector registers: the
+   compiler will not reorder a float reduction by itself (no -ffast-math here). */
+typedef int vi __attribute__((vector_size(VW * 4)));
 typedef struct { const float* x; float* y; long n, inner; } cg_softmax_t;
 static void cg_softmax_line(const void* ctx, long task) {
   const cg_softmax_t* k = ctx;
   const long o = task / k->inner, i = task % k->inner, n = k->n, inner = k->inner;
   const float* xp = k->x + o * n * inner + i;
   float* yp = k->y + o * n * inner + i;
-  float m = -INFINITY;
-  for (long j = 0; j < n; j++) m = xp[j * inner] > m ? xp[j * inner] : m;
-  float s = 0.0f;
-  for (long j = 0; j < n; j++) { const float e = cg_exp(xp[j * inner] - m); yp[j * inner] = e; s += e; }
-  for (long j = 0; j < n; j++) yp[j * inner] = yp[j * inner] / s;
+  float m = -INFINITY, s = 0.0f;
+  long j = 0;
+  if (inner == 1) {
+    vf vm = (vf){0} - INFINITY;
+    for (; j + VW <= n; j += VW) {
+      const vf v = *(const vfu*)(xp + j);
+      const vi take = v > vm;
+      vm = (vf)(((vi)v & take) | ((vi)vm & ~take));
+    }
+    for (int l = 0; l < VW; l++) m = vm[l] > m ? vm[l] : m;
+  }
+  for (; j < n; j++) m = xp[j * inner] > m ? xp[j * inner] : m;
+  j = 0;
+  if (inner == 1) {
+    for (long t = 0; t < n; t++) yp[t] = cg_exp(xp[t] - m);
+    vf vs = (vf){0};
+    for (; j + VW <= n; j += VW) vs += *(const vfu*)(yp + j);
+    for (int l = 0; l < VW; l++) s += vs[l];
+    for (; j < n; j++) s += yp[j];
+    for (long t = 0; t < n; t++) yp[t] = yp[t] / s;
+    return;
+  }
+  for (j = 0; j < n; j++) yp[j * inner] = cg_exp(xp[j * inner] - m);
+  for (j = 0; j < n; j++) s += yp[j * inner];
+  for (j = 0; j < n; j++) yp[j * inner] = yp[j * inner] / s;
 }
 static void cg_softmax(const float* x, float* y, long outer, long n, long inner) {
   const cg_softmax_t k = {x, y, n, inner};
