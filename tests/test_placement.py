@@ -182,3 +182,24 @@ def test_chain_keeps_a_region_with_its_neighbours_when_crossing_costs_more() -> 
     # 50 us faster on b is worth the crossings.
     costs[1] = {"a": 100.0, "b": 50.0}
     assert _cheapest_chain(costs, overhead) == ["a", "b", "a"]
+
+
+def test_a_plan_is_measured_end_to_end_before_it_is_kept(tmp_path: pathlib.Path) -> None:
+    # Relu only on "relus", Tanh only on "tanhs": the host (slow everywhere) could run it all,
+    # but the measured plan that alternates the two targets wins.
+    class Only(SleepyBackend):
+        def __init__(self, name: str, op: str) -> None:
+            super().__init__(name, slow_on=())
+            self.op = op
+
+        def supports(self, node: ir.Node) -> Support:
+            return Support.yes() if node.op_type == self.op else Support.no(f"{self.name}: {self.op} only")
+
+    _, by_node, records, _ = _place(
+        _chain(["Relu", "Relu", "Tanh", "Tanh"]), [Only("relus", "Relu"), Only("tanhs", "Tanh")], tmp_path
+    )
+    assert by_node == ["relus", "relus", "tanhs", "tanhs"]
+    plan = records[0]
+    assert plan.region == "model"
+    timings = dict(plan.timings_us)
+    assert timings["estimated best"] < timings["all possible on host"]
