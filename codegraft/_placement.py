@@ -11,6 +11,12 @@ merge), its full time plus :data:`CROSSING_US` when it changes backend.  Choosin
 region instead fragments a model whose targets alternate (17 partitions for a 4-layer
 transformer), every crossing costing more than the region it saves time on.
 
+Times measured apart still add up wrong when runtimes disturb each other: an OpenMP team and
+onnxruntime's spinning workers sharing two cores made a plan estimated at 3 ms run in 20 to 37.
+So the estimate only proposes: it and every single-backend plan ("all the regions it can run
+on B") are run end to end, partition after partition as the executable will, and the fastest
+measured plan is kept (the report's "model" record shows all of them).
+
 A region large enough is also cut into a few *chunks* (contiguous stretches of its
 topological order, cut where the fewest tensors are live) so that it can end up split:
 
