@@ -56,6 +56,16 @@ def test_codegraft_compile_targets_c(name: str) -> None:
     assert_close(exe.run(feeds), run_onnxruntime(model, feeds), rtol=1e-4)
 
 
+def test_saved_executable_runs_without_recompiling(tmp_path: pathlib.Path) -> None:
+    import codegraft as cg
+
+    model = light_model("squeezenet")
+    path = tmp_path / "squeezenet.cgx"
+    cg.compile(model, targets=["c"]).save(path)
+    feeds = random_feeds(model)
+    assert_close(cg.load_executable(path).run(feeds), run_onnxruntime(model, feeds), rtol=1e-4)
+
+
 def _small_model():  # type: ignore[no-untyped-def]
     rng = np.random.default_rng(1)
     nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c"], ["y"])]
