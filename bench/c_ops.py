@@ -227,7 +227,7 @@ def measured_fma_gflops(threads: int) -> float | None:
         subprocess.run([compiler, *flags, str(src), "-o", str(lib)], check=True)
         fn = ctypes.CDLL(str(lib)).fma_peak
         fn.restype, fn.argtypes = ctypes.c_double, [ctypes.c_long, ctypes.c_int]
-        return max(fn(50_000_000, threads) for _ in range(5))
+        return max(fn(20_000_000, threads) for _ in range(7))
 
 
 def table(rows: Sequence[Row], peak: float | None = None) -> str:
