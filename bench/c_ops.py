@@ -58,7 +58,7 @@ def median_pair(c_call: Callable[[], object], ort_call: Callable[[], object], re
         ort_call()
     c_times: list[float] = []
     ort_times: list[float] = []
-    block = 5  # alternate blocks, not single calls: each side's thread pool stays warm within a block
+    block = 1  # alternate call by call: a burst of load from other jobs then hits both sides alike
     for _ in range(max(1, repeat // block)):
         for call, times in ((c_call, c_times), (ort_call, ort_times)):
             for _ in range(block):
