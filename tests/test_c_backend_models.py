@@ -119,17 +119,19 @@ def test_compiled_libraries_are_cached_by_source(tmp_path: pathlib.Path) -> None
     assert sorted(tmp_path.glob("*.so")) == libraries  # the second compile found the first's library
 
 
-def test_run_is_thread_safe() -> None:
+@pytest.mark.parametrize("threads", [1, None])
+def test_run_is_thread_safe(threads: int | None) -> None:
+    """One runnable shared by threads, and two runnables of one library (one thread pool) at once."""
     blob, _ = _compile(backend())
-    runnable = backend(num_threads=1).load(blob)
+    runnables = [backend(num_threads=threads).load(blob) for _ in range(2)]
     model = _small_model()
     inputs = [random_feeds(model, seed=s)["x"] for s in range(8)]
-    expected = [runnable.run([x])[0] for x in inputs]
+    expected = [runnables[0].run([x])[0] for x in inputs]
     results: dict[int, np.ndarray] = {}
 
     def work(index: int) -> None:
         for _ in range(5):
-            results[index] = runnable.run([inputs[index]])[0]
+            results[index] = runnables[index % 2].run([inputs[index]])[0]
 
     threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
     for t in threads:
