@@ -5,12 +5,12 @@ Run from the repository root::
     .venv/bin/python -m bench.c_ops [--threads N] [--repeat R] [--write bench/C_RESULTS.md]
 
 Both run the same model with the same number of threads, in the same process, in
-alternating blocks (so a noisy neighbour slows both alike); the table gives medians and
-the ratio ``c / onnxruntime`` (below 1: ``c`` is faster).  onnxruntime runs with all its
-graph optimisations on, ``intra_op_num_threads`` set to the same count as ``c``'s OpenMP
-threads and spinning off (see :func:`ort_session`).  GEMM rows also give GFLOP/s and the fraction of this CPU's peak,
-computed as cores x clock x FMA units x SIMD lanes x 2 (see :func:`peak_gflops`), next to
-a measured FMA loop.
+alternation, call by call (so a noisy neighbour slows both alike); the table gives medians
+and the ratio ``c / onnxruntime`` (below 1: ``c`` is faster).  onnxruntime runs with all its
+graph optimisations on, ``intra_op_num_threads`` set to the same count as ``c``'s threads
+and spinning off (see :func:`ort_session`).  GEMM rows also give GFLOP/s and the fraction of
+this CPU's peak: a measured AVX-512 FMA loop per core (see :func:`measured_fma_gflops`),
+next to the nominal cores x clock x FMA units x SIMD lanes x 2 (:func:`peak_gflops`).
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ class Row:
 
 
 def median_pair(c_call: Callable[[], object], ort_call: Callable[[], object], repeat: int) -> tuple[float, float]:
-    """Medians (ms) of two callables timed in alternating blocks after a warm-up."""
+    """Medians (ms) of two callables timed alternately, call by call, after a warm-up."""
     for _ in range(2):
         c_call()
         ort_call()
