@@ -107,6 +107,8 @@ def test_missing_cpu_features_rebuilds_from_source(tmp_path: pathlib.Path) -> No
 
 
 def test_missing_compiler_is_a_clear_compile_error(tmp_path: pathlib.Path) -> None:
+    assert CBackend(compiler="no-such-cc-compiler").unavailable_reason() is not None
+    assert CBackend().unavailable_reason() is None
     with pytest.raises(CompilerNotFoundError, match="no C compiler"):
         _compile(CBackend(cache_dir=tmp_path, compiler="no-such-cc-compiler"))
 

@@ -57,6 +57,21 @@ class CBackend:
         self.num_threads = num_threads
         self.target = target
 
+    def unavailable_reason(self) -> str | None:
+        """Why this backend cannot compile here (no C compiler), or ``None`` when it can.
+
+        For a backend factory that wants ``codegraft backends`` to show the reason::
+
+            reason = backend.unavailable_reason()
+            if reason:
+                raise BackendUnavailable(reason)
+        """
+        try:
+            self.toolchain.resolved_compiler()
+        except CompilerNotFoundError as error:
+            return str(error)
+        return None
+
     def supports(self, node: ir.Node) -> Support:
         """Yes, or ``"<op>: <reason>"``; decided from the node alone."""
         return supports(node)
