@@ -189,3 +189,60 @@ def test_transpose_random(shape: list[int], random: object, seed: int) -> None:
     random.shuffle(perm)  # type: ignore[attr-defined]
     node = helper.make_node("Transpose", ["x"], ["y"], perm=perm)
     check(make_model([node], {"x": tuple(shape)}, ["y"]), seed=seed)
+
+
+@SETTINGS
+@given(st.data(), st.integers(0, 2**16))
+def test_random_cnn_graphs(data: st.DataObject, seed: int) -> None:
+    """Random DAGs of convs, pools, BN, activations, residual adds, concats and layout changes:
+    checks that layout assignment and fusion agree with onnxruntime whatever the wiring."""
+    rng = np.random.default_rng(seed)
+    n, size = data.draw(st.integers(1, 2)), data.draw(st.integers(3, 7))
+    tensors = {"x": data.draw(st.integers(1, 6))}  # name -> channels; all are [n, c, size, size]
+    nodes, inits = [], {}
+
+    def fresh(prefix: str) -> str:
+        return f"{prefix}{len(nodes)}"
+
+    for _ in range(data.draw(st.integers(1, 8))):
+        kind = data.draw(st.sampled_from(["conv", "act", "add", "pool", "concat", "bn", "transpose"]))
+        src = data.draw(st.sampled_from(sorted(tensors)))
+        c, out = tensors[src], fresh("t")
+        if kind == "conv":
+            m, k = data.draw(st.integers(1, 12)), data.draw(st.sampled_from([1, 3]))
+            inits[out + "w"] = rng.uniform(-1, 1, (m, c, k, k)).astype(np.float32)
+            inits[out + "b"] = rng.uniform(-1, 1, m).astype(np.float32)
+            nodes.append(helper.make_node("Conv", [src, out + "w", out + "b"], [out], pads=[k // 2] * 4))
+            tensors[out] = m
+        elif kind == "act":
+            nodes.append(helper.make_node(data.draw(st.sampled_from(["Relu", "Sigmoid", "Tanh"])), [src], [out]))
+            tensors[out] = c
+        elif kind == "add":
+            same = sorted(t for t, ch in tensors.items() if ch == c)
+            other = data.draw(st.sampled_from(same))
+            nodes.append(helper.make_node(data.draw(st.sampled_from(["Add", "Mul", "Sub"])), [src, other], [out]))
+            tensors[out] = c
+        elif kind == "pool":
+            op = data.draw(st.sampled_from(["MaxPool", "AveragePool"]))
+            nodes.append(helper.make_node(op, [src], [out], kernel_shape=[3, 3], pads=[1, 1, 1, 1]))
+            tensors[out] = c
+        elif kind == "concat":
+            other = data.draw(st.sampled_from(sorted(tensors)))
+            nodes.append(helper.make_node("Concat", [src, other], [out], axis=1))
+            tensors[out] = c + tensors[other]
+        elif kind == "bn":
+            names = [out + s for s in ("s", "b", "m", "v")]
+            for name in names:
+                inits[name] = rng.uniform(0.5, 1.5, c).astype(np.float32)
+            nodes.append(helper.make_node("BatchNormalization", [src, *names], [out]))
+            tensors[out] = c
+        else:  # to NHWC, an activation there, and back: plain-layout ops between channels-last ones
+            nodes.append(helper.make_node("Transpose", [src], [out + "a"], perm=[0, 2, 3, 1]))
+            nodes.append(helper.make_node("Relu", [out + "a"], [out + "r"]))
+            nodes.append(helper.make_node("Transpose", [out + "r"], [out], perm=[0, 3, 1, 2]))
+            tensors[out] = c
+    produced = sorted(t for t in tensors if t != "x")
+    if not produced:
+        return
+    outputs = data.draw(st.lists(st.sampled_from(produced), min_size=1, max_size=2, unique=True))
+    check(make_model(nodes, {"x": (n, tensors["x"], size, size)}, outputs, inits), seed=seed)
