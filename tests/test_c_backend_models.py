@@ -176,3 +176,18 @@ def test_declines_with_reasons() -> None:
 
 def test_elementwise_only_partition_and_check_helper() -> None:
     check(make_model([helper.make_node("Tanh", ["x"], ["y"])], {"x": (1000,)}, ["y"]))
+
+
+def _other_compiler() -> str | None:
+    import shutil
+
+    return next((name for name in ("clang", "clang-14", "clang-15", "clang-16") if shutil.which(name)), None)
+
+
+@pytest.mark.skipif(_other_compiler() is None, reason="no clang installed: the source is only checked with gcc")
+def test_generated_source_builds_with_clang_too(tmp_path: pathlib.Path) -> None:
+    """Vector extensions, the pool and the pragmas are portable GNU C, not gcc-only."""
+    be = CBackend(compiler=_other_compiler(), cache_dir=tmp_path)
+    model = light_model("shufflenet")  # depthwise, group conv, transposes, pools, concat, Gemm
+    feeds = random_feeds(model)
+    assert_close(run_c(model, feeds, be), run_onnxruntime(model, feeds), rtol=1e-4)
