@@ -94,17 +94,25 @@ def emit_conv(ctx: Context, kernel: Kernel, variants: _Kernels) -> None:
         padded = ctx.temp(n * hp * wp * c)
         ctx.body.append(f"  cg_pad({src}, {padded}, {n}, {h}, {w_}, {c}, {pads_b[0]}, {pads_b[1]}, {hp}, {wp});")
         src = padded
-    tap_sym = ctx.name("tap")
-    ctx.body.append(f"  static const long {tap_sym}[] = {_ints(taps)};")
     weight = conv.weight.reshape(m, -1)  # OHWI: row m is (kh, kw, c) in tap order
     y = ctx.ptr(kernel.out)
     if cg == 1 and mg == 1:
         dw = ctx.weight(np.ascontiguousarray(weight.T))
+        tap_sym = ctx.name("tap")
+        ctx.body.append(f"  static const long {tap_sym}[] = {_ints(taps)};")
         ctx.body.append(
             f"  cg_depthwise({src}, {n}, {hp}, {wp}, {c}, {out_spatial[0]}, {out_spatial[1]}, {strides[0]}, "
             f"{strides[1]}, {len(taps)}, {tap_sym}, {dw}, {y}, {ep}, {ep}_ops);"
         )
         return
+    run = cg
+    if group == 1 and dilations[1] == 1:
+        # A kernel row's taps are adjacent in channels-last memory: read them as one run of
+        # kw * C values (same order as the packed weights), so the inner loop is long even
+        # for 3-channel images.
+        taps, run = [i * dilations[0] * wp * c for i in range(kernel_dims[0])], kernel_dims[1] * c
+    tap_sym = ctx.name("tap")
+    ctx.body.append(f"  static const long {tap_sym}[] = {_ints(taps)};")
     rows = n * out_spatial[0] * out_spatial[1]
     nv, p = choose_tile(mg, rows, ctx.target.vector_floats)
     packed, nmb = pack_weights(weight, group, nv, ctx.target.vector_floats)
@@ -112,7 +120,7 @@ def emit_conv(ctx: Context, kernel: Kernel, variants: _Kernels) -> None:
     driver = variants.need(ctx, nv, p)
     job = ctx.name("job")
     ctx.body.append(
-        f"  {{ const cg_gemm_t {job} = {{{src}, {c}, 1, {cg}, {n}, {hp}, {wp}, {out_spatial[0]}, {out_spatial[1]}, "
+        f"  {{ const cg_gemm_t {job} = {{{src}, {c}, 1, {run}, {n}, {hp}, {wp}, {out_spatial[0]}, {out_spatial[1]}, "
         f"{strides[0]}, {strides[1]}, {len(taps)}, {tap_sym}, {group}, {mg}, {nmb}, {wsym}, {y}, {m}, 0, "
         f"{ep}, {ep}_ops}};\n    {driver}(&{job}); }}"
     )
