@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pathlib
 import sys
 import threading
 
@@ -244,3 +245,23 @@ def test_factory_without_openvino(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "openvino", None)  # makes `import openvino` fail
     with pytest.raises(BackendUnavailable, match=r"pip install codegraft\[openvino\]"):
         ov_backend.make_backend()
+
+
+def test_artifact_round_trip_imports_without_recompiling(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import codegraft as cg
+
+    model = light_model("squeezenet")
+    feeds = random_feeds(model)
+    exe = cg.compile(model, targets=["openvino"])
+    assert {step.backend for step in exe.steps} == {"openvino"}
+    path = tmp_path / "squeezenet.cgx"
+    exe.save(path)
+
+    def no_recompile(*args: object) -> None:
+        raise AssertionError("loading an artifact recompiled the partition")
+
+    monkeypatch.setattr(ov_backend.OpenVINOBackend, "_compile_onnx", no_recompile)
+    loaded = cg.load_executable(path)
+    assert_close(loaded.run(feeds), run_onnxruntime(model, feeds))
