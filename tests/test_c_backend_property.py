@@ -246,3 +246,90 @@ def test_random_cnn_graphs(data: st.DataObject, seed: int) -> None:
         return
     outputs = data.draw(st.lists(st.sampled_from(produced), min_size=1, max_size=2, unique=True))
     check(make_model(nodes, {"x": (n, tensors["x"], size, size)}, outputs, inits), seed=seed)
+
+
+def _nhwc_twin(op: str, attrs: dict, x_shape: tuple, inits: dict[str, np.ndarray], names: list[str]) -> None:
+    """``op`` in the codegraft.nhwc domain (input NHWC, weight OHWI) against the standard op."""
+    from c_backend_util import run_c
+
+    from codegraft.testing import assert_close, run_onnxruntime
+
+    rank = len(x_shape)
+    to_last = (0, *range(2, rank), 1)
+    x = np.random.default_rng(0).standard_normal(x_shape).astype(np.float32)
+    standard = make_model([helper.make_node(op, names, ["y"], **attrs)], {"x": x_shape}, ["y"], inits, opset=19)
+    want = np.transpose(run_onnxruntime(standard, {"x": x})["y"], to_last)
+    nhwc_inits = dict(inits)
+    if "w" in inits:
+        nhwc_inits["w"] = np.ascontiguousarray(np.transpose(inits["w"], to_last))
+    nhwc_shape = tuple(x_shape[a] for a in to_last)
+    node = helper.make_node(op, names, ["y"], domain="codegraft.nhwc", **attrs)
+    model = make_model([node], {"x": nhwc_shape}, ["y"], nhwc_inits, opset=19, domains=["codegraft.nhwc"])
+    got = run_c(model, {"x": np.ascontiguousarray(np.transpose(x, to_last))})["y"]
+    assert_close({"y": got}, {"y": want})
+
+
+@SETTINGS
+@given(conv_cases(), st.integers(0, 2**16))
+def test_nhwc_domain_conv_random(case: tuple[dict, tuple, tuple, bool], seed: int) -> None:
+    attrs, x, w, bias = case
+    inits = {"w": _weights(seed, *w)}
+    if bias:
+        inits["b"] = _weights(seed + 1, w[0])
+    _nhwc_twin("Conv", attrs, x, inits, ["x", "w", "b"] if bias else ["x", "w"])
+
+
+@SETTINGS
+@given(pool_cases())
+def test_nhwc_domain_pool_random(case: tuple[str, dict, tuple]) -> None:
+    op, attrs, x = case
+    _nhwc_twin(op, attrs, x, {}, ["x"])
+
+
+@SETTINGS
+@given(st.lists(st.integers(1, 5), min_size=3, max_size=4), st.booleans())
+def test_nhwc_domain_batchnorm_and_global_pool(shape: list[int], global_pool: bool) -> None:
+    c = shape[1]
+    rng = np.random.default_rng(len(shape))
+    if global_pool:
+        _nhwc_twin("GlobalAveragePool", {}, tuple(shape), {}, ["x"])
+        return
+    inits = {k: rng.uniform(0.5, 1.5, c).astype(np.float32) for k in ("s", "b", "m", "v")}
+    _nhwc_twin("BatchNormalization", {}, tuple(shape), inits, ["x", "s", "b", "m", "v"])
+
+
+@SETTINGS
+@given(st.lists(st.integers(1, 6), min_size=1, max_size=4), st.data())
+def test_axis_ops_random(shape: list[int], data: st.DataObject) -> None:
+    rank = len(shape)
+    op = data.draw(st.sampled_from(["Softmax", "ReduceMean", "Concat", "Flatten", "LeakyRelu", "Clip", "HardSigmoid"]))
+    inputs: dict[str, tuple] = {"x": tuple(shape)}
+    attrs: dict = {}
+    names = ["x"]
+    opset = 17
+    if op == "Softmax":
+        opset = data.draw(st.sampled_from([11, 13]))
+        attrs["axis"] = data.draw(st.integers(-rank, rank - 1))
+    elif op == "ReduceMean":
+        attrs["axes"] = data.draw(st.lists(st.integers(-rank, rank - 1), min_size=1, max_size=rank, unique=True))
+        if len({a % rank for a in attrs["axes"]}) != len(attrs["axes"]):
+            attrs["axes"] = [attrs["axes"][0]]
+        attrs["keepdims"] = data.draw(st.integers(0, 1))
+        opset = 13
+    elif op == "Concat":
+        axis = data.draw(st.integers(-rank, rank - 1))
+        other = list(shape)
+        other[axis % rank] = data.draw(st.integers(1, 4))
+        inputs["z"] = tuple(other)
+        names, attrs["axis"] = ["x", "z"], axis
+    elif op == "Flatten":
+        attrs["axis"] = data.draw(st.integers(0, rank))
+    elif op == "LeakyRelu":
+        attrs["alpha"] = data.draw(st.floats(-2, 2))
+    elif op == "Clip":
+        low = data.draw(st.floats(-2, 1))
+        attrs = {"min": low, "max": low + data.draw(st.floats(0, 2))}
+        opset = 6
+    else:
+        attrs = {"alpha": data.draw(st.floats(0.05, 1)), "beta": data.draw(st.floats(-1, 1))}
+    check(make_model([helper.make_node(op, names, ["y"], **attrs)], inputs, ["y"], opset=opset))
