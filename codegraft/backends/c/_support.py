@@ -144,7 +144,7 @@ def _check_window(node: ir.Node, spatial: int) -> str:
         return f"kernel_shape has {len(kernel)} values, expected {spatial}"
     weight = present(node, 1) if node.op_type == "Conv" else None
     if kernel is None and weight is not None and weight.const_value is not None:
-        shape = list(weight.const_value.shape)
+        shape = [int(d) for d in weight.const_value.shape.numpy()]
         kernel = shape[1:-1] if node.domain == NHWC_DOMAIN else shape[2:]
     strides = attr_ints(node, "strides") or [1] * spatial
     if auto_pad.startswith("SAME") and kernel and any(k < s for k, s in zip(kernel, strides, strict=False)):
