@@ -265,3 +265,28 @@ def test_artifact_round_trip_imports_without_recompiling(
     monkeypatch.setattr(ov_backend.OpenVINOBackend, "_compile_onnx", no_recompile)
     loaded = cg.load_executable(path)
     assert_close(loaded.run(feeds), run_onnxruntime(model, feeds))
+
+
+@pytest.mark.parametrize(
+    ("opset", "shape", "axis", "ok"),
+    [(11, [2, 3, 4], 1, False), (11, [2, 3, 4], None, False), (11, [2, 3, 4], 2, True), (11, [6, 5], None, True),
+     (11, [1, 8, 1, 1], None, True), (13, [2, 3, 4], 1, True)],
+)  # fmt: skip
+def test_softmax_before_opset_13_declined_where_openvino_is_wrong(
+    opset: int, shape: list[int], axis: int | None, ok: bool
+) -> None:
+    attrs = {} if axis is None else {"axis": axis}
+    graph = helper.make_graph(
+        [helper.make_node("Softmax", ["x"], ["y"], **attrs)],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)],
+    )
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model = ir.from_proto(proto)
+    backend = ov_backend.make_backend()
+    backend.prepare(model)
+    answer = backend.supports(next(iter(model.graph)))
+    assert bool(answer) == ok, answer.reason
+    if ok:  # where accepted, OpenVINO must agree with onnxruntime
+        _run(backend, proto)

@@ -177,6 +177,9 @@ class OpenVINOBackend:
 
     def supports(self, node: ir.Node) -> Support:
         """Yes, or what OpenVINO said about this node (see the module note)."""
+        known_wrong = _known_wrong(node)
+        if known_wrong is not None:
+            return known_wrong
         with self._lock:
             if node in self._prepared_yes:
                 return Support.yes()
@@ -345,6 +348,34 @@ def _model_bytes(model: ir.Model) -> bytes:
 def _compute_ops(ov_model: ov.Model) -> list[Any]:
     """Operations that need a kernel (not parameters, results or constants)."""
     return [o for o in ov_model.get_ops() if o.get_type_name() not in ("Parameter", "Result", "Constant")]
+
+
+def _known_wrong(node: ir.Node) -> Support | None:
+    """Nodes OpenVINO accepts but computes differently from the ONNX spec (and onnxruntime).
+
+    Softmax before opset 13 normalises over all dimensions from ``axis`` on, flattened;
+    OpenVINO 2026.4's ONNX frontend normalises over ``axis`` alone, so whenever dimensions
+    follow the axis the result is wrong (0.5-0.9 absolute error on random inputs; found by
+    comparing with onnxruntime).  LogSoftmax and Hardmax convert correctly.
+    """
+    if node.op_type != "Softmax" or node.domain not in ("", "ai.onnx"):
+        return None
+    opset = node.version or (node.graph.opset_imports.get("", 0) if node.graph is not None else 0)
+    if opset >= 13:
+        return None
+    value = node.inputs[0] if node.inputs else None
+    shape = value.shape if value is not None else None
+    axis_attr = node.attributes.get("axis")
+    axis = axis_attr.as_int() if axis_attr is not None else 1
+    if shape is not None:
+        axis = axis + len(shape) if axis < 0 else axis
+        trailing = list(shape)[axis + 1 :]
+        if all(isinstance(d, int) and d == 1 for d in trailing):
+            return None  # nothing after the axis: both readings agree
+    return Support.no(
+        f"OpenVINO computes Softmax-{opset or '?'} over axis {axis} only, not over the flattened "
+        "dimensions after it as ONNX before opset 13 asks (wrong results; codegraft check)"
+    )
 
 
 def _probe_model(node: ir.Node) -> bytes | Support:
