@@ -200,6 +200,10 @@ def test_reduce_mean_attribute_and_input_axes() -> None:
 def test_data_movement_ops() -> None:
     one("Transpose", {"x": (2, 3, 4, 5)}, {"perm": [0, 3, 1, 2]})
     one("Transpose", {"x": (2, 3, 4)}, {})
+    # full in-register blocks plus ragged edges, both directions of the layout conversion
+    one("Transpose", {"x": (2, 37, 5, 40)}, {"perm": [0, 2, 3, 1]})
+    one("Transpose", {"x": (1, 33, 17, 48)}, {"perm": [0, 3, 1, 2]})
+    one("Transpose", {"x": (64, 32)}, {})
     one("Reshape", {"x": (2, 3, 4)}, inits={"s": np.array([0, -1, 2], np.int64)})
     one("Flatten", {"x": (2, 3, 4, 5)}, {"axis": 2})
     concat = helper.make_node("Concat", ["a", "b", "c"], ["y"], axis=1)

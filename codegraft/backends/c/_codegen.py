@@ -19,7 +19,7 @@ import onnx_ir as ir
 from codegraft.backends.c import _graph as g
 from codegraft.backends.c._emit import Context
 from codegraft.backends.c._fuse import Kernel, fuse
-from codegraft.backends.c._kernels import ENTRY_OPEN, PRELUDE
+from codegraft.backends.c._kernels import ENTRY_OPEN, PRELUDE, SHUFFLE, transpose_block
 from codegraft.backends.c._layout import assign_layout
 from codegraft.backends.c._lower import lower
 from codegraft.backends.c._ops_conv import _Kernels, emit_conv, emit_matmul
@@ -67,6 +67,8 @@ def generate(model: ir.Model, target: Target) -> Program:
             f"#define VW {target.vector_floats}",
             POOL,
             PRELUDE,
+            SHUFFLE,
+            transpose_block(target.vector_floats),
             *ctx.functions,
             ENTRY_OPEN + "\n".join(ctx.declarations() + ctx.body) + "\n}\n",
         ]

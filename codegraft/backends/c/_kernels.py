@@ -284,6 +284,44 @@ static void cg_softmax(const float* x, float* y, long outer, long n, long inner)
 """
 
 
+def transpose_block(vector: int) -> str:
+    """``cg_transpose_block``: a ``VW x VW`` block transposed in registers.
+
+    Row ``i`` of the block is ``x[i * ldx ...]``; column ``j`` goes to ``y[j * ldy ...]``.
+    Each stage swaps the off-diagonal ``d x d`` sub-blocks of every ``2d x 2d`` block with
+    two-vector shuffles; log2(VW) stages make the transpose.
+    """
+    lines = [
+        "static inline void cg_transpose_block(const float* x, long ldx, float* y, long ldy) {",
+        "  vf r[VW];",
+        "  for (int i = 0; i < VW; i++) r[i] = *(const vfu*)(x + i * ldx);",
+    ]
+    d = vector // 2
+    while d >= 1:
+        low = [vector + k - d if k & d else k for k in range(vector)]
+        high = [vector + k if k & d else k + d for k in range(vector)]
+        for i in range(vector):
+            if i & d:
+                continue
+            lines.append(f"  {{ const vf a = r[{i}], b = r[{i + d}];")
+            lines.append(f"    r[{i}] = CG_SHUFFLE(a, b, {', '.join(map(str, low))});")
+            lines.append(f"    r[{i + d}] = CG_SHUFFLE(a, b, {', '.join(map(str, high))}); }}")
+        d //= 2
+    lines.append("  for (int j = 0; j < VW; j++) *(vfu*)(y + j * ldy) = r[j];")
+    lines.append("}")
+    return "\n".join(lines)
+
+
+SHUFFLE = r"""
+/* Two-vector shuffle with constant indices: gcc >= 12 and clang spell it the same way. */
+#if defined(__clang__) || __GNUC__ >= 12
+#define CG_SHUFFLE(a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
+#else
+#define CG_SHUFFLE(a, b, ...) __builtin_shuffle(a, b, (vi){__VA_ARGS__})
+#endif
+"""
+
+
 def microkernel(nv: int, p: int) -> str:
     """The ``P x NV`` register-blocked tile and its parallel driver ``cg_gemm_<nv>_<p>``.
 

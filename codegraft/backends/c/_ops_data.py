@@ -86,8 +86,8 @@ def emit_transpose(ctx: Context, op: g.Transpose) -> None:
     """Physical transpose: axes merged where possible, then a tiled 2-D transpose per batch.
 
     Layout conversions at partition edges (NCHW <-> NHWC) are exactly ``[N][C][HW]`` <->
-    ``[N][HW][C]``; reading along one axis while writing along the other in 16 x 16 tiles
-    keeps both sides in cache.
+    ``[N][HW][C]``; full VW x VW tiles are transposed in registers (``cg_transpose_block``),
+    the ragged edges element by element.
     """
     x, out = op.inputs[0], op.out
     in_strides = _strides(x.physical_shape)
@@ -114,14 +114,20 @@ def emit_transpose(ctx: Context, op: g.Transpose) -> None:
         last = len(merged) - 1
         outer_dims = [m for i, m in enumerate(merged) if i not in (tiled, last)]
         outer_out = [out_strides[i] for i in range(len(merged)) if i not in (tiled, last)]
-        tiles = -(-sizes[tiled] // 16)
+        tiles = -(-sizes[tiled] // ctx.target.vector_floats)
         lines += _decompose(outer_dims, tiles, outer_out)
-        lines.append(f"  const long a0 = ti * 16, a1 = cg_min(a0 + 16, {sizes[tiled]});")
-        lines.append(f"  for (long b0 = 0; b0 < {sizes[last]}; b0 += 16) {{")
-        lines.append(f"    const long b1 = cg_min(b0 + 16, {sizes[last]});")
+        in_stride, out_stride = merged[last][1], out_strides[tiled]
+        lines.append(f"  const long a0 = ti * VW, a1 = cg_min(a0 + VW, {sizes[tiled]});")
+        lines.append(f"  for (long b0 = 0; b0 < {sizes[last]}; b0 += VW) {{")
+        lines.append(f"    const long b1 = cg_min(b0 + VW, {sizes[last]});")
+        lines.append("    if (a1 - a0 == VW && b1 - b0 == VW) {")
+        lines.append(f"      cg_transpose_block(x + xo + a0 + b0 * {in_stride}, {in_stride}, "
+                     f"y + yo + a0 * {out_stride} + b0, {out_stride});")
+        lines.append("      continue;")
+        lines.append("    }")
         lines.append("    for (long a = a0; a < a1; a++)")
         lines.append("      for (long b = b0; b < b1; b++)")
-        lines.append(f"        y[yo + a * {out_strides[tiled]} + b] = x[xo + a + b * {merged[last][1]}];")
+        lines.append(f"        y[yo + a * {out_stride} + b] = x[xo + a + b * {in_stride}];")
         lines.append("  }")
         tasks = math.prod(d for d, _ in outer_dims) * tiles
     lines.append("}")
