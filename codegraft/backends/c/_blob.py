@@ -48,7 +48,11 @@ class Blob:
     def encode(self) -> bytes:
         """The blob's bytes."""
         source = self.source.encode()
-        weights = np.ascontiguousarray(self.weights, dtype="<f4").tobytes()
+        # memoryviews, not bytes: the weights can be hundreds of megabytes; copy them once
+        weights = memoryview(np.ascontiguousarray(self.weights, dtype="<f4")).cast("B")
+        digest = hashlib.sha256(source)
+        digest.update(self.library)
+        digest.update(weights)
         header = {
             "features": sorted(self.features),
             "machine": self.machine,
@@ -57,11 +61,11 @@ class Blob:
             "output_shapes": [list(s) for s in self.output_shapes],
             "source_bytes": len(source),
             "library_bytes": len(self.library),
-            "weight_bytes": len(weights),
-            "sha256": hashlib.sha256(source + self.library + weights).hexdigest(),
+            "weight_bytes": weights.nbytes,
+            "sha256": digest.hexdigest(),
         }
         head = json.dumps(header, sort_keys=True).encode()
-        return _PREFIX.pack(MAGIC, FORMAT_VERSION, len(head)) + head + source + self.library + weights
+        return b"".join([_PREFIX.pack(MAGIC, FORMAT_VERSION, len(head)), head, source, self.library, weights])
 
     @staticmethod
     def decode(data: bytes) -> Blob:
@@ -79,16 +83,16 @@ class Blob:
             sizes = [int(header[k]) for k in ("source_bytes", "library_bytes", "weight_bytes")]
         except (ValueError, KeyError, TypeError) as error:
             raise BlobError(f"C backend blob header is corrupted: {error}") from None
-        body = data[start + head_len :]
+        body = memoryview(data)[start + head_len :]
         if len(body) != sum(sizes):
             raise BlobError(f"C backend blob is truncated or padded: {len(body)} body bytes, expected {sum(sizes)}")
         if hashlib.sha256(body).hexdigest() != header.get("sha256"):
             raise BlobError("C backend blob is corrupted (hash mismatch)")
         source, library = body[: sizes[0]], body[sizes[0] : sizes[0] + sizes[1]]
-        weights = np.frombuffer(body[sizes[0] + sizes[1] :], dtype="<f4")
+        weights = np.frombuffer(body[sizes[0] + sizes[1] :], dtype="<f4")  # a view: no copy
         return Blob(
-            source=source.decode(),
-            library=library,
+            source=bytes(source).decode(),
+            library=bytes(library),
             weights=weights,
             features=frozenset(str(f) for f in header["features"]),
             machine=str(header["machine"]),
