@@ -49,7 +49,7 @@ class Blob:
         """The blob's bytes."""
         source = self.source.encode()
         # memoryviews, not bytes: the weights can be hundreds of megabytes; copy them once
-        weights = memoryview(np.ascontiguousarray(self.weights, dtype="<f4")).cast("B")
+        weights = np.ascontiguousarray(self.weights, dtype="<f4").reshape(-1).view(np.uint8).data
         digest = hashlib.sha256(source)
         digest.update(self.library)
         digest.update(weights)
