@@ -279,3 +279,17 @@ def test_lrn_plain_and_after_a_conv(size: int) -> None:
     one("LRN", {"x": (2, 7, 4, 3)}, {"size": size, "alpha": 0.01, "beta": 0.6, "bias": 2.0})
     nodes = [helper.make_node("Conv", ["x", "w"], ["c"]), helper.make_node("LRN", ["c"], ["y"], size=size)]
     check(make_model(nodes, {"x": (1, 3, 6, 6)}, ["y"], {"w": rand(9, 3, 1, 1)}))
+
+
+def test_convs_write_their_slices_of_a_concat_directly() -> None:
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["a"]),
+        helper.make_node("Conv", ["x", "w2"], ["b"], pads=[1, 1, 1, 1]),
+        helper.make_node("Concat", ["a", "b", "x"], ["c"], axis=1),
+        helper.make_node("Relu", ["c"], ["y"]),
+    ]
+    model = make_model(nodes, {"x": (2, 3, 6, 6)}, ["y"], {"w1": rand(4, 3, 1, 1), "w2": rand(5, 3, 3, 3)})
+    check(model)
+    source = CBackend().generate(_partition(model)).source
+    entry = source[source.index("void cg_entry") :]
+    assert entry.count("memcpy(") == 1, entry  # only x is copied; both convs wrote in place

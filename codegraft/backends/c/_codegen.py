@@ -108,7 +108,7 @@ def _emit(ctx: Context, kernel: Kernel, variants: _Kernels) -> None:
     elif isinstance(core, g.Transpose):
         emit_transpose(ctx, core)
     elif isinstance(core, g.Concat):
-        emit_concat(ctx, core)
+        emit_concat(ctx, core, kernel.in_place)
     elif isinstance(core, g.Lrn):
         emit_lrn(ctx, core)
     elif isinstance(core, g.Copy):

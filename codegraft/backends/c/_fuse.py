@@ -47,6 +47,10 @@ class Kernel:
     steps: list[Step] = field(default_factory=list)
     indexing: list[RowCol] = field(default_factory=list)  # anchors only, per operand
     position: int = 0
+    # A Conv whose result is only a channel slice of a Concat writes straight into it:
+    # (the Concat's output, first channel); the Concat then skips that input.
+    slot: tuple[g.Tensor, int] | None = None
+    in_place: frozenset[int] = frozenset()  # Concat kernels: inputs already written by their producer
 
     @property
     def is_anchor(self) -> bool:
@@ -101,7 +105,38 @@ def fuse(graph: g.Graph) -> list[Kernel]:
         if kernel.core is None or kernel.is_anchor:
             open_groups[id(kernel.out)] = kernel
     kernels.sort(key=lambda k: k.position)
+    _write_into_concats(kernels, uses, pinned)
     return kernels
+
+
+def _write_into_concats(kernels: list[Kernel], uses: dict[int, int], pinned: set[int]) -> None:
+    """Let Conv kernels feeding a channel-last Concat write their slice directly (no copy)."""
+    producer = {id(k.out): k for k in kernels}
+    for kernel in kernels:
+        concat = kernel.core
+        if not isinstance(concat, g.Concat) or concat.out.perm.index(concat.axis) != len(concat.out.shape) - 1:
+            continue
+        offset, done = 0, set()
+        for index, tensor in enumerate(concat.inputs):
+            source = producer.get(id(tensor))
+            if (
+                source is not None
+                and isinstance(source.core, g.Conv)
+                and not _is_depthwise(source.core)
+                and tensor.view_of is None
+                and uses.get(id(tensor), 0) == 1
+                and id(tensor) not in pinned
+                and tensor.perm == concat.out.perm
+            ):
+                source.slot = (concat.out, offset)
+                done.add(index)
+            offset += tensor.physical_shape[-1]
+        kernel.in_place = frozenset(done)
+
+
+def _is_depthwise(conv: g.Conv) -> bool:
+    channels_in = conv.inputs[0].physical_shape[-1]
+    return channels_in == conv.group and conv.weight.shape[0] == conv.group
 
 
 def _extend(op: g.Elementwise, groups: dict[int, Kernel], uses: dict[int, int], pinned: set[int]) -> Kernel | None:

@@ -95,7 +95,11 @@ def emit_conv(ctx: Context, kernel: Kernel, variants: _Kernels) -> None:
         ctx.body.append(f"  cg_pad({src}, {padded}, {n}, {h}, {w_}, {c}, {pads_b[0]}, {pads_b[1]}, {hp}, {wp});")
         src = padded
     weight = conv.weight.reshape(m, -1)  # OHWI: row m is (kh, kw, c) in tap order
-    y = ctx.ptr(kernel.out)
+    if kernel.slot is None:
+        y, ldy = ctx.ptr(kernel.out), m
+    else:  # write our channels straight into the Concat's output
+        target, first = kernel.slot
+        y, ldy = f"({ctx.ptr(target)} + {first})", target.physical_shape[-1]
     if cg == 1 and mg == 1:
         dw = ctx.weight(np.ascontiguousarray(weight.T))
         tap_sym = ctx.name("tap")
@@ -121,7 +125,7 @@ def emit_conv(ctx: Context, kernel: Kernel, variants: _Kernels) -> None:
     job = ctx.name("job")
     ctx.body.append(
         f"  {{ const cg_gemm_t {job} = {{{src}, {c}, 1, {run}, {n}, {hp}, {wp}, {out_spatial[0]}, {out_spatial[1]}, "
-        f"{strides[0]}, {strides[1]}, {len(taps)}, {tap_sym}, {group}, {mg}, {nmb}, {wsym}, {y}, {m}, 0, "
+        f"{strides[0]}, {strides[1]}, {len(taps)}, {tap_sym}, {group}, {mg}, {nmb}, {wsym}, {y}, {ldy}, 0, "
         f"{ep}, {ep}_ops}};\n    {driver}(&{job}); }}"
     )
 

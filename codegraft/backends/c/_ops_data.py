@@ -155,8 +155,8 @@ def _decompose(dims: list[tuple[int, int]], tiles: int, out_strides: list[int] |
     return lines
 
 
-def emit_concat(ctx: Context, op: g.Concat) -> None:
-    """Copy each input's chunk into place along the physical concat axis."""
+def emit_concat(ctx: Context, op: g.Concat, in_place: frozenset[int] = frozenset()) -> None:
+    """Copy each input's chunk into place along the physical concat axis (``in_place``: already there)."""
     out = op.out
     axis = out.perm.index(op.axis)
     phys = out.physical_shape
@@ -164,8 +164,11 @@ def emit_concat(ctx: Context, op: g.Concat) -> None:
     out_chunk = math.prod(phys[axis:])
     offset = 0
     y = ctx.ptr(out)
-    for tensor in op.inputs:
+    for index, tensor in enumerate(op.inputs):
         chunk = math.prod(tensor.physical_shape[axis:])
+        if index in in_place:
+            offset += chunk
+            continue
         ctx.body.append(
             f"  for (long o = 0; o < {outer}; o++) memcpy({y} + o * {out_chunk} + {offset}, "
             f"{ctx.ptr(tensor)} + o * {chunk}, {chunk * 4});"
