@@ -214,42 +214,6 @@ def test_run_is_safe_from_several_threads() -> None:
     assert not errors, errors[0]
 
 
-def test_control_flow_runs_on_host_with_its_body() -> None:
-    then_graph = helper.make_graph(
-        [helper.make_node("Relu", ["h"], ["t"])], "then", [], [helper.make_tensor_value_info("t", TensorProto.FLOAT, [4])]
-    )
-    else_graph = helper.make_graph(
-        [helper.make_node("Neg", ["h"], ["e"])], "else", [], [helper.make_tensor_value_info("e", TensorProto.FLOAT, [4])]
-    )
-    graph = helper.make_graph(
-        [
-            helper.make_node("Abs", ["x"], ["h"]),
-            helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
-            helper.make_node("Greater", ["s", "zero"], ["c"]),
-            helper.make_node("If", ["c"], ["o"], then_branch=then_graph, else_branch=else_graph),
-            helper.make_node("Sigmoid", ["o"], ["y"]),
-        ],
-        "cf",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
-        initializer=[numpy_helper.from_array(np.array(0, np.float32), "zero")],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    acc = SubsetBackend("acc", {"Abs", "Sigmoid", "If"})  # nothing inside the bodies
-    exe = cg.compile(model, targets=[acc])
-    for sign in (1.0, -1.0):
-        feeds = {"x": np.full(4, sign, np.float32) * np.arange(1, 5, dtype=np.float32)}
-        assert_close(exe.run(feeds), run_onnxruntime(model, feeds))
-    if_node = next(n for n in exe.report().nodes if n.op_type == "If")
-    assert if_node.backend == "onnxruntime"
-    assert "control flow" in dict(if_node.declined)["acc"]
-    # Abs's output is read only inside the bodies: that implicit read must order the
-    # If's partition after the one computing it, and make "h" an input of it.
-    producer = next(i for i, s in enumerate(exe.steps) if "h" in s.outputs)
-    reader = next(i for i, s in enumerate(exe.steps) if if_node.partition == s.name)
-    assert producer < reader and "h" in exe.steps[reader].inputs
-
-
 def test_shared_weights_are_stored_once() -> None:
     rng = np.random.default_rng(0)
     w = numpy_helper.from_array(rng.standard_normal((64, 64)).astype(np.float32), "w")

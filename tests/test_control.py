@@ -101,6 +101,16 @@ def test_loop_body_is_partitioned() -> None:
 
 
 def test_bodies_no_target_wants_stay_whole_on_the_host() -> None:
-    exe = cg.compile(_if_model(), targets=[SubsetBackend("acc", {"Abs"})])
+    model = _if_model()
+    exe = cg.compile(model, targets=[SubsetBackend("acc", {"Abs", "Sigmoid", "If"})])
     if_node = next(n for n in exe.report().nodes if n.op_type == "If")
     assert if_node.backend == "onnxruntime"
+    assert "control flow" in dict(if_node.declined)["acc"]
+    # Abs's output is read only inside the bodies: that implicit read must order the If's
+    # partition after the one computing it, and make "h" an input of it.
+    producer = next(i for i, s in enumerate(exe.steps) if "h" in s.outputs)
+    reader = next(i for i, s in enumerate(exe.steps) if if_node.partition == s.name)
+    assert producer < reader and "h" in exe.steps[reader].inputs
+    for sign in (1.0, -1.0):
+        feeds = {"x": sign * np.arange(1, 5, dtype=np.float32)}
+        assert_close(exe.run(feeds), run_onnxruntime(model, feeds))
