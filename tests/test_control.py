@@ -19,7 +19,8 @@ def _if_model() -> onnx.ModelProto:
         "then", [], [helper.make_tensor_value_info("t", TensorProto.FLOAT, [4])],
     )
     else_graph = helper.make_graph(
-        [helper.make_node("Neg", ["h"], ["e"])], "else", [], [helper.make_tensor_value_info("e", TensorProto.FLOAT, [4])]
+        [helper.make_node("Neg", ["h"], ["e"])], "else", [],
+        [helper.make_tensor_value_info("e", TensorProto.FLOAT, [4])],
     )
     graph = helper.make_graph(
         [

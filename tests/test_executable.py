@@ -45,7 +45,10 @@ def test_runs(exe: cg.Executable) -> None:
         ({**_ok(), "a": np.ones((2, 4), np.float64)}, r"input 'a' has dtype float64, expected float32"),
         ({**_ok(), "a": np.ones((2, 4, 1), np.float32)}, r"input 'a' has rank 3 .* expected rank 2"),
         ({**_ok(), "a": np.ones((2, 5), np.float32)}, r"input 'a' has size 5 on axis 1 .* expected 4"),
-        ({"a": np.ones((2, 4), np.float32), "b": np.ones((3, 4), np.float32)}, r"input 'b' axis 0 is n=3, but input 'a' set n=2"),
+        (
+            {"a": np.ones((2, 4), np.float32), "b": np.ones((3, 4), np.float32)},
+            r"input 'b' axis 0 is n=3, but input 'a' set n=2",
+        ),
     ],
 )
 def test_bad_feeds_get_a_clear_error(exe: cg.Executable, feeds: dict[str, np.ndarray], message: str) -> None:

@@ -67,7 +67,7 @@ def test_torch_module_is_exported_and_matches_eager() -> None:
             self.conv = torch.nn.Conv2d(3, 8, 3)
             self.linear = torch.nn.Linear(8, 4)
 
-        def forward(self, x: "torch.Tensor") -> "torch.Tensor":
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
             return self.linear(torch.relu(self.conv(x)).mean((2, 3)))
 
     torch.manual_seed(0)
