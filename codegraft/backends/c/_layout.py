@@ -53,8 +53,10 @@ def assign_layout(graph: g.Graph) -> g.Graph:
         elif isinstance(op, g.Elementwise):
             _follow_inputs(lay, op, op.inputs)
         elif isinstance(op, g.Concat):
-            perms = {t.perm for t in op.inputs if t.const is None}
-            perm = perms.pop() if len(perms) == 1 else tuple(range(len(op.out.shape)))
+            # Follow the first input not in plain order (usually channels-last from a Conv):
+            # the others are converted, often reusing a conversion made for a Conv anyway.
+            identity = tuple(range(len(op.out.shape)))
+            perm = next((t.perm for t in op.inputs if t.const is None and t.perm != identity), identity)
             op.inputs = [lay.as_perm(t, perm) for t in op.inputs]
             op.out.perm = perm
         elif isinstance(op, g.Lrn):  # works along whichever physical axis holds the channels
