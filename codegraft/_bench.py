@@ -252,7 +252,9 @@ def _codegraft(
         for decision in exe.report().placements:
             timings = ", ".join(f"{b} {us / 1e3:.2f} ms" for b, us in decision.timings_us)
             note += f"; {decision.region} -> {decision.chosen} ({timings})"
-        notes[f"codegraft[{placement}]" if placement == "measured" else f"codegraft{targets}"] = note
+        notes[f"codegraft[{placement}]" if placement == "measured" else f"codegraft[{','.join(targets) or 'host'}]"] = (
+            note
+        )
         return exe.run
 
     return build
