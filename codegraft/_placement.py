@@ -38,33 +38,31 @@ declared shapes) to produce them.
 
 from __future__ import annotations
 
-import gc
-import hashlib
 import itertools
-import json
-import os
-import pathlib
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
-import onnx
 import onnx_ir as ir
 
 from codegraft._annotate import Annotation, check_node
-from codegraft._extract import PartitionPlan, partition_proto
-from codegraft._lower import LoweringRequest, compile_blob, load_runnable, specialise
+from codegraft._measure import (
+    MeasurementCache,
+    Piece,
+    Timer,
+    cut_piece,
+    default_cache_dir,
+    intermediates,
+    sample_feeds,
+)
 from codegraft._partition import partition_units
 from codegraft._report import PlacementReport
-from codegraft.backend import Backend, Composite, Runnable, backend_version
-from codegraft.errors import BackendError
+from codegraft.backend import Backend
 
 if TYPE_CHECKING:
     from codegraft._compiler import CompileOptions
 
-CACHE_ENV = "CODEGRAFT_CACHE_DIR"
 # Added to each change of backend on top of the new backend's call overhead: runtimes run
 # back to back disturb each other (worker threads still spinning, caches), which timing
 # them apart does not see.  bench/boundary.py measures 11-27 us per OpenVINO <-> onnxruntime
@@ -77,45 +75,6 @@ MIN_SPLIT_NODES = 12
 # ...of at least this many nodes each, at most this many chunks.
 MIN_CHUNK_NODES = 6
 MAX_CHUNKS = 6
-# Timing: warm-up runs, then timed runs until both limits are reached (whichever is later).
-_WARMUP = 2
-_MIN_RUNS = 9
-_MIN_SECONDS = 0.15
-_MAX_RUNS = 50
-
-
-# --- the cache ------------------------------------------------------------------------------
-def default_cache_dir() -> pathlib.Path:
-    """``$CODEGRAFT_CACHE_DIR/placement``, else ``~/.cache/codegraft/placement``."""
-    root = os.environ.get(CACHE_ENV)
-    base = pathlib.Path(root) if root else pathlib.Path.home() / ".cache" / "codegraft"
-    return base / "placement"
-
-
-class MeasurementCache:
-    """Microsecond timings on disk, one small JSON file per key (safe to share between runs)."""
-
-    def __init__(self, directory: pathlib.Path | None = None) -> None:
-        self.directory = directory or default_cache_dir()
-        self.hits = 0
-
-    def get(self, key: str) -> float | None:
-        path = self.directory / f"{key}.json"
-        try:
-            value = float(json.loads(path.read_text())["us"])
-        except (OSError, ValueError, KeyError, TypeError):
-            return None
-        self.hits += 1
-        return value
-
-    def put(self, key: str, microseconds: float, what: str) -> None:
-        try:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            temporary = self.directory / f"{key}.{os.getpid()}.tmp"
-            temporary.write_text(json.dumps({"us": microseconds, "what": what}))
-            temporary.replace(self.directory / f"{key}.json")  # atomic: readers never see half a file
-        except OSError:
-            pass  # a read-only home only costs a re-measurement next time
 
 
 # --- what is measured -------------------------------------------------------------------------
@@ -134,121 +93,6 @@ class Decision:
 
     unit_backends: Mapping[int, str]
     record: PlacementReport
-
-
-@dataclass(frozen=True)
-class _Piece:
-    """A standalone sub-model of the graph that can be compiled and timed."""
-
-    proto: onnx.ModelProto
-    inputs: tuple[str, ...]
-    composites: tuple[Composite, ...]
-    key: str  # hash of the ONNX and the input shapes
-
-
-class _Timer:
-    """Compiles pieces on backends and times them on real intermediate values.
-
-    Compiled blobs are kept for the timer's life, so a piece is compiled at most once per
-    backend; loaded runnables are released after each measurement, because an idle loaded
-    runtime still holds thread pools that slow down whatever is measured next.
-    """
-
-    def __init__(
-        self,
-        backends: Mapping[str, Backend],
-        values: Mapping[str, np.ndarray],
-        precision: str,
-        cache: MeasurementCache,
-    ) -> None:
-        self.backends = backends
-        self.values = values
-        self.precision = precision
-        self.cache = cache
-        self.failures: dict[tuple[str, str], str] = {}
-        self._overheads: dict[str, float] = {}
-        self._blobs: dict[tuple[str, str], bytes] = {}
-
-    def _key(self, backend_name: str, *parts: object) -> str:
-        backend = self.backends[backend_name]
-        return _hash(*parts, backend_name, backend_version(backend), _threads(backend), self.precision)
-
-    def _load(self, piece: _Piece, backend_name: str) -> Runnable | None:
-        """``piece`` loaded on the backend, or ``None`` (the reason in ``failures``)."""
-        if (piece.key, backend_name) in self.failures:
-            return None
-        backend = self.backends[backend_name]
-        request = LoweringRequest(f"measure_{backend_name}", piece.composites, self.precision)
-        try:
-            blob = self._blobs.get((piece.key, backend_name))
-            if blob is None:
-                proto = piece.proto
-                if not backend.capabilities.dynamic_shapes:
-                    proto = specialise(proto, [self.values[name].shape for name in piece.inputs])
-                blob = self._blobs[(piece.key, backend_name)] = compile_blob(backend, proto, request)[0]
-            return load_runnable(backend, blob, request.name)
-        except BackendError as error:
-            self.failures[(piece.key, backend_name)] = str(error)
-            return None
-
-    def _measure(self, pieces: Sequence[_Piece], assignment: Sequence[str]) -> list[float] | None:
-        runnables = [self._load(p, b) for p, b in zip(pieces, assignment, strict=True)]
-        if any(r is None for r in runnables):
-            return None
-        calls = [_bind(r, [self.values[n] for n in p.inputs]) for r, p in zip(runnables, pieces, strict=True) if r]
-        try:
-            return _call_times_us(calls)
-        except Exception as error:  # noqa: BLE001 - a backend failing at run time is a failed candidate
-            for piece, backend in zip(pieces, assignment, strict=True):
-                self.failures[(piece.key, backend)] = f"{type(error).__name__}: {error}"
-            return None
-        finally:
-            del calls, runnables
-            gc.collect()
-
-    def time_us(self, piece: _Piece, backend_name: str) -> float | None:
-        """Microseconds of one call of ``piece`` alone, or ``None`` if it cannot run there."""
-        key = self._key(backend_name, piece.key)
-        cached = self.cache.get(key)
-        if cached is not None:
-            return cached
-        times = self._measure([piece], [backend_name])
-        if times is None:
-            return None
-        self.cache.put(key, times[0], f"{backend_name} {piece.proto.graph.name}")
-        return times[0]
-
-    def chain_us(self, pieces: Sequence[_Piece], assignment: Sequence[str]) -> list[float] | None:
-        """Microseconds of each piece when all run one after another, ``pieces[i]`` on
-        ``assignment[i]``: each piece then finds the caches as the others left them, as in
-        the real run, instead of its own weights still in cache from its previous call."""
-        chain = _hash(*(p.key for p in pieces), *assignment)
-        keys = [self._key(b, "in-chain", chain, p.key) for p, b in zip(pieces, assignment, strict=True)]
-        cached = [self.cache.get(k) for k in keys]
-        if all(c is not None for c in cached):
-            return [float(c) for c in cached if c is not None]
-        times = self._measure(pieces, assignment)
-        if times is None:
-            return None
-        for key, microseconds, piece in zip(keys, times, pieces, strict=True):
-            self.cache.put(key, microseconds, f"in chain: {piece.proto.graph.name}")
-        return times
-
-    def overhead_us(self, backend_name: str) -> float:
-        """The fixed cost of one partition call on this backend (an Identity of 16 floats)."""
-        if backend_name not in self._overheads:
-            value = np.zeros(16, np.float32)
-            graph = onnx.helper.make_graph(
-                [onnx.helper.make_node("Identity", ["x"], ["y"])],
-                "overhead",
-                [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [16])],
-                [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [16])],
-            )
-            proto = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
-            piece = _Piece(proto, ("x",), (), _hash(proto.SerializeToString(), "overhead"))
-            timer = _Timer(self.backends, {"x": value}, self.precision, self.cache)
-            self._overheads[backend_name] = timer.time_us(piece, backend_name) or 0.0
-        return self._overheads[backend_name]
 
 
 # --- the entry point --------------------------------------------------------------------------
@@ -275,7 +119,7 @@ def measure_placement(
     regions = [r for r in sequence if len(r.candidates) > 1]
     if not regions:
         return unit_backends, ()
-    feeds = _sample_feeds(model, options)
+    feeds = sample_feeds(model, options)
     # Any value a region reads may become a chunk's input.
     needed = {
         value.name or ""
@@ -285,15 +129,15 @@ def measure_placement(
         for value in annotation.infos[node].reads
         if not value.is_initializer()
     }
-    values = _intermediates(model, feeds, needed, host)
-    timer = _Timer(by_name, values, options.precision, cache)
+    values = intermediates(model, feeds, needed, host)
+    timer = Timer(by_name, values, options.precision, cache)
     # Every region is measured, fixed ones too: a stretch measured as one partition below
     # includes them, so the chain must count their time the same way.
     choices: list[list[_Option]] = [[] for _ in sequence]
     whole_us: dict[str, dict[str, float]] = {}
     for index, region in enumerate(sequence):
         try:
-            piece = _piece(model, annotation, region.units, region.name)
+            piece = cut_piece(model, annotation, region.units, region.name)
         except Exception:  # noqa: BLE001 - a region that cannot stand alone keeps its default, timed 0
             piece = None
         times = {b: t for b in region.candidates if piece and (t := timer.time_us(piece, b)) is not None}
@@ -304,7 +148,7 @@ def measure_placement(
     merged: dict[tuple[int, int, str], float] = {}
     for start, end, backend in _stretches(sequence):
         units = [u for r in sequence[start:end] for u in r.units]
-        piece = _piece(model, annotation, units, f"{sequence[start].name}..{sequence[end - 1].name}")
+        piece = cut_piece(model, annotation, units, f"{sequence[start].name}..{sequence[end - 1].name}")
         measured = timer.time_us(piece, backend)
         if measured is not None:
             merged[(start, end, backend)] = measured
@@ -333,7 +177,7 @@ def measure_placement(
 
 
 def _verify_plan(
-    model: ir.Model, annotation: Annotation, sequence: Sequence[Region], estimated: list[str], timer: _Timer
+    model: ir.Model, annotation: Annotation, sequence: Sequence[Region], estimated: list[str], timer: Timer
 ) -> tuple[list[str], PlacementReport]:
     """Run the estimated plan and every single-backend plan for real; keep the fastest.
 
@@ -366,7 +210,7 @@ def _verify_plan(
 
 def _plan_pieces(
     model: ir.Model, annotation: Annotation, sequence: Sequence[Region], plan: Sequence[str]
-) -> tuple[list[_Piece], list[str]]:
+) -> tuple[list[Piece], list[str]]:
     """The partitions a plan makes (consecutive regions on one backend merged), in order."""
     pieces, backends = [], []
     for backend, group in itertools.groupby(range(len(sequence)), key=lambda i: plan[i]):
@@ -377,7 +221,7 @@ def _plan_pieces(
             if len(indices) == 1
             else f"{sequence[indices[0]].name}..{sequence[indices[-1]].name}"
         )
-        pieces.append(_piece(model, annotation, units, name))
+        pieces.append(cut_piece(model, annotation, units, name))
         backends.append(backend)
     return pieces, backends
 
@@ -480,7 +324,7 @@ def decide_region(
     model: ir.Model,
     annotation: Annotation,
     region: Region,
-    timer: _Timer,
+    timer: Timer,
     whole_us: Mapping[str, float],
     chosen: str,
 ) -> Decision:
@@ -497,7 +341,7 @@ def decide_region(
     chunks = _chunks(annotation, region.units)
     if len(chunks) < 2 or len(whole_us) < 2:
         return decision
-    pieces = [_piece(model, annotation, chunk, f"{region.name}_c{n}") for n, chunk in enumerate(chunks)]
+    pieces = [cut_piece(model, annotation, chunk, f"{region.name}_c{n}") for n, chunk in enumerate(chunks)]
     split = _best_split(pieces, timer, list(whole_us))
     if split is None:
         return decision
@@ -526,7 +370,7 @@ def _with_note(decision: Decision, note: str) -> Decision:
     return Decision(decision.unit_backends, replace(decision.record, detail=f"{decision.record.detail}; {note}"))
 
 
-def _best_split(pieces: Sequence[_Piece], timer: _Timer, candidates: list[str]) -> tuple[float, list[str]] | None:
+def _best_split(pieces: Sequence[Piece], timer: Timer, candidates: list[str]) -> tuple[float, list[str]] | None:
     """Cheapest backend per chunk of one region: :func:`_cheapest_chain` on in-chain times."""
     per_backend: dict[str, list[float]] = {}
     for backend in candidates:
@@ -545,49 +389,6 @@ def _best_split(pieces: Sequence[_Piece], timer: _Timer, candidates: list[str]) 
 
 
 # --- regions as standalone models -------------------------------------------------------------
-def _piece(model: ir.Model, annotation: Annotation, units: Sequence[int], name: str) -> _Piece:
-    inputs, outputs, initializers = _region_io(annotation, units)
-    nodes = tuple(sorted(i for u in units for i in annotation.units[u].nodes))
-    composites = tuple(dict.fromkeys(c for u in units if (c := annotation.units[u].composite) is not None))
-    plan = PartitionPlan(name, "", nodes, inputs, outputs, initializers, composites)
-    proto = partition_proto(model, annotation, plan)
-    proto.graph.name = "region"  # the name must not change the hash of identical regions
-    shapes = [tuple(d.dim_value for d in v.type.tensor_type.shape.dim) for v in proto.graph.input]
-    key = _hash(proto.SerializeToString(), repr(shapes))
-    proto.graph.name = name
-    return _Piece(proto, inputs, composites, key)
-
-
-def _region_io(
-    annotation: Annotation, units: Sequence[int]
-) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
-    """(inputs, outputs, initializers) of the sub-model made of ``units``."""
-    nodes = sorted(i for u in units for i in annotation.units[u].nodes)
-    inside = set(nodes)
-    produced: set[ir.Value] = set()
-    inputs: list[str] = []
-    initializers: list[str] = []
-    for i in nodes:
-        for value in annotation.infos[i].reads:
-            if value in produced:
-                continue
-            name = value.name or ""
-            if value.is_initializer() and value.const_value is not None:
-                if name not in initializers:
-                    initializers.append(name)
-            elif name not in inputs:
-                inputs.append(name)
-        produced.update(annotation.infos[i].node.outputs)
-    read_outside = {value for j, info in enumerate(annotation.infos) if j not in inside for value in info.reads}
-    outputs = [
-        value.name or ""
-        for i in nodes
-        for value in annotation.infos[i].node.outputs
-        if value in read_outside or value.is_graph_output()
-    ]
-    return tuple(inputs), tuple(outputs), tuple(initializers)
-
-
 def _chunks(annotation: Annotation, units: tuple[int, ...]) -> list[tuple[int, ...]]:
     """Contiguous stretches of ``units`` cut where the fewest tensors are live."""
     sizes = [len(annotation.units[u].nodes) for u in units]
@@ -651,99 +452,6 @@ def _node_count(annotation: Annotation, units: Sequence[int]) -> int:
 
 def _host_capable(annotation: Annotation, host: Backend) -> list[bool]:
     return [not info.has_subgraphs and bool(check_node(host, info.node)) for info in annotation.infos]
-
-
-# --- sample inputs and intermediates ----------------------------------------------------------
-def _sample_feeds(model: ir.Model, options: CompileOptions) -> dict[str, np.ndarray]:
-    if options.sample_inputs:
-        return {k: np.asarray(v) for k, v in options.sample_inputs[0].items()}
-    from codegraft.testing import random_feeds
-
-    return random_feeds(ir.to_proto(model))
-
-
-def _intermediates(
-    model: ir.Model, feeds: Mapping[str, np.ndarray], names: set[str], host: Backend
-) -> dict[str, np.ndarray]:
-    """Graph inputs plus the values named in ``names``, from one host run of the model.
-
-    A model the host cannot run (a vendor's custom op) gets random values of the declared
-    shapes instead.
-    """
-    import onnxruntime as ort
-
-    proto = ir.to_proto(model)
-    wanted = sorted(names - set(feeds) - {o.name for o in proto.graph.output})
-    types = {v.name: v for v in (*proto.graph.value_info, *proto.graph.output)}
-    for name in wanted:
-        proto.graph.output.append(types[name] if name in types else onnx.ValueInfoProto(name=name))
-    session_options = ort.SessionOptions()
-    session_options.intra_op_num_threads = _threads(host) or 0
-    session_options.log_severity_level = 3  # its optimiser's warnings are not the user's concern
-    try:
-        session = ort.InferenceSession(proto.SerializeToString(), session_options, providers=["CPUExecutionProvider"])
-        out_names = [o.name for o in session.get_outputs()]
-        values = dict(zip(out_names, session.run(out_names, dict(feeds)), strict=True))
-    except Exception:  # noqa: BLE001 - onnxruntime raises several types; random values will do
-        values = _random_values(model, names)
-    values.update(feeds)
-    return values
-
-
-def _random_values(model: ir.Model, names: set[str]) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(0)
-    values: dict[str, np.ndarray] = {}
-    for node in model.graph:
-        for value in node.outputs:
-            if value.name in names and value.dtype is not None:
-                shape = [d if isinstance(d, int) else 1 for d in (value.shape or ())]
-                dtype = np.dtype(value.dtype.numpy())
-                sample = rng.standard_normal(shape) if dtype.kind == "f" else np.zeros(shape)
-                values[value.name] = sample.astype(dtype)
-    return values
-
-
-# --- small helpers ----------------------------------------------------------------------------
-def _bind(runnable: Runnable, inputs: list[np.ndarray]) -> Callable[[], object]:
-    return lambda: runnable.run(inputs)
-
-
-def _call_times_us(calls: Sequence[Callable[[], object]]) -> list[float]:
-    """Run ``calls`` in order, repeatedly; each call's median time in microseconds.
-
-    The median, not the minimum or a low quantile: some runtimes are bimodal on a loaded
-    machine (an OpenMP team whose threads get descheduled runs 30x slower most of the time),
-    and the placement must be chosen for the typical run, not the lucky one.
-    """
-    for _ in range(_WARMUP):
-        for call in calls:
-            call()
-    samples: list[list[float]] = [[] for _ in calls]
-    began = time.perf_counter()
-    rounds = 0
-    while rounds < _MAX_RUNS and (rounds < _MIN_RUNS or time.perf_counter() - began < _MIN_SECONDS):
-        for index, call in enumerate(calls):
-            start = time.perf_counter()
-            call()
-            samples[index].append((time.perf_counter() - start) * 1e6)
-        rounds += 1
-    return [float(np.median(s)) for s in samples]
-
-
-def _threads(backend: Backend) -> int | None:
-    for attribute in ("num_threads", "threads"):
-        value = getattr(backend, attribute, None)
-        if isinstance(value, int):
-            return value
-    return None
-
-
-def _hash(*parts: object) -> str:
-    digest = hashlib.sha256()
-    for part in parts:
-        digest.update(part if isinstance(part, bytes) else repr(part).encode())
-        digest.update(b"\0")
-    return digest.hexdigest()[:32]
 
 
 __all__ = ["MeasurementCache", "Region", "default_cache_dir", "find_regions", "measure_placement", "plan_regions"]
