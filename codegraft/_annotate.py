@@ -106,6 +106,11 @@ def annotate(graph: ir.Graph, targets: Sequence[Backend], *, host: str) -> Annot
 
     composite_members: dict[str, tuple[int, ...]] = {}
     for target in targets:
+        # A backend may answer support questions better with the whole graph at hand
+        # (OpenVINO asks its plugin once for the whole model): let it look first.
+        prepare = getattr(target, "prepare", None)
+        if callable(prepare):
+            prepare(graph)
         composite_members.update(_claim_composites(graph, target, index_of, claimed, composite_of, declines))
         for i, info in enumerate(infos):
             if info.has_subgraphs:

@@ -187,6 +187,7 @@ def bench_command(
     measured: Annotated[bool, typer.Option(help="Also time measured placement over all targets.")] = True,
 ) -> None:
     """Time MODEL under onnxruntime alone, OpenVINO alone and codegraft with each target."""
+    from rich.markup import escape
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from codegraft._bench import compare
@@ -195,7 +196,7 @@ def bench_command(
         task = bar.add_task("measuring", total=1)
 
         def progress(label: str, done: int, total: int) -> None:
-            bar.update(task, description=label, completed=done, total=total)
+            bar.update(task, description=escape(label), completed=done, total=total)
 
         table = compare(str(model), targets or [], runs=runs, threads=threads, measured=measured, progress=progress)
     typer.echo(table.render())

@@ -142,7 +142,7 @@ def plan_model(
     placements: tuple[PlacementReport, ...] = ()
     unit_backends = [unit.backend for unit in annotation.units]
     _run_control_flow_ourselves(annotation, unit_backends, backends)
-    if options.placement == "measured" and len(backends) > 1:
+    if options.placement == "measured" and backends:  # the host is always a candidate too
         from codegraft._placement import measure_placement
 
         unit_backends, placements = measure_placement(ir_model, annotation, backends, host, options)

@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import pathlib
-import sys
 
 import pytest
-
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # bench/ sits beside the package
 
 from bench import boundary, zoo  # noqa: E402
 from codegraft._bench import compare  # noqa: E402

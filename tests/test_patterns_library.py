@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import functools
-import pathlib
-import sys
 from collections import Counter
 
 import onnx
@@ -12,13 +10,10 @@ import onnx.parser
 import onnx_ir as ir
 import pytest
 
+from bench import zoo
 from codegraft.backend import Support
 from codegraft.patterns import find_composites, library
 from codegraft.testing import LIGHT_MODELS, light_model
-
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # bench/ is not installed
-
-from bench import zoo
 
 
 @functools.cache

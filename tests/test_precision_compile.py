@@ -58,3 +58,17 @@ def test_int8_without_calibration_is_a_clear_error() -> None:
 
     with pytest.raises(cg.ModelError, match="int8.* needs calibration data"):
         cg.compile(light_model("squeezenet"), precision="int8")
+
+
+def test_openvino_runs_bfloat16_by_hint_and_checks_itself() -> None:
+    import pytest
+
+    if not any(i.name == "openvino" and i.available for i in cg.list_backends()):
+        pytest.skip("openvino is not installed")
+    model = light_model("squeezenet")
+    exe = cg.compile(model, targets=["openvino"], precision="bfloat16", strict=True)
+    (note,) = {p.precision_note for p in exe.report().partitions if p.backend == "openvino"}
+    assert note.startswith("bfloat16 (openvino precision hint), error")
+    feeds = random_feeds(model)
+    # Stated tolerance for bfloat16 (8 bits of mantissa): 3e-2 relative to the output's scale.
+    assert_close(exe.run(feeds), run_onnxruntime(model, feeds), rtol=3e-2)

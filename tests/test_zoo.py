@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-import pathlib
-import sys
-
 import numpy as np
 import onnx
 import pytest
 
 # bench/ is a directory of scripts beside the package, not installed with it.
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-
 from bench import zoo
 from codegraft.testing import random_feeds, run_onnxruntime
 

@@ -67,6 +67,9 @@ class OnnxRuntimeRunnable:
                     options = ort.SessionOptions()
                     options.intra_op_num_threads = self._threads
                     options.log_severity_level = 3  # warnings about unused initializers are noise here
+                    # Each partition has its own pool; spinning pools starve the next partition's
+                    # (six host partitions back to back: 55 ms spinning, 4 ms summed alone).
+                    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
                     session = ort.InferenceSession(
                         self._model_bytes, options, providers=["CPUExecutionProvider"]
                     )

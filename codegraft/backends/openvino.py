@@ -133,7 +133,11 @@ class OpenVINOBackend:
     """
 
     name = "openvino"
-    capabilities = Capabilities(dynamic_shapes=True, precisions=frozenset({"float32", "bfloat16"}))
+    # OpenVINO lowers precision itself from the inference-precision hint, so codegraft does not
+    # retype the graph; it checks the hinted result against float32 instead.
+    capabilities = Capabilities(
+        dynamic_shapes=True, precisions=frozenset({"float32", "bfloat16"}), precision_by_hint=True
+    )
 
     def __init__(self, num_threads: int | None = None, *, keep_onnx: bool = True) -> None:
         try:
