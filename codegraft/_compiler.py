@@ -230,7 +230,7 @@ def _lower_partition(
                     part.composites, options.precision)
         return step, runnable, PartitionReport(**{**base.__dict__, "deferred": True})
     try:
-        blob, precision_note = compile_blob(backend, proto, request)
+        blob, conversion_note = compile_blob(backend, proto, request)
         runnable = load_runnable(backend, blob, part.name)
     except BackendError as error:
         if options.strict or backend is host:
@@ -245,7 +245,7 @@ def _lower_partition(
         return step, host.load(blob), report
     step = Step(part.name, part.backend, part.inputs, part.outputs, blob, None, caps.native_code,
                 part.composites, options.precision)
-    return step, runnable, replace(base, precision_note=precision_note)
+    return step, runnable, replace(base, conversion_note=conversion_note)
 
 
 def _run_control_flow_ourselves(annotation: Annotation, unit_backends: list[str], backends: Sequence[Backend]) -> None:

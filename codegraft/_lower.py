@@ -41,6 +41,11 @@ class Prepared:
 
     partition: Partition
     precision_note: str = ""
+    layout_note: str = ""
+
+    @property
+    def note(self) -> str:
+        return "; ".join(n for n in (self.layout_note, self.precision_note) if n)
 
 
 def prepare(backend: Backend, proto: onnx.ModelProto, request: LoweringRequest) -> Prepared:
@@ -52,10 +57,23 @@ def prepare(backend: Backend, proto: onnx.ModelProto, request: LoweringRequest) 
     """
     model = ir.from_proto(proto)
     caps = backend.capabilities
+    layout_note = ""
     if caps.layout == "NHWC":
         from codegraft.passes.layout import to_nhwc
 
-        model = to_nhwc(model).model
+        result = to_nhwc(model)
+        model = result.model
+        if result.converted_ops:
+            layout_note = (
+                f"NHWC: {result.converted_ops} ops converted, {result.transposes_inserted} transposes "
+                f"and {result.reshapes_inserted} reshapes left at edges, {result.transposes_cancelled} cancelled"
+            )
+    prepared = _prepare_precision(backend, model, request)
+    return replace(prepared, layout_note=layout_note)
+
+
+def _prepare_precision(backend: Backend, model: ir.Model, request: LoweringRequest) -> Prepared:
+    caps = backend.capabilities
     wanted = request.precision
     if wanted in ("float32", "int8"):
         return Prepared(Partition(request.name, model, request.composites, "float32", caps.layout))
@@ -132,11 +150,11 @@ def _convert_and_check(
 def compile_blob(backend: Backend, proto: onnx.ModelProto, request: LoweringRequest) -> tuple[bytes, str]:
     """Prepare and compile; any error is re-raised as a :class:`BackendError` naming the partition.
 
-    Returns the blob and the precision note of :class:`Prepared`.
+    Returns the blob and the layout and precision notes of :class:`Prepared`.
     """
     try:
         prepared = prepare(backend, proto, request)
-        return backend.compile(prepared.partition), prepared.precision_note
+        return backend.compile(prepared.partition), prepared.note
     except Exception as error:
         message = f"{backend.name} failed to compile {request.name}: {type(error).__name__}: {error}"
         raise BackendError(message) from error

@@ -38,7 +38,7 @@ class PartitionReport:
     unused: bool = False  # no output is read by anything: not compiled, not run
     bodies: str = ""  # for control flow run by codegraft: where each body's nodes went
     stored_bytes: int = 0  # size of its blob in the artifact (weights included)
-    precision_note: str = ""  # what the precision conversion and its self-check did
+    conversion_note: str = ""  # what layout and precision conversion (and its self-check) did
 
 
 @dataclass(frozen=True)
@@ -160,8 +160,8 @@ class Report:
                 note = "outputs unused: not run"
             elif p.bodies:
                 note = f"bodies partitioned: {p.bodies}"
-            if p.precision_note:
-                note = f"{note}; {p.precision_note}" if note else p.precision_note
+            if p.conversion_note:
+                note = f"{note}; {p.conversion_note}" if note else p.conversion_note
             parts.add_row(p.name, p.backend, str(p.nodes), str(len(p.inputs)), str(len(p.outputs)), note)
         tables.append(parts)
 

@@ -12,7 +12,7 @@ def test_float16_partition_is_checked_and_reported() -> None:
     model = light_model("squeezenet")
     acc = SubsetBackend("acc", {"Conv", "Relu", "Concat", "MaxPool"})
     exe = cg.compile(model, targets=[acc], precision="float16", min_partition_size=4)
-    notes = [p.precision_note for p in exe.report().partitions if p.backend == "acc"]
+    notes = [p.conversion_note for p in exe.report().partitions if p.backend == "acc"]
     assert notes and all(n.startswith("float16, error") for n in notes), notes
     feeds = random_feeds(model)
     # Stated tolerance for float16: 1e-2 relative to the output's scale.
@@ -22,7 +22,7 @@ def test_float16_partition_is_checked_and_reported() -> None:
 def test_host_stays_float32_unless_targeted() -> None:
     model = light_model("squeezenet")
     exe = cg.compile(model, targets=[], precision="float16")
-    assert all(not p.precision_note for p in exe.report().partitions)
+    assert all(not p.conversion_note for p in exe.report().partitions)
     feeds = random_feeds(model)
     assert_close(exe.run(feeds), run_onnxruntime(model, feeds))
 
@@ -30,7 +30,7 @@ def test_host_stays_float32_unless_targeted() -> None:
 def test_precision_not_declared_runs_float32() -> None:
     model = light_model("squeezenet")
     exe = cg.compile(model, targets=["numpy_example"], precision="bfloat16")
-    notes = {p.precision_note for p in exe.report().partitions if p.backend == "numpy_example"}
+    notes = {p.conversion_note for p in exe.report().partitions if p.backend == "numpy_example"}
     assert notes == {"bfloat16 not declared by numpy_example: runs float32"}
 
 
@@ -67,8 +67,19 @@ def test_openvino_runs_bfloat16_by_hint_and_checks_itself() -> None:
         pytest.skip("openvino is not installed")
     model = light_model("squeezenet")
     exe = cg.compile(model, targets=["openvino"], precision="bfloat16", strict=True)
-    (note,) = {p.precision_note for p in exe.report().partitions if p.backend == "openvino"}
+    (note,) = {p.conversion_note for p in exe.report().partitions if p.backend == "openvino"}
     assert note.startswith("bfloat16 (openvino precision hint), error")
     feeds = random_feeds(model)
     # Stated tolerance for bfloat16 (8 bits of mantissa): 3e-2 relative to the output's scale.
     assert_close(exe.run(feeds), run_onnxruntime(model, feeds), rtol=3e-2)
+
+
+def test_nhwc_backend_reports_the_edge_conversions_left() -> None:
+    import pytest
+
+    if not any(i.name == "c" and i.available for i in cg.list_backends()):
+        pytest.skip("the c backend is unavailable here (no C compiler)")
+    exe = cg.compile(light_model("resnet50"), targets=["c"], strict=True)
+    (note,) = {p.conversion_note for p in exe.report().partitions if p.backend == "c"}
+    # One transpose at the input edge, not one per conv (53 convs).
+    assert note.startswith("NHWC: 108 ops converted, 1 transposes and 0 reshapes left at edges"), note
