@@ -293,3 +293,26 @@ def test_convs_write_their_slices_of_a_concat_directly() -> None:
     source = CBackend().generate(_partition(model)).source
     entry = source[source.index("void cg_entry") :]
     assert entry.count("memcpy(") == 1, entry  # only x is copied; both convs wrote in place
+
+
+@pytest.mark.parametrize(("op", "attrs"), [("Elu", {"alpha": 0.7}), ("Selu", {}), ("Softplus", {}),
+                                           ("LogSoftmax", {"axis": 1})])
+def test_more_unary(op: str, attrs: dict) -> None:
+    one(op, {"x": (3, 17)}, attrs, opset=13)
+
+
+@pytest.mark.parametrize("op", ["Max", "Min"])
+def test_variadic_max_min(op: str) -> None:
+    node = helper.make_node(op, ["a", "b", "c"], ["y"])
+    check(make_model([node], {"a": (2, 3, 4), "b": (3, 4), "c": (1, 4)}, ["y"]))
+
+
+def test_prelu_constant_and_runtime_slope() -> None:
+    one("PRelu", {"x": (2, 4, 3, 3)}, inits={"s": rand(4, 1, 1)})
+    check(make_model([helper.make_node("PRelu", ["x", "s"], ["y"])], {"x": (2, 5), "s": (5,)}, ["y"]))
+
+
+def test_reduce_sum_and_constant_node() -> None:
+    one("ReduceSum", {"x": (2, 3, 4)}, {"keepdims": 0}, {"axes": np.array([1], np.int64)}, opset=13)
+    const = helper.make_node("Constant", [], ["c"], value=helper.make_tensor("v", 1, [4], [1.0, -2.0, 3.0, 0.5]))
+    check(make_model([const, helper.make_node("Mul", ["x", "c"], ["y"])], {"x": (3, 4)}, ["y"]))

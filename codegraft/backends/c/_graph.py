@@ -129,18 +129,20 @@ class GlobalAveragePool(Op):
 
 @dataclass(eq=False)
 class Softmax(Op):
-    """Softmax over the middle of ``[outer, n, inner]`` (logical order)."""
+    """Softmax (or LogSoftmax) over the middle of ``[outer, n, inner]`` (logical order)."""
 
     outer: int = 1
     n: int = 1
     inner: int = 1
+    log: bool = False
 
 
 @dataclass(eq=False)
 class ReduceMean(Op):
-    """Mean over ``axes`` (logical order)."""
+    """Mean (or, with ``mean=False``, sum) over ``axes`` (logical order)."""
 
     axes: tuple[int, ...] = ()
+    mean: bool = True
 
 
 @dataclass(eq=False)

@@ -245,7 +245,7 @@ static void cg_lrn(const float* x, float* y, long outer, long C, long inner, lon
    Contiguous lines (inner == 1) keep VW partial maxima and sums in vector registers: the
    compiler will not reorder a float reduction by itself (no -ffast-math here). */
 typedef int vi __attribute__((vector_size(VW * 4)));
-typedef struct { const float* x; float* y; long n, inner; } cg_softmax_t;
+typedef struct { const float* x; float* y; long n, inner; int log; } cg_softmax_t;
 static void cg_softmax_line(const void* ctx, long task) {
   const cg_softmax_t* k = ctx;
   const long o = task / k->inner, i = task % k->inner, n = k->n, inner = k->inner;
@@ -270,15 +270,25 @@ static void cg_softmax_line(const void* ctx, long task) {
     for (; j + VW <= n; j += VW) vs += *(const vfu*)(yp + j);
     for (int l = 0; l < VW; l++) s += vs[l];
     for (; j < n; j++) s += yp[j];
-    for (long t = 0; t < n; t++) yp[t] = yp[t] / s;
+    if (k->log) {
+      const float shift = m + logf(s);  /* log softmax: x - max - log(sum) */
+      for (long t = 0; t < n; t++) yp[t] = xp[t] - shift;
+    } else {
+      for (long t = 0; t < n; t++) yp[t] = yp[t] / s;
+    }
     return;
   }
   for (j = 0; j < n; j++) yp[j * inner] = cg_exp(xp[j * inner] - m);
   for (j = 0; j < n; j++) s += yp[j * inner];
-  for (j = 0; j < n; j++) yp[j * inner] = yp[j * inner] / s;
+  if (k->log) {
+    const float shift = m + logf(s);
+    for (j = 0; j < n; j++) yp[j * inner] = xp[j * inner] - shift;
+  } else {
+    for (j = 0; j < n; j++) yp[j * inner] = yp[j * inner] / s;
+  }
 }
-static void cg_softmax(const float* x, float* y, long outer, long n, long inner) {
-  const cg_softmax_t k = {x, y, n, inner};
+static void cg_softmax(const float* x, float* y, long outer, long n, long inner, int log) {
+  const cg_softmax_t k = {x, y, n, inner, log};
   cg_parallel(outer * inner, cg_softmax_line, &k);
 }
 """

@@ -268,12 +268,16 @@ def _matmul(lw: _Lowerer, node: ir.Node) -> None:
     lw.bind(node.outputs[0], out if shape == out.shape else lw.view(out, shape))
 
 
-_BINARY_KIND = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Pow": "pow"}
+_BINARY_KIND = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Pow": "pow", "PRelu": "prelu"}
 
 
 def _binary(lw: _Lowerer, node: ir.Node) -> None:
     inputs = [lw.tensor(node.inputs[0]), lw.tensor(node.inputs[1])]
     kind = _BINARY_KIND[node.op_type]
+    x, slope = inputs
+    if kind == "prelu" and opset_of(node) < 7 and len(x.shape) > 2 and slope.shape == (x.shape[1],):
+        # opset < 7 PRelu: a [C] slope is per channel (axis 1), not numpy-broadcast on the last axis
+        inputs[1] = lw.view(slope, (x.shape[1], *([1] * (len(x.shape) - 2))))
     if kind == "pow" and inputs[1].const is not None and inputs[1].size == 1:
         exponent = float(inputs[1].const.reshape(-1)[0])
         if exponent in (1.0, 2.0, 3.0, 0.5):  # exact shortcuts (powf is slow and these are common)
@@ -289,10 +293,12 @@ def _broadcast_to(lw: _Lowerer, x: g.Tensor, shape: tuple[int, ...]) -> g.Tensor
 
 
 def _sum(lw: _Lowerer, node: ir.Node) -> None:
+    """Sum, Max and Min: a chain of the binary op."""
     inputs = [lw.tensor(v) for v in node.inputs if v is not None]
+    kind = {"Sum": "add", "Max": "max", "Min": "min"}[node.op_type]
     y = inputs[0]
     for other in inputs[1:]:
-        y = lw.elementwise("add", [y, other])
+        y = lw.elementwise(kind, [y, other])
     if len(inputs) == 1:
         y = lw.view(y, y.shape)
     lw.bind(node.outputs[0], y)
@@ -305,6 +311,10 @@ def _unary(lw: _Lowerer, node: ir.Node) -> None:
     kind = op.lower()
     if op == "LeakyRelu":
         params = (attr_float(node, "alpha", 0.01),)
+    elif op == "Elu":
+        params = (attr_float(node, "alpha", 1.0),)
+    elif op == "Selu":
+        params = (attr_float(node, "alpha", 1.6732632423543772), attr_float(node, "gamma", 1.0507009873554805))
     elif op == "HardSigmoid":
         params = (attr_float(node, "alpha", 0.2), attr_float(node, "beta", 0.5))
     elif op == "Gelu":
@@ -337,7 +347,7 @@ def _softmax(lw: _Lowerer, node: ir.Node) -> None:
         axis = attr_int(node, "axis", -1) % max(rank, 1)
         outer, n, inner = math.prod(x.shape[:axis]), x.shape[axis], math.prod(x.shape[axis + 1 :])
     out = lw.new(x.shape)
-    lw.ops.append(g.Softmax([x], out, outer=outer, n=n, inner=inner))
+    lw.ops.append(g.Softmax([x], out, outer=outer, n=n, inner=inner, log=node.op_type == "LogSoftmax"))
     lw.bind(node.outputs[0], out)
 
 
@@ -351,9 +361,11 @@ def _axes(lw: _Lowerer, node: ir.Node, input_from: int) -> list[int] | None:
 
 
 def _reduce_mean(lw: _Lowerer, node: ir.Node) -> None:
+    """ReduceMean and ReduceSum (axes became an input at opset 18 and 13 respectively)."""
     x = lw.tensor(node.inputs[0])
     rank = len(x.shape)
-    axes = _axes(lw, node, 18)
+    mean = node.op_type == "ReduceMean"
+    axes = _axes(lw, node, 18 if mean else 13)
     if not axes:
         if attr_int(node, "noop_with_empty_axes", 0):
             lw.bind(node.outputs[0], lw.view(x, x.shape))
@@ -363,7 +375,7 @@ def _reduce_mean(lw: _Lowerer, node: ir.Node) -> None:
     keep = attr_int(node, "keepdims", 1) != 0
     full = tuple(1 if i in norm else d for i, d in enumerate(x.shape))
     out = lw.new(full)
-    lw.ops.append(g.ReduceMean([x], out, axes=norm))
+    lw.ops.append(g.ReduceMean([x], out, axes=norm, mean=mean))
     if not keep:
         out = lw.view(out, tuple(d for i, d in enumerate(x.shape) if i not in norm))
     lw.bind(node.outputs[0], out)
@@ -425,6 +437,22 @@ def _unsqueeze(lw: _Lowerer, node: ir.Node) -> None:
     lw.bind(node.outputs[0], lw.view(x, tuple(1 if i in insert else next(dims) for i in range(rank))))
 
 
+def _constant(lw: _Lowerer, node: ir.Node) -> None:
+    for name in ("value", "value_float", "value_floats"):
+        attr = node.attributes.get(name)
+        if attr is None:
+            continue
+        if name == "value":
+            array = np.asarray(attr.as_tensor().numpy())
+        elif name == "value_float":
+            array = np.asarray(attr.as_float(), np.float32)
+        else:
+            array = np.asarray(attr.as_floats(), np.float32)
+        lw.bind(node.outputs[0], lw.const(array))
+        return
+    raise LoweringError("no float value attribute")
+
+
 def _identity(lw: _Lowerer, node: ir.Node) -> None:
     x = lw.tensor(node.inputs[0])
     lw.bind(node.outputs[0], lw.view(x, x.shape))
@@ -450,6 +478,11 @@ _LOWERINGS: dict[str, Callable[[_Lowerer, ir.Node], None]] = {
     "Gemm": _gemm,
     "MatMul": _matmul,
     "Sum": _sum,
+    "Max": _sum,
+    "Min": _sum,
+    "Constant": _constant,
+    "LogSoftmax": _softmax,
+    "ReduceSum": _reduce_mean,
     "Softmax": _softmax,
     "ReduceMean": _reduce_mean,
     "Concat": _concat,
@@ -465,6 +498,6 @@ _LOWERINGS: dict[str, Callable[[_Lowerer, ir.Node], None]] = {
     **{
         op: _unary
         for op in ("Relu", "LeakyRelu", "Sigmoid", "Tanh", "Clip", "HardSigmoid", "HardSwish", "Erf", "Gelu", "Exp",
-                   "Sqrt", "Neg", "Abs", "Reciprocal")
+                   "Sqrt", "Neg", "Abs", "Reciprocal", "Elu", "Selu", "Softplus")
     },
 }

@@ -38,7 +38,9 @@ def emit_global_average(ctx: Context, op: g.GlobalAveragePool) -> None:
 
 
 def emit_softmax(ctx: Context, op: g.Softmax) -> None:
-    ctx.body.append(f"  cg_softmax({ctx.ptr(op.inputs[0])}, {ctx.ptr(op.out)}, {op.outer}, {op.n}, {op.inner});")
+    ctx.body.append(
+        f"  cg_softmax({ctx.ptr(op.inputs[0])}, {ctx.ptr(op.out)}, {op.outer}, {op.n}, {op.inner}, {int(op.log)});"
+    )
 
 
 def emit_lrn(ctx: Context, op: g.Lrn) -> None:
@@ -76,7 +78,8 @@ def emit_reduce_mean(ctx: Context, op: g.ReduceMean) -> None:
         indent += "  "
     offset = " + ".join(f"d{a} * {out_strides[a]}" for a in range(len(shape)) if a not in op.axes) or "0"
     lines.append(f"{indent}y[{offset}] += x[src++];")
-    lines.append(f"  for (long i = 0; i < {out.size}; i++) y[i] = y[i] / {float(count)!r}f;")
+    if op.mean:
+        lines.append(f"  for (long i = 0; i < {out.size}; i++) y[i] = y[i] / {float(count)!r}f;")
     lines.append("}")
     ctx.functions.append("\n".join(lines))
     ctx.body.append(f"  {fn}({ctx.ptr(x)}, {ctx.ptr(out)});")

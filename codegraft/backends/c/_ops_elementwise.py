@@ -40,6 +40,10 @@ def expression(step: Step, args: list[str]) -> str:
     binary = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
     if kind in binary:
         return f"{a} {binary[kind]} {args[1]}"
+    if kind in ("max", "min", "prelu"):
+        b = args[1]
+        forms = {"max": f"cg_fmax({a}, {b})", "min": f"cg_fmin({a}, {b})", "prelu": f"({a} < 0.0f ? {b} * {a} : {a})"}
+        return forms[kind]
     simple = {
         "pow": f"powf({a}, {args[1]})" if len(args) > 1 else "",
         "relu": f"({a} > 0.0f ? {a} : 0.0f)",
@@ -57,6 +61,12 @@ def expression(step: Step, args: list[str]) -> str:
     }
     if kind in simple:
         return simple[kind]
+    if kind == "elu":
+        return f"({a} > 0.0f ? {a} : {p[0]} * (cg_exp({a}) - 1.0f))"
+    if kind == "selu":
+        return f"{p[1]} * ({a} > 0.0f ? {a} : {p[0]} * (cg_exp({a}) - 1.0f))"
+    if kind == "softplus":  # log(1 + e^x), exact where e^x overflows a float
+        return f"({a} > 20.0f ? {a} : log1pf(expf({a})))"
     if kind == "leakyrelu":
         return f"({a} >= 0.0f ? {a} : {a} * {p[0]})"
     if kind == "clip":

@@ -18,9 +18,9 @@ NHWC_DOMAIN = "codegraft.nhwc"
 
 UNARY = frozenset(
     {"Relu", "LeakyRelu", "Sigmoid", "Tanh", "Clip", "HardSigmoid", "HardSwish", "Erf", "Gelu", "Exp", "Sqrt",
-     "Neg", "Abs", "Reciprocal"}
+     "Neg", "Abs", "Reciprocal", "Elu", "Selu", "Softplus"}
 )
-BINARY = frozenset({"Add", "Sub", "Mul", "Div", "Pow"})
+BINARY = frozenset({"Add", "Sub", "Mul", "Div", "Pow", "PRelu"})
 VIEWS = frozenset({"Identity", "Dropout", "Reshape", "Flatten", "Squeeze", "Unsqueeze"})
 NHWC_OPS = frozenset({"Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "BatchNormalization"})
 
@@ -91,6 +91,7 @@ _NON_DATA_INPUTS: dict[str, frozenset[int]] = {
     "Squeeze": frozenset({1}),
     "Unsqueeze": frozenset({1}),
     "ReduceMean": frozenset({1}),
+    "ReduceSum": frozenset({1}),
     "Dropout": frozenset({1, 2}),
 }
 
@@ -109,7 +110,8 @@ def _float_data(node: ir.Node) -> str:
 
 
 def _const(value: ir.Value | None) -> bool:
-    return value is not None and value.const_value is not None
+    # An initializer that is also a graph input is only a default: the caller may override it.
+    return value is not None and value.const_value is not None and not value.is_graph_input()
 
 
 def _check_conv(node: ir.Node) -> str:
@@ -261,6 +263,12 @@ def _check_lrn(node: ir.Node) -> str:
     return ""
 
 
+def _check_constant(node: ir.Node) -> str:
+    if not any(node.attributes.get(n) is not None for n in ("value", "value_float", "value_floats")):
+        return "only value, value_float and value_floats are supported"
+    return ""
+
+
 def _ok(node: ir.Node) -> str:
     return ""
 
@@ -280,6 +288,11 @@ _CHECKS: dict[str, Callable[[ir.Node], str]] = {
     "Unsqueeze": _check_axes_input,
     "Dropout": _check_dropout,
     "ReduceMean": _check_reduce_mean,
+    "ReduceSum": _check_reduce_mean,
+    "Constant": _check_constant,
+    "LogSoftmax": _ok,
+    "Max": _ok,
+    "Min": _ok,
     "LRN": _check_lrn,
     "Softmax": _ok,
     "Concat": _ok,
