@@ -316,3 +316,21 @@ def test_reduce_sum_and_constant_node() -> None:
     one("ReduceSum", {"x": (2, 3, 4)}, {"keepdims": 0}, {"axes": np.array([1], np.int64)}, opset=13)
     const = helper.make_node("Constant", [], ["c"], value=helper.make_tensor("v", 1, [4], [1.0, -2.0, 3.0, 0.5]))
     check(make_model([const, helper.make_node("Mul", ["x", "c"], ["y"])], {"x": (3, 4)}, ["y"]))
+
+
+def test_slice_split_pad() -> None:
+    ints = {"starts": np.array([1, -1], np.int64), "ends": np.array([100, 0], np.int64),
+            "axes": np.array([0, 2], np.int64), "steps": np.array([2, -2], np.int64)}
+    node = helper.make_node("Slice", ["x", "starts", "ends", "axes", "steps"], ["y"])
+    check(make_model([node], {"x": (5, 3, 7)}, ["y"], ints, opset=13))
+    split = helper.make_node("Split", ["x", "s"], ["a", "b"], axis=1)
+    check(make_model([split], {"x": (2, 5, 3)}, ["a", "b"], {"s": np.array([2, 3], np.int64)}, opset=13))
+    halves = helper.make_node("Split", ["x"], ["a", "b"], axis=-1)
+    check(make_model([halves], {"x": (2, 6)}, ["a", "b"], opset=13))
+    pad = helper.make_node("Pad", ["x", "p", "v"], ["y"])
+    inits = {"p": np.array([0, 1, 2, 0, 0, 3], np.int64), "v": np.float32(-1.5)}
+    check(make_model([pad], {"x": (2, 3, 4)}, ["y"], inits, opset=13))
+    reflect = helper.make_node("Pad", ["x", "p"], ["y"], mode="reflect")
+    model = make_model([reflect], {"x": (2, 3)}, ["y"], {"p": np.array([0, 1, 0, 1], np.int64)}, opset=13)
+    verdict = CBackend().supports(next(iter(ir.from_proto(model).graph)))
+    assert not verdict and "mode=reflect" in verdict.reason

@@ -28,8 +28,10 @@ from codegraft.backends.c._ops_data import (
     emit_copy,
     emit_global_average,
     emit_lrn,
+    emit_pad,
     emit_pool,
     emit_reduce_mean,
+    emit_slice,
     emit_softmax,
     emit_transpose,
 )
@@ -111,6 +113,10 @@ def _emit(ctx: Context, kernel: Kernel, variants: _Kernels) -> None:
         emit_concat(ctx, core, kernel.in_place)
     elif isinstance(core, g.Lrn):
         emit_lrn(ctx, core)
+    elif isinstance(core, g.Slice):
+        emit_slice(ctx, core)
+    elif isinstance(core, g.Pad):
+        emit_pad(ctx, core)
     elif isinstance(core, g.Copy):
         emit_copy(ctx, core)
     else:

@@ -170,6 +170,22 @@ class Transpose(Op):
 
 
 @dataclass(eq=False)
+class Slice(Op):
+    """``out[i] = in[start + i * step]`` per logical axis (plain layout); also Split's parts."""
+
+    starts: tuple[int, ...] = ()
+    steps: tuple[int, ...] = ()
+
+
+@dataclass(eq=False)
+class Pad(Op):
+    """Constant padding: ``out`` is ``value`` with ``in`` placed at offset ``begins``."""
+
+    begins: tuple[int, ...] = ()
+    value: float = 0.0
+
+
+@dataclass(eq=False)
 class View(Op):
     """The same bytes under another logical shape (Reshape, Flatten, Squeeze, Identity, ...)."""
 

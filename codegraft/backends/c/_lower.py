@@ -453,6 +453,75 @@ def _constant(lw: _Lowerer, node: ir.Node) -> None:
     raise LoweringError("no float value attribute")
 
 
+def _const_ints(node: ir.Node, index: int) -> list[int] | None:
+    value = present(node, index)
+    if value is None or value.const_value is None:
+        return None
+    return [int(v) for v in np.asarray(value.const_value.numpy()).reshape(-1)]
+
+
+def _slice_op(lw: _Lowerer, x: g.Tensor, bounds: dict[int, tuple[int, int, int]]) -> g.Tensor:
+    """``x`` sliced on some axes: axis -> (start, end, step) with numpy semantics."""
+    starts, steps, shape = [], [], []
+    for axis, dim in enumerate(x.shape):
+        start, end, step = bounds.get(axis, (0, dim, 1))
+        chosen = range(*slice(start, end, step).indices(dim))
+        starts.append(chosen.start if len(chosen) else 0)
+        steps.append(step)
+        shape.append(len(chosen))
+    if x.const is not None:
+        index = tuple(slice(*slice(*bounds.get(a, (0, d, 1))).indices(d)) for a, d in enumerate(x.shape))
+        return lw.const(x.const[index])
+    out = lw.new(tuple(shape))
+    lw.ops.append(g.Slice([x], out, starts=tuple(starts), steps=tuple(steps)))
+    return out
+
+
+def _slice(lw: _Lowerer, node: ir.Node) -> None:
+    x = lw.tensor(node.inputs[0])
+    rank = len(x.shape)
+    if opset_of(node) < 10:
+        starts, ends = attr_ints(node, "starts") or [], attr_ints(node, "ends") or []
+        axes, steps = attr_ints(node, "axes"), None
+    else:
+        starts, ends = _const_ints(node, 1) or [], _const_ints(node, 2) or []
+        axes, steps = _const_ints(node, 3), _const_ints(node, 4)
+    axes = axes if axes is not None else list(range(len(starts)))
+    steps = steps if steps is not None else [1] * len(starts)
+    bounds = {a % rank: (b, e, st) for a, b, e, st in zip(axes, starts, ends, steps, strict=True)}
+    lw.bind(node.outputs[0], _slice_op(lw, x, bounds))
+
+
+def _split(lw: _Lowerer, node: ir.Node) -> None:
+    x = lw.tensor(node.inputs[0])
+    axis = attr_int(node, "axis", 0) % len(x.shape)
+    sizes = attr_ints(node, "split") if opset_of(node) < 13 else _const_ints(node, 1)
+    count = len(node.outputs)
+    if not sizes:
+        chunk = -(-x.shape[axis] // count)
+        sizes = [min(chunk, x.shape[axis] - i * chunk) for i in range(count)]
+    start = 0
+    for value, size in zip(node.outputs, sizes, strict=True):
+        lw.bind(value, _slice_op(lw, x, {axis: (start, start + size, 1)}))
+        start += size
+
+
+def _pad(lw: _Lowerer, node: ir.Node) -> None:
+    x = lw.tensor(node.inputs[0])
+    rank = len(x.shape)
+    if opset_of(node) < 11:
+        pads, value = attr_ints(node, "pads") or [0] * (2 * rank), attr_float(node, "value", 0.0)
+    else:
+        pads = _const_ints(node, 1) or [0] * (2 * rank)
+        fill = present(node, 2)
+        value = 0.0 if fill is None or fill.const_value is None else float(fill.const_value.numpy().reshape(-1)[0])
+    begins, ends = pads[:rank], pads[rank:]
+    shape = tuple(d + b + e for d, b, e in zip(x.shape, begins, ends, strict=True))
+    out = lw.new(shape)
+    lw.ops.append(g.Pad([x], out, begins=tuple(begins), value=value))
+    lw.bind(node.outputs[0], out)
+
+
 def _identity(lw: _Lowerer, node: ir.Node) -> None:
     x = lw.tensor(node.inputs[0])
     lw.bind(node.outputs[0], lw.view(x, x.shape))
@@ -481,6 +550,9 @@ _LOWERINGS: dict[str, Callable[[_Lowerer, ir.Node], None]] = {
     "Max": _sum,
     "Min": _sum,
     "Constant": _constant,
+    "Slice": _slice,
+    "Split": _split,
+    "Pad": _pad,
     "LogSoftmax": _softmax,
     "ReduceSum": _reduce_mean,
     "Softmax": _softmax,

@@ -179,5 +179,44 @@ def emit_concat(ctx: Context, op: g.Concat, in_place: frozenset[int] = frozenset
         offset += chunk
 
 
+def emit_slice(ctx: Context, op: g.Slice) -> None:
+    """Strided gather as nested loops (plain layouts)."""
+    x, out = op.inputs[0], op.out
+    in_strides, out_strides = _strides(x.shape), _strides(out.shape)
+    base = sum(s * st for s, st in zip(op.starts, in_strides, strict=True))
+    fn = ctx.name("slice")
+    lines = [f"static void {fn}(const float* x, float* y) {{"]
+    indent = "  "
+    for axis, size in enumerate(out.shape):
+        lines.append(f"{indent}for (long d{axis} = 0; d{axis} < {size}; d{axis}++)")
+        indent += "  "
+    src = " + ".join([str(base)] + [f"d{a} * {op.steps[a] * in_strides[a]}" for a in range(len(out.shape))])
+    dst = " + ".join(["0"] + [f"d{a} * {out_strides[a]}" for a in range(len(out.shape))])
+    lines.append(f"{indent}y[{dst}] = x[{src}];")
+    lines.append("}")
+    ctx.functions.append("\n".join(lines))
+    ctx.body.append(f"  {fn}({ctx.ptr(x)}, {ctx.ptr(out)});")
+
+
+def emit_pad(ctx: Context, op: g.Pad) -> None:
+    """Fill with the constant, then copy the input's rows into place (plain layouts)."""
+    x, out = op.inputs[0], op.out
+    in_strides, out_strides = _strides(x.shape), _strides(out.shape)
+    base = sum(b * st for b, st in zip(op.begins, out_strides, strict=True))
+    fn = ctx.name("pad")
+    lines = [f"static void {fn}(const float* x, float* y) {{",
+             f"  for (long i = 0; i < {out.size}; i++) y[i] = {c_float(op.value)};"]
+    indent = "  "
+    for axis, size in enumerate(x.shape):
+        lines.append(f"{indent}for (long d{axis} = 0; d{axis} < {size}; d{axis}++)")
+        indent += "  "
+    src = " + ".join(["0"] + [f"d{a} * {in_strides[a]}" for a in range(len(x.shape))])
+    dst = " + ".join([str(base)] + [f"d{a} * {out_strides[a]}" for a in range(len(x.shape))])
+    lines.append(f"{indent}y[{dst}] = x[{src}];")
+    lines.append("}")
+    ctx.functions.append("\n".join(lines))
+    ctx.body.append(f"  {fn}({ctx.ptr(x)}, {ctx.ptr(out)});")
+
+
 def emit_copy(ctx: Context, op: g.Copy) -> None:
     ctx.body.append(f"  memcpy({ctx.ptr(op.out)}, {ctx.ptr(op.inputs[0])}, {op.out.size * 4});")

@@ -93,6 +93,9 @@ _NON_DATA_INPUTS: dict[str, frozenset[int]] = {
     "ReduceMean": frozenset({1}),
     "ReduceSum": frozenset({1}),
     "Dropout": frozenset({1, 2}),
+    "Slice": frozenset({1, 2, 3, 4}),
+    "Split": frozenset({1}),
+    "Pad": frozenset({1, 3}),
 }
 
 
@@ -263,6 +266,39 @@ def _check_lrn(node: ir.Node) -> str:
     return ""
 
 
+def _check_slice(node: ir.Node) -> str:
+    if opset_of(node) >= 10 and any(present(node, i) is not None and not _const(present(node, i)) for i in range(1, 5)):
+        return "starts, ends, axes and steps must be constants"
+    if rank_of(node.inputs[0]) is None:
+        return "the input rank is unknown"
+    return ""
+
+
+def _check_split(node: ir.Node) -> str:
+    if opset_of(node) >= 13 and present(node, 1) is not None and not _const(present(node, 1)):
+        return "the split input must be a constant"
+    if rank_of(node.inputs[0]) is None:
+        return "the input rank is unknown"
+    return ""
+
+
+def _check_pad(node: ir.Node) -> str:
+    mode = attr_str(node, "mode", "constant")
+    if mode != "constant":
+        return f"mode={mode} is not supported (only constant)"
+    if opset_of(node) >= 11:
+        if not _const(present(node, 1)) or (present(node, 2) is not None and not _const(present(node, 2))):
+            return "pads and constant_value must be constants"
+        if present(node, 3) is not None:
+            return "the axes input is not supported"
+        pads = [int(v) for v in present(node, 1).const_value.numpy().reshape(-1)]  # type: ignore[union-attr]
+    else:
+        pads = attr_ints(node, "pads") or []
+    if any(p < 0 for p in pads):
+        return "negative pads (cropping) are not supported"
+    return ""
+
+
 def _check_constant(node: ir.Node) -> str:
     if not any(node.attributes.get(n) is not None for n in ("value", "value_float", "value_floats")):
         return "only value, value_float and value_floats are supported"
@@ -290,6 +326,9 @@ _CHECKS: dict[str, Callable[[ir.Node], str]] = {
     "ReduceMean": _check_reduce_mean,
     "ReduceSum": _check_reduce_mean,
     "Constant": _check_constant,
+    "Slice": _check_slice,
+    "Split": _check_split,
+    "Pad": _check_pad,
     "LogSoftmax": _ok,
     "Max": _ok,
     "Min": _ok,
