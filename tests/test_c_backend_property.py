@@ -142,13 +142,17 @@ def broadcast_shapes(draw: st.DrawFn) -> tuple[tuple, tuple]:
 
 
 @SETTINGS
-@given(broadcast_shapes(), st.lists(st.sampled_from(["Add", "Sub", "Mul", "Div", "Relu", "Tanh", "Sigmoid"]),
-                                     min_size=1, max_size=4), st.integers(0, 2**16))
+@given(
+    broadcast_shapes(),
+    st.lists(st.sampled_from(["Add", "Sub", "Mul", "Div", "Max", "Min", "Relu", "Tanh", "Sigmoid"]), min_size=1,
+             max_size=4),
+    st.integers(0, 2**16),
+)
 def test_elementwise_chain_random(shapes: tuple[tuple, tuple], ops: list[str], seed: int) -> None:
     nodes, current = [], "a"
     for index, op in enumerate(ops):
         out = f"t{index}"
-        inputs = [current, "b"] if op in ("Add", "Sub", "Mul", "Div") else [current]
+        inputs = [current, "b"] if op in ("Add", "Sub", "Mul", "Div", "Max", "Min") else [current]
         if op == "Div":  # divide by 1 + |b|: well conditioned, so 1e-4 is a fair tolerance
             nodes.append(helper.make_node("Abs", ["b"], [f"s{index}"]))
             nodes.append(helper.make_node("Add", [f"s{index}", "one"], [f"d{index}"]))
