@@ -38,7 +38,11 @@ def _openvino() -> Backend:
 def _c() -> Backend:
     from codegraft.backends.c import CBackend
 
-    return CBackend()
+    backend = CBackend()
+    reason = backend.unavailable_reason()
+    if reason is not None:
+        raise BackendUnavailable(reason)
+    return backend
 
 
 BUILTIN_BACKENDS: dict[str, BackendFactory] = {
