@@ -18,6 +18,7 @@ import os
 import pathlib
 import platform
 import sys
+import tempfile
 
 from bench import boundary, zoo
 from codegraft._bench import BenchTable, compare
@@ -41,7 +42,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", type=pathlib.Path, default=HERE)
     parser.add_argument("--no-boundary", action="store_true", help="skip the boundary-crossing measurement")
+    parser.add_argument(
+        "--cache-dir", type=pathlib.Path, default=None,
+        help="codegraft's cache (placement timings, C libraries); default: a fresh one, so timings "
+        "cached under other load do not steer this run's placement",
+    )
     args = parser.parse_args(argv)
+    os.environ["CODEGRAFT_CACHE_DIR"] = str(args.cache_dir or tempfile.mkdtemp(prefix="codegraft-bench-"))
     targets = available_targets() if args.targets is None else args.targets
 
     load_before = os.getloadavg()[0]

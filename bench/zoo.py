@@ -187,6 +187,25 @@ def mlp(batch: int = 64, sizes: tuple[int, ...] = (512, 1024, 1024, 1024, 10), s
     return g.model("mlp", [features], x)
 
 
+# --- pointwise pipeline -------------------------------------------------------------------
+def pointwise(stages: int = 12, channels: int = 64, size: int = 112, seed: int = 0) -> onnx.ModelProto:
+    """Per-channel scale and shift then HardSwish (as Mul(x, HardSigmoid(x))), ``stages`` times.
+
+    Feature normalisation and activation stacks look like this: all memory traffic, no
+    arithmetic to hide it.  A code generator that fuses the whole chain into one loop reads
+    the tensor once; op-by-op runtimes read it once per op.
+    """
+    g = _GraphBuilder(seed)
+    x = "image"
+    for _ in range(stages):
+        scale = g.const(g.rng.uniform(0.5, 1.5, (1, channels, 1, 1)).astype(np.float32))
+        shift = g.const(g.rng.uniform(-0.5, 0.5, (1, channels, 1, 1)).astype(np.float32))
+        x = g.op1("Add", [g.op1("Mul", [x, scale]), shift])
+        x = g.op1("Mul", [x, g.op1("HardSigmoid", [x])])
+    image = helper.make_tensor_value_info("image", TensorProto.FLOAT, [1, channels, size, size])
+    return g.model("pointwise", [image], x)
+
+
 # --- the zoo --------------------------------------------------------------------------------
 def _light(name: str) -> Callable[[], onnx.ModelProto]:
     def build() -> onnx.ModelProto:
@@ -199,6 +218,7 @@ ZOO: tuple[ZooModel, ...] = (
     ZooModel("transformer", "encoder, 4 layers, d=256, 4 heads, seq 128", transformer_encoder),
     ZooModel("mobilenet", "MobileNet-style, depthwise-separable, 224x224", mobilenet),
     ZooModel("mlp", "MLP 512-1024-1024-1024-10, batch 64", mlp),
+    ZooModel("pointwise", "12 x (per-channel scale, shift, HardSwish) on 1x64x112x112", pointwise),
     ZooModel("resnet50", "onnx light model, random weights", _light("resnet50")),
     ZooModel("squeezenet", "onnx light model, random weights", _light("squeezenet")),
     ZooModel("densenet121", "onnx light model, random weights", _light("densenet121")),
