@@ -140,12 +140,11 @@ def executable_from_bytes(
     """Load an artifact from bytes; ``where`` names it in errors."""
     header, payload = _parse(data, where)
     supplied = {b.name: b for b in backends}
-    host = OnnxRuntimeBackend()
-    resolved: dict[str, Backend] = {host.name: host, **supplied}
-
     steps: list[Step] = []
     runnables: list[Runnable] = []
     try:
+        host = OnnxRuntimeBackend(spin=len(header["steps"]) == 1)
+        resolved: dict[str, Backend] = {host.name: host, **supplied}
         for entry in header["steps"]:
             step = _step(entry, payload, where)
             backend = _resolve(step.backend, resolved, where)

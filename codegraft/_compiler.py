@@ -87,6 +87,7 @@ def compile(  # noqa: A001 - the public name the README promises
         pass_reports += (quantize_report,)
 
     annotation, plan, placements = plan_model(ir_model, backends, host, options)
+    host.spin = len(plan.partitions) == 1  # see OnnxRuntimeBackend
     by_name: dict[str, Backend] = {b.name: b for b in backends}
     by_name[host.name] = host
 
