@@ -235,3 +235,18 @@ def test_random_graphs_keep_outputs(data: st.DataObject, options: PassOptions) -
     )
     proto = onnx.shape_inference.infer_shapes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
     _run(proto, options)
+
+
+def test_constant_of_shape_weights_become_initializers() -> None:
+    """The light models compute weights with ConstantOfShape; backends need them constant."""
+    from codegraft._model import import_model
+    from codegraft.passes import PassOptions, run_common_passes
+    from codegraft.testing import light_model_path
+
+    model = import_model(light_model_path("inception_v1"))
+    fills = sum(1 for n in model.graph if n.op_type == "ConstantOfShape")
+    record = next(r for r in run_common_passes(model, PassOptions()).records if r.name == "fold_constants")
+    assert f"{fills} ConstantOfShape fills materialised" in record.detail
+    conv = next(n for n in model.graph if n.op_type == "Conv")
+    assert conv.inputs[1] is not None and conv.inputs[1].const_value is not None
+    assert not any(n.op_type == "ConstantOfShape" for n in model.graph)

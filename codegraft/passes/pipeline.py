@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field, fields, replace
 
+import numpy as np
 import onnx_ir as ir
 from onnx_ir.passes import common as ir_passes
 from onnxscript import optimizer
@@ -206,8 +207,49 @@ def _fold_constants(model: ir.Model, options: PassOptions) -> str:
         input_size_limit=options.fold_max_input_elements,
         output_size_limit=options.fold_max_elements,
     )
+    filled = _materialize_constant_of_shape(model, options.fold_max_elements)
     folded = len(_folded_values(model) - before)
-    return f"{folded} values folded into constants (none over {options.fold_max_elements} elements)"
+    return (
+        f"{folded} values folded into constants, {filled} ConstantOfShape fills materialised "
+        f"(none over {options.fold_max_elements} elements)"
+    )
+
+
+def _materialize_constant_of_shape(model: ir.Model, max_elements: int) -> int:
+    """Turn ``ConstantOfShape`` of a constant shape into an initializer.
+
+    onnxscript's folder keeps ConstantOfShape on purpose (a fill is smaller than its
+    result), but a backend needs a weight computed that way as a constant to pack or fuse it
+    (the onnx wheel's light models compute every weight so).  Fills up to ``max_elements``
+    become initializers; graph outputs keep their producer so output names stay put.
+    """
+    graph = model.graph
+    count = 0
+    for node in list(graph):
+        if node.op_type != "ConstantOfShape" or node.domain not in ("", "ai.onnx"):
+            continue
+        shape_value, output = node.inputs[0], node.outputs[0]
+        if shape_value is None or shape_value.const_value is None or output.is_graph_output():
+            continue
+        shape = [int(d) for d in shape_value.const_value.numpy().reshape(-1)]
+        if int(np.prod(shape, dtype=np.int64)) > max_elements:
+            continue
+        fill = node.attributes.get("value")
+        scalar = fill.as_tensor().numpy().reshape(-1)[:1] if fill is not None else np.zeros(1, np.float32)
+        array = np.full(shape, scalar[0], dtype=scalar.dtype)
+        name = output.name
+        output.name = None  # the initializer takes over the name
+        constant = ir.Value(
+            name=name,
+            shape=ir.Shape(shape),
+            type=ir.TensorType(ir.DataType.from_numpy(array.dtype)),
+            const_value=ir.tensor(array, name=name),
+        )
+        output.replace_all_uses_with(constant)
+        graph.remove(node, safe=True)
+        graph.register_initializer(constant)
+        count += 1
+    return count
 
 
 def _cse(model: ir.Model, options: PassOptions) -> str:
