@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 
-.PHONY: demo test install dev bench clean
+.PHONY: demo test lint install dev bench clean
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -24,11 +24,17 @@ dev: $(VENV)/.dev
 demo: $(VENV)/.installed
 	$(PY) examples/demo.py
 
-test: $(VENV)/.dev
+test: lint
 	$(PY) -m pytest -q
+
+lint: $(VENV)/.dev
+	$(PY) -m ruff check .
+	$(PY) -m mypy codegraft
 
 bench: $(VENV)/.dev
 	$(PY) bench/partition_scale.py
+	$(PY) -m bench.models
+	$(PY) -m bench.c_models --write bench/C_RESULTS.md
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis

@@ -310,7 +310,7 @@ def _quantize(model: ir.Model, options: CompileOptions) -> tuple[ir.Model, PassR
     """Static int8 quantization (QDQ) calibrated on the user's samples."""
     if not options.sample_inputs:
         raise ModelError("precision='int8' needs calibration data: pass sample_inputs=[{input name: array}, ...]")
-    from codegraft.passes import quantize_int8
+    from codegraft.passes.quantize import quantize_int8
 
     before = len(model.graph)
     result = quantize_int8(model, list(options.sample_inputs))
