@@ -60,13 +60,17 @@ def compile_command(
     precision: Annotated[str, typer.Option(help="float32, float16, bfloat16")] = "float32",
     placement: Annotated[str, typer.Option(help="first or measured")] = "first",
     strict: Annotated[bool, typer.Option(help="Fail instead of falling back to the host.")] = False,
+    onnx_out: Annotated[
+        Optional[pathlib.Path],  # noqa: UP045
+        typer.Option("--onnx", help="Also write the partitioned model as ONNX (open it in Netron)."),
+    ] = None,
 ) -> None:
     """Compile MODEL for the targets and write one artifact file."""
     import codegraft as cg
 
     exe = cg.compile(
         str(model), targets=targets or [], min_partition_size=min_partition_size, precision=precision,
-        placement=placement, strict=strict,
+        placement=placement, strict=strict, export_onnx=onnx_out,
     )
     exe.save(output)
     for table in exe.report().tables():

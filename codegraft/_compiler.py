@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
@@ -64,6 +65,7 @@ def compile(  # noqa: A001 - the public name the README promises
     *,
     example_inputs: Sequence[Any] | None = None,
     options: CompileOptions | None = None,
+    export_onnx: str | os.PathLike[str] | None = None,
     **overrides: Any,
 ) -> Executable:
     """Compile ``model`` for ``targets`` (ordered by preference); the host takes the rest.
@@ -71,6 +73,8 @@ def compile(  # noqa: A001 - the public name the README promises
     ``model`` is a path, bytes, ``onnx.ModelProto``, ``onnx_ir.Model`` or a torch module
     (with ``example_inputs``).  ``targets`` holds backend names or backend objects.
     Keyword overrides set :class:`CompileOptions` fields, e.g. ``strict=True``.
+    ``export_onnx`` also writes the partitioned model as ONNX, each partition a local
+    function with its backend in the node's metadata, for Netron.
 
     Example::
 
@@ -87,6 +91,10 @@ def compile(  # noqa: A001 - the public name the README promises
         pass_reports += (quantize_report,)
 
     annotation, plan, placements = plan_model(ir_model, backends, host, options)
+    if export_onnx is not None:
+        from codegraft._netron import partitioned_onnx
+
+        onnx.save(partitioned_onnx(ir_model, annotation, plan), os.fspath(export_onnx))
     host.spin = len(plan.partitions) == 1  # see OnnxRuntimeBackend
     by_name: dict[str, Backend] = {b.name: b for b in backends}
     by_name[host.name] = host

@@ -19,9 +19,16 @@ def test_compile_then_run(tmp_path: pathlib.Path) -> None:
     model = tmp_path / "m.onnx"
     onnx.save(light_model("squeezenet"), model)
     artifact = tmp_path / "m.cgx"
-    result = runner.invoke(app, ["compile", str(model), "-t", "numpy_example", "-o", str(artifact)])
+    netron = tmp_path / "partitioned.onnx"
+    result = runner.invoke(
+        app, ["compile", str(model), "-t", "numpy_example", "-o", str(artifact), "--onnx", str(netron)]
+    )
     assert result.exit_code == 0, result.output
     assert artifact.exists() and "partitions" in result.output
+    exported = onnx.load(netron)
+    onnx.checker.check_model(exported)
+    backends = {p.value for n in exported.graph.node for p in n.metadata_props if p.key == "codegraft.backend"}
+    assert backends == {"numpy_example", "onnxruntime"}
 
     result = runner.invoke(app, ["run", str(artifact), "--random", "--save", str(tmp_path / "out"), "--profile"])
     assert result.exit_code == 0, result.output
