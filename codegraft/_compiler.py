@@ -91,6 +91,7 @@ def compile(  # noqa: A001 - the public name the README promises
         pass_reports += (quantize_report,)
 
     annotation, plan, placements = plan_model(ir_model, backends, host, options)
+    _check_host_can_run(annotation, plan, host)
     if export_onnx is not None:
         from codegraft._netron import partitioned_onnx
 
@@ -312,6 +313,23 @@ def _lower_control(
     )
     step = Step(part.name, CONTROL_BACKEND, part.inputs, part.outputs, blob)
     return step, runnable, PartitionReport(**{**base.__dict__, "bodies": bodies})
+
+
+def _check_host_can_run(annotation: Annotation, plan: Plan, host: Backend) -> None:
+    """A node nobody can run is the model's problem: say so now, naming it, not at run time."""
+    for part in plan.partitions:
+        if part.backend != host.name:
+            continue
+        for index in part.node_indices:
+            node = annotation.infos[index].node
+            verdict = host.supports(node)
+            if verdict.ok:
+                continue
+            others = "; ".join(f"{d.backend}: {d.reason}" for d in annotation.declines[index])
+            raise ModelError(
+                f"node {node.name!r} ({node.domain or 'ai.onnx'}::{node.op_type}) can run nowhere: "
+                f"the host declines it ({verdict.reason})" + (f", and so do the targets ({others})" if others else "")
+            )
 
 
 def _quantize(model: ir.Model, options: CompileOptions) -> tuple[ir.Model, PassReport]:

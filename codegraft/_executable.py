@@ -16,7 +16,7 @@ import numpy as np
 
 from codegraft._report import Report
 from codegraft.backend import Backend, Composite, Runnable
-from codegraft.errors import InputError
+from codegraft.errors import BackendError, CodegraftError, InputError
 
 Dim = int | str | None
 
@@ -108,7 +108,14 @@ class Executable:
         env = self._validated(feeds)
         env.update(self.constants)
         for step, runnable, drop in zip(self.steps, self._runnables, self._drop_after, strict=True):
-            results = runnable.run([env[name] for name in step.inputs])
+            try:
+                results = runnable.run([env[name] for name in step.inputs])
+            except CodegraftError:
+                raise
+            except Exception as error:  # name the partition, not a frame deep in a runtime
+                raise BackendError(
+                    f"partition {step.name} on {step.backend} failed: {type(error).__name__}: {error}"
+                ) from error
             env.update(zip(step.outputs, results, strict=True))
             for name in drop:
                 del env[name]

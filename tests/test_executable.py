@@ -75,3 +75,14 @@ def test_intermediates_are_dropped_after_their_last_reader() -> None:
         Step("p2", "x", ("a", "b"), ("out",), b""),
     ]
     assert _last_uses(steps, {"out"}) == [("in",), (), ("a", "b")]
+
+
+def test_a_failing_partition_is_named() -> None:
+    class Broken:
+        def run(self, inputs):  # type: ignore[no-untyped-def]
+            raise RuntimeError("device lost")
+
+    exe = cg.compile(_model(), targets=[SubsetBackend("acc", {"Relu"})])
+    exe._runnables = (exe._runnables[0], Broken())  # the accelerator partition breaks at run time
+    with pytest.raises(cg.BackendError, match=r"partition p1_acc on acc failed: RuntimeError: device lost"):
+        exe.run(_ok())

@@ -83,3 +83,19 @@ def test_torch_module_needs_example_inputs() -> None:
     torch = pytest.importorskip("torch", reason="torch is an optional extra")
     with pytest.raises(cg.ModelError, match="example_inputs"):
         cg.compile(torch.nn.ReLU())
+
+
+def test_a_node_nobody_can_run_is_named_at_compile_time() -> None:
+    from codegraft.testing import SubsetBackend
+
+    graph = helper.make_graph(
+        [helper.make_node("Frobnicate", ["x"], ["y"], domain="vendor.x", name="frob")],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+    )
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("vendor.x", 1)]
+    )
+    with pytest.raises(cg.ModelError, match=r"node 'frob' \(vendor.x::Frobnicate\) can run nowhere: the host"):
+        cg.compile(model, targets=[SubsetBackend("acc", {"Relu"})])

@@ -14,6 +14,7 @@ import onnx
 import onnx_ir as ir
 
 from codegraft.backend import Capabilities, Partition, Runnable, Support
+from codegraft.errors import BackendError
 
 
 class OnnxRuntimeBackend:
@@ -76,9 +77,12 @@ class OnnxRuntimeRunnable:
                     options.log_severity_level = 3  # warnings about unused initializers are noise here
                     if not self._spin:
                         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-                    session = ort.InferenceSession(
-                        self._model_bytes, options, providers=["CPUExecutionProvider"]
-                    )
+                    try:
+                        session = ort.InferenceSession(
+                            self._model_bytes, options, providers=["CPUExecutionProvider"]
+                        )
+                    except Exception as error:  # onnxruntime raises its own pybind types
+                        raise BackendError(f"onnxruntime cannot load this partition: {error}") from None
                     self._input_names = [i.name for i in session.get_inputs()]
                     self._output_names = [o.name for o in session.get_outputs()]
                     self._session = session
