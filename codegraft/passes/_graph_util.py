@@ -2,9 +2,27 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 
 import onnx_ir as ir
+
+
+class FreshNames:
+    """Unique names for the values a pass adds: a taken name gets a numbered suffix."""
+
+    def __init__(self, graph: ir.Graph) -> None:
+        self._taken = {v.name for v in graph.inputs if v.name} | set(graph.initializers)
+        for node in ir.traversal.RecursiveGraphIterator(graph):
+            self._taken |= {v.name for v in node.outputs if v.name}
+        self._counter = itertools.count()
+
+    def __call__(self, base: str) -> str:
+        name = base
+        while name in self._taken:
+            name = f"{base}_{next(self._counter)}"
+        self._taken.add(name)
+        return name
 
 
 def name_nodes(graph: ir.Graph) -> None:

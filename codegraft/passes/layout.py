@@ -15,14 +15,13 @@ this file); onnxruntime cannot run them, only a backend that declared NHWC.
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass, field
 
 import numpy as np
 import onnx_ir as ir
 from onnx_ir.passes.common import ShapeInferencePass
 
-from codegraft.passes._graph_util import subgraphs
+from codegraft.passes._graph_util import FreshNames, subgraphs
 from codegraft.passes._layout_rules import (
     NHWC_DOMAIN,
     ArrivingInput,
@@ -141,23 +140,8 @@ class _Rewriter:
         self.replaced_constants: set[ir.Value] = set()
         self.absorbed: list[ir.Node] = []
         self.conversions: list[Conversion] = []
-        self.names = self._taken_names()
-        self.counter = itertools.count()
+        self._fresh = FreshNames(self.graph)
         self.converted = self.inserted = self.reshaped = self.cancelled = self.folded = 0
-
-    def _taken_names(self) -> set[str]:
-        names = {v.name for v in self.graph.inputs if v.name}
-        names |= set(self.graph.initializers)
-        for node in ir.traversal.RecursiveGraphIterator(self.graph):
-            names |= {v.name for v in node.outputs if v.name}
-        return names
-
-    def _fresh(self, base: str) -> str:
-        name = base
-        while name in self.names:
-            name = f"{base}_{next(self.counter)}"
-        self.names.add(name)
-        return name
 
     # --- what a value looks like now -----------------------------------------------------
 

@@ -11,7 +11,6 @@ on top of this.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
@@ -19,7 +18,7 @@ from typing import Literal
 import onnx_ir as ir
 from onnx_ir.passes.common import ShapeInferencePass
 
-from codegraft.passes._graph_util import name_nodes, subgraphs
+from codegraft.passes._graph_util import FreshNames, name_nodes, subgraphs
 from codegraft.passes._type_slots import Slots, low_precision_slots
 
 __all__ = [
@@ -133,9 +132,7 @@ class _Converter:
         self.forms: dict[tuple[ir.Value, ir.DataType], ir.Value] = {}
         self.replaced_constants: set[ir.Value] = set()
         self.kept: list[KeptOp] = []
-        self.names = {v.name for v in graph.inputs} | set(graph.initializers)
-        self.names |= {v.name for n in ir.traversal.RecursiveGraphIterator(graph) for v in n.outputs}
-        self.counter = itertools.count()
+        self._fresh = FreshNames(graph)
         self.converted = self.casts = self.constants = 0
 
     def is_float32(self, value: ir.Value | None) -> bool:
@@ -222,13 +219,6 @@ class _Converter:
             self.casts += 1
         self.forms[key] = new
         return new
-
-    def _fresh(self, base: str) -> str:
-        name = base
-        while name in self.names:
-            name = f"{base}_{next(self.counter)}"
-        self.names.add(name)
-        return name
 
     def _restore_captured(self, node: ir.Node, subgraph: ir.Graph) -> None:
         """Bodies stay float32: values they read from this graph are cast back up."""
