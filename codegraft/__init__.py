@@ -14,8 +14,9 @@ Vendors implement :class:`Backend` (see :mod:`codegraft.backend`).
 """
 
 from codegraft._artifact import load_executable
-from codegraft._compiler import CompileOptions, compile
+from codegraft._compiler import compile
 from codegraft._executable import Executable, Profile, TensorSpec
+from codegraft._options import CompileOptions
 from codegraft._report import NodeReport, PartitionReport, Report
 from codegraft.backend import Backend, Capabilities, Composite, CompositeRule, Partition, Runnable, Support
 from codegraft.backends import BackendInfo, get_backend, list_backends

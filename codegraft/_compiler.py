@@ -2,61 +2,31 @@
 
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from dataclasses import replace
+from typing import Any
 
 import numpy as np
 import onnx
 import onnx_ir as ir
 
-from codegraft._annotate import Annotation, annotate, check_node
-from codegraft._control import (
-    CONTROL_BACKEND,
-    CONTROL_OPS,
-    ControlGroupRunnable,
-    body_graphs,
-    compile_control_nodes,
-    control_blob,
-)
+from codegraft._annotate import Annotation, annotate
+from codegraft._control import CONTROL_BACKEND, mark_control_units
 from codegraft._dtypes import numpy_dtype
 from codegraft._executable import Executable, Step, TensorSpec
-from codegraft._extract import PartitionPlan, Plan, partition_proto, plan_partitions
-from codegraft._lower import LoweringRequest, ShapeSpecialisingRunnable, compile_blob, load_runnable
+from codegraft._extract import Plan, plan_partitions
 from codegraft._model import ModelSource, import_model
+from codegraft._options import CompileOptions
 from codegraft._partition import demote_small_groups, partition_units
 from codegraft._report import NodeReport, PartitionReport, PassReport, PlacementReport, Report
-from codegraft.backend import Backend, Partition, Runnable
+from codegraft._steps import lower_control, lower_partition
+from codegraft.backend import Backend, Runnable
 from codegraft.backends import get_backend
 from codegraft.backends.onnxruntime import OnnxRuntimeBackend
-from codegraft.errors import BackendError, CodegraftError, ModelError
-
-log = logging.getLogger("codegraft")
+from codegraft.errors import BackendError, ModelError
 
 Target = str | Backend
-
-
-@dataclass(frozen=True)
-class CompileOptions:
-    """How to compile; every field has a keyword of the same name on :func:`compile`.
-
-    ``min_partition_size``: non-host partitions with fewer nodes go back to the host.
-    ``strict``: a partition its backend fails to compile is an error instead of a fallback.
-    ``precision``: compute precision asked of backends that declare it.
-    ``passes``: names of the common passes to run (``None``: the default set; ``()``: none).
-    ``placement``: ``"first"`` (first target that supports a node) or ``"measured"``.
-    ``threads``: intra-op threads of the host (0: all cores).
-    """
-
-    min_partition_size: int = 1
-    strict: bool = False
-    precision: str = "float32"
-    passes: Sequence[str] | None = None
-    placement: Literal["first", "measured"] = "first"
-    threads: int = 0
-    sample_inputs: tuple[dict[str, np.ndarray], ...] = field(default=())
 
 
 def compile(  # noqa: A001 - the public name the README promises
@@ -104,6 +74,7 @@ def compile(  # noqa: A001 - the public name the README promises
     runnables: list[Runnable] = []
     part_reports: list[PartitionReport] = []
     control_constants: dict[str, np.ndarray] = {}
+    target_names = {b.name for b in backends}
     samples = _partition_samples(ir_model, plan, options, host.name)
     for part in plan.partitions:
         if not part.outputs:  # nothing reads what it computes: nothing to run
@@ -117,10 +88,14 @@ def compile(  # noqa: A001 - the public name the README promises
                 for name in part.initializers
             )
             part = replace(part, inputs=part.inputs + part.initializers, initializers=())
-            step, runnable, part_report = _lower_control(ir_model, annotation, part, backends, host, options)
+            step, runnable, part_report = lower_control(
+                ir_model, annotation, part, host, options,
+                lambda proto, name: compile(proto, targets=backends, options=options),
+            )
         else:
-            step, runnable, part_report = _lower_partition(
-                ir_model, annotation, part, by_name, host, options, samples, frozenset(b.name for b in backends)
+            step, runnable, part_report = lower_partition(
+                ir_model, annotation, part, by_name[part.backend], host, options,
+                samples.get(part.name, ()), host_is_target=host.name in target_names,
             )
         steps.append(step)
         runnables.append(runnable)
@@ -151,7 +126,7 @@ def plan_model(
     annotation = annotate(ir_model.graph, backends, host=host.name)
     placements: tuple[PlacementReport, ...] = ()
     unit_backends = [unit.backend for unit in annotation.units]
-    _run_control_flow_ourselves(annotation, unit_backends, backends)
+    mark_control_units(annotation, unit_backends, backends)
     if options.placement == "measured" and backends:  # the host is always a candidate too
         from codegraft._placement import measure_placement
 
@@ -216,105 +191,6 @@ def _partition(
     return plan_partitions(model, annotation, groups)
 
 
-def _lower_partition(
-    model: ir.Model,
-    annotation: Annotation,
-    part: PartitionPlan,
-    backends: dict[str, Backend],
-    host: OnnxRuntimeBackend,
-    options: CompileOptions,
-    samples: dict[str, tuple[dict[str, np.ndarray], ...]],
-    targets: frozenset[str],
-) -> tuple[Step, Runnable, PartitionReport]:
-    proto = partition_proto(model, annotation, part)
-    backend = backends[part.backend]
-    # The host keeps float32 unless the user listed it as a target too.
-    precision = options.precision if backend is not host or host.name in targets else "float32"
-    request = LoweringRequest(part.name, part.composites, precision, samples.get(part.name, ()))
-    base = PartitionReport(part.name, part.backend, len(part.node_indices), part.inputs, part.outputs)
-    caps = backend.capabilities
-    if backend is not host and not caps.dynamic_shapes and not _static_inputs(proto):
-        template = proto.SerializeToString()
-        runnable: Runnable = ShapeSpecialisingRunnable(backend, template, request, host, strict=options.strict)
-        step = Step(part.name, part.backend, part.inputs, part.outputs, None, template, caps.native_code,
-                    part.composites, options.precision)
-        return step, runnable, PartitionReport(**{**base.__dict__, "deferred": True})
-    try:
-        blob, conversion_note = compile_blob(backend, proto, request)
-        runnable = load_runnable(backend, blob, part.name)
-    except BackendError as error:
-        if options.strict or backend is host:
-            raise
-        log.warning("%s; falling back to %s", error, host.name)
-        blob = host.compile(Partition(part.name, ir.from_proto(proto)))
-        step = Step(part.name, host.name, part.inputs, part.outputs, blob)
-        report = PartitionReport(
-            part.name, host.name, base.nodes, part.inputs, part.outputs,
-            requested_backend=part.backend, fallback_error=str(error),
-        )
-        return step, host.load(blob), report
-    step = Step(part.name, part.backend, part.inputs, part.outputs, blob, None, caps.native_code,
-                part.composites, options.precision)
-    return step, runnable, replace(base, conversion_note=conversion_note)
-
-
-def _run_control_flow_ourselves(annotation: Annotation, unit_backends: list[str], backends: Sequence[Backend]) -> None:
-    """If/Loop nodes whose bodies a target could partly take run in codegraft's runtime."""
-    if not backends:
-        return
-    for index, unit in enumerate(annotation.units):
-        if len(unit.nodes) != 1:
-            continue
-        node = annotation.infos[unit.nodes[0]].node
-        if node.op_type not in CONTROL_OPS or node.domain not in ("", "ai.onnx"):
-            continue
-        inner = [n for graph in body_graphs(node).values() for n in ir.traversal.RecursiveGraphIterator(graph)]
-        if any(check_node(b, n).ok for n in inner for b in backends if not _has_subgraphs(n)):
-            unit_backends[index] = CONTROL_BACKEND
-
-
-def _has_subgraphs(node: ir.Node) -> bool:
-    return any(a.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS) for a in node.attributes.values())
-
-
-def _lower_control(
-    model: ir.Model,
-    annotation: Annotation,
-    part: PartitionPlan,
-    backends: Sequence[Backend],
-    host: OnnxRuntimeBackend,
-    options: CompileOptions,
-) -> tuple[Step, Runnable, PartitionReport]:
-    nodes = [annotation.infos[i].node for i in part.node_indices]
-
-    def compile_body(proto: onnx.ModelProto, name: str) -> Executable:
-        return compile(proto, targets=backends, options=options)
-
-    base = PartitionReport(part.name, CONTROL_BACKEND, len(nodes), part.inputs, part.outputs)
-    try:
-        compiled = compile_control_nodes(model, nodes, compile_body)
-    except CodegraftError as error:
-        if options.strict:
-            raise
-        log.warning("compiling the bodies of %s failed (%s); the host runs it", part.name, error)
-        proto = partition_proto(model, annotation, part)
-        blob = host.compile(Partition(part.name, ir.from_proto(proto)))
-        step = Step(part.name, host.name, part.inputs, part.outputs, blob)
-        report = PartitionReport(part.name, host.name, len(nodes), part.inputs, part.outputs,
-                                 requested_backend=CONTROL_BACKEND, fallback_error=str(error))
-        return step, host.load(blob), report
-    runnable = ControlGroupRunnable(compiled, part.inputs, part.outputs)
-    blob = control_blob(compiled, part.inputs, part.outputs)
-    bodies = "; ".join(
-        f"{node.name}.{body.attribute}: "
-        + ", ".join(f"{b} {n}" for b, n in sorted(body.executable.report().nodes_per_backend().items()))
-        for node in compiled
-        for body in node.bodies.values()
-    )
-    step = Step(part.name, CONTROL_BACKEND, part.inputs, part.outputs, blob)
-    return step, runnable, PartitionReport(**{**base.__dict__, "bodies": bodies})
-
-
 def _check_host_can_run(annotation: Annotation, plan: Plan, host: Backend) -> None:
     """A node nobody can run is the model's problem: say so now, naming it, not at run time."""
     for part in plan.partitions:
@@ -374,12 +250,6 @@ def _partition_samples(
         for p in plan.partitions
         if p.backend != host and all(name in every[0] for name in p.inputs)
     }
-
-
-def _static_inputs(proto: onnx.ModelProto) -> bool:
-    return all(
-        d.HasField("dim_value") for value in proto.graph.input for d in value.type.tensor_type.shape.dim
-    ) and all(value.type.tensor_type.HasField("shape") for value in proto.graph.input)
 
 
 def _constant_outputs(model: ir.Model) -> dict[str, np.ndarray]:

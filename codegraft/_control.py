@@ -20,7 +20,9 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
+from codegraft._annotate import Annotation, check_node
 from codegraft._executable import Executable
+from codegraft.backend import Backend
 
 CONTROL_BACKEND = "codegraft.control"
 CONTROL_OPS = frozenset({"If", "Loop"})
@@ -48,6 +50,25 @@ class ControlNode:
     inputs: tuple[str, ...]  # "" for an omitted optional input
     outputs: tuple[str, ...]
     bodies: dict[str, Body]
+
+
+def mark_control_units(annotation: Annotation, unit_backends: list[str], backends: Sequence[Backend]) -> None:
+    """Send If/Loop units whose bodies a target could partly take to codegraft's runtime."""
+    if not backends:
+        return
+    for index, unit in enumerate(annotation.units):
+        if len(unit.nodes) != 1:
+            continue
+        node = annotation.infos[unit.nodes[0]].node
+        if node.op_type not in CONTROL_OPS or node.domain not in ("", "ai.onnx"):
+            continue
+        inner = [n for graph in body_graphs(node).values() for n in ir.traversal.RecursiveGraphIterator(graph)]
+        if any(check_node(b, n).ok for n in inner for b in backends if not _has_subgraphs(n)):
+            unit_backends[index] = CONTROL_BACKEND
+
+
+def _has_subgraphs(node: ir.Node) -> bool:
+    return any(a.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS) for a in node.attributes.values())
 
 
 def body_graphs(node: ir.Node) -> dict[str, ir.Graph]:

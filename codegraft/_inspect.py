@@ -10,9 +10,10 @@ import onnx
 import onnx_ir as ir
 
 from codegraft._annotate import Annotation
-from codegraft._compiler import CompileOptions, Target, _resolve_targets, _run_common_passes, plan_model
+from codegraft._compiler import Target, _resolve_targets, _run_common_passes, plan_model
 from codegraft._extract import Plan
 from codegraft._model import ModelSource, import_model
+from codegraft._options import CompileOptions
 from codegraft._report import NodeReport, PartitionReport, Report
 from codegraft.backends.onnxruntime import OnnxRuntimeBackend
 

@@ -32,7 +32,7 @@ from codegraft.backend import Backend, Composite, Runnable, backend_version
 from codegraft.errors import BackendError
 
 if TYPE_CHECKING:
-    from codegraft._compiler import CompileOptions
+    from codegraft._options import CompileOptions
 
 CACHE_ENV = "CODEGRAFT_CACHE_DIR"
 # Timing: warm-up runs, then timed runs until both limits are reached (whichever is later).

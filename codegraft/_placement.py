@@ -61,7 +61,7 @@ from codegraft._report import PlacementReport
 from codegraft.backend import Backend
 
 if TYPE_CHECKING:
-    from codegraft._compiler import CompileOptions
+    from codegraft._options import CompileOptions
 
 # Added to each change of backend on top of the new backend's call overhead: runtimes run
 # back to back disturb each other (worker threads still spinning, caches), which timing

@@ -1,0 +1,116 @@
+"""Turning planned partitions into executable steps: compile, load, or fall back to the host.
+
+A partition its backend fails to compile or load runs on the host instead (unless
+``strict``), and its report says so with the error; nothing is lost.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import replace
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+
+from codegraft._annotate import Annotation
+from codegraft._control import CONTROL_BACKEND, ControlGroupRunnable, compile_control_nodes, control_blob
+from codegraft._executable import Executable, Step
+from codegraft._extract import PartitionPlan, partition_proto
+from codegraft._lower import LoweringRequest, ShapeSpecialisingRunnable, compile_blob, load_runnable
+from codegraft._options import CompileOptions
+from codegraft._report import PartitionReport
+from codegraft.backend import Backend, Partition, Runnable
+from codegraft.errors import BackendError, CodegraftError
+
+log = logging.getLogger("codegraft")
+
+Lowered = tuple[Step, Runnable, PartitionReport]
+
+
+def lower_partition(
+    model: ir.Model,
+    annotation: Annotation,
+    part: PartitionPlan,
+    backend: Backend,
+    host: Backend,
+    options: CompileOptions,
+    samples: tuple[dict[str, np.ndarray], ...],
+    host_is_target: bool,
+) -> Lowered:
+    """Compile and load one partition on its backend (deferred per shape where needed)."""
+    proto = partition_proto(model, annotation, part)
+    # The host keeps float32 unless the user listed it as a target too.
+    precision = options.precision if backend is not host or host_is_target else "float32"
+    request = LoweringRequest(part.name, part.composites, precision, samples)
+    base = PartitionReport(part.name, part.backend, len(part.node_indices), part.inputs, part.outputs)
+    caps = backend.capabilities
+    if backend is not host and not caps.dynamic_shapes and not static_inputs(proto):
+        template = proto.SerializeToString()
+        runnable: Runnable = ShapeSpecialisingRunnable(backend, template, request, host, strict=options.strict)
+        step = Step(part.name, part.backend, part.inputs, part.outputs, None, template, caps.native_code,
+                    part.composites, options.precision)
+        return step, runnable, replace(base, deferred=True)
+    try:
+        blob, conversion_note = compile_blob(backend, proto, request)
+        runnable = load_runnable(backend, blob, part.name)
+    except BackendError as error:
+        if options.strict or backend is host:
+            raise
+        return host_fallback(part, proto, host, error)
+    step = Step(part.name, part.backend, part.inputs, part.outputs, blob, None, caps.native_code,
+                part.composites, options.precision)
+    return step, runnable, replace(base, conversion_note=conversion_note)
+
+
+def lower_control(
+    model: ir.Model,
+    annotation: Annotation,
+    part: PartitionPlan,
+    host: Backend,
+    options: CompileOptions,
+    compile_body: Callable[[onnx.ModelProto, str], Executable],
+) -> Lowered:
+    """A partition of If/Loop nodes whose bodies are compiled for the targets, recursively."""
+    nodes = [annotation.infos[i].node for i in part.node_indices]
+    try:
+        compiled = compile_control_nodes(model, nodes, compile_body)
+    except CodegraftError as error:
+        if options.strict:
+            raise
+        return host_fallback(part, partition_proto(model, annotation, part), host, error)
+    bodies = "; ".join(
+        f"{node.name}.{body.attribute}: "
+        + ", ".join(f"{b} {n}" for b, n in sorted(body.executable.report().nodes_per_backend().items()))
+        for node in compiled
+        for body in node.bodies.values()
+    )
+    blob = control_blob(compiled, part.inputs, part.outputs)
+    step = Step(part.name, CONTROL_BACKEND, part.inputs, part.outputs, blob)
+    report = PartitionReport(part.name, CONTROL_BACKEND, len(nodes), part.inputs, part.outputs, bodies=bodies)
+    return step, ControlGroupRunnable(compiled, part.inputs, part.outputs), report
+
+
+def host_fallback(part: PartitionPlan, proto: onnx.ModelProto, host: Backend, error: Exception) -> Lowered:
+    """Run ``part`` on the host because its backend failed; the report keeps the error."""
+    log.warning("%s; %s runs %s instead", error, host.name, part.name)
+    blob = host.compile(Partition(part.name, ir.from_proto(proto)))
+    step = Step(part.name, host.name, part.inputs, part.outputs, blob)
+    report = PartitionReport(
+        part.name, host.name, len(part.node_indices), part.inputs, part.outputs,
+        requested_backend=part.backend, fallback_error=str(error),
+    )
+    return step, host.load(blob), report
+
+
+def static_inputs(proto: onnx.ModelProto) -> bool:
+    """Whether every input of ``proto`` has a fully known shape."""
+    return all(
+        value.type.tensor_type.HasField("shape")
+        and all(d.HasField("dim_value") for d in value.type.tensor_type.shape.dim)
+        for value in proto.graph.input
+    )
+
+
+__all__ = ["Lowered", "host_fallback", "lower_control", "lower_partition", "static_inputs"]
