@@ -334,3 +334,38 @@ def test_slice_split_pad() -> None:
     model = make_model([reflect], {"x": (2, 3)}, ["y"], {"p": np.array([0, 1, 0, 1], np.int64)}, opset=13)
     verdict = CBackend().supports(next(iter(ir.from_proto(model).graph)))
     assert not verdict and "mode=reflect" in verdict.reason
+
+
+@pytest.mark.parametrize(("axis", "shape", "bias"), [(-1, (2, 5, 48), True), (1, (2, 3, 4, 5), False),
+                                                      (0, (3, 7), True), (-2, (2, 3, 33), True)])
+def test_layer_normalization(axis: int, shape: tuple, bias: bool) -> None:
+    normalized = shape[axis % len(shape):]
+    inits = {"s": rand(*normalized, low=0.5, high=1.5)}
+    if bias:
+        inits["b"] = rand(*normalized)
+    one("LayerNormalization", {"x": shape}, {"axis": axis, "epsilon": 1e-3}, inits)
+
+
+def test_layer_normalization_after_matmul_and_declined_outputs() -> None:
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"]),
+             helper.make_node("LayerNormalization", ["m", "s", "b"], ["n"]),
+             helper.make_node("Relu", ["n"], ["y"])]
+    model = make_model(nodes, {"x": (2, 6, 16)}, ["y"], {"w": rand(16, 40), "s": rand(40), "b": rand(40)})
+    check(model)
+    # large offsets: the two-pass variance does not cancel
+    x = {"x": (RNG.standard_normal((4, 64)) + 1000).astype(np.float32)}
+    from c_backend_util import run_c
+
+    from codegraft.testing import assert_close, run_onnxruntime
+
+    ln = make_model([helper.make_node("LayerNormalization", ["x", "s"], ["y"])], {"x": (4, 64)}, ["y"],
+                    {"s": rand(64)})
+    assert_close(run_c(ln, x), run_onnxruntime(ln, x), rtol=1e-3)
+    both = make_model([helper.make_node("LayerNormalization", ["x", "s"], ["y", "mean"])], {"x": (4, 64)},
+                      ["y", "mean"], {"s": rand(64)})
+    verdict = CBackend().supports(next(iter(ir.from_proto(both).graph)))
+    assert not verdict and "Mean and InvStdDev" in verdict.reason
+    runtime_scale = make_model([helper.make_node("LayerNormalization", ["x", "s"], ["y"])],
+                               {"x": (4, 64), "s": (64,)}, ["y"])
+    verdict = CBackend().supports(next(iter(ir.from_proto(runtime_scale).graph)))
+    assert not verdict and "scale must be a constant" in verdict.reason

@@ -337,3 +337,21 @@ def test_axis_ops_random(shape: list[int], data: st.DataObject) -> None:
     else:
         attrs = {"alpha": data.draw(st.floats(0.05, 1)), "beta": data.draw(st.floats(-1, 1))}
     check(make_model([helper.make_node(op, names, ["y"], **attrs)], inputs, ["y"], opset=opset))
+
+
+@SETTINGS
+@given(st.lists(st.integers(1, 6), max_size=3), st.integers(1, 70), st.data())
+def test_layer_normalization_random(lead: list[int], last: int, data: st.DataObject) -> None:
+    shape = [*lead, last]
+    rank = len(shape)
+    axis = data.draw(st.integers(-rank, rank - 1))
+    normalized = shape[axis % rank:]
+    seed = data.draw(st.integers(0, 2**16))
+    inits = {"s": _weights(seed, *normalized)}
+    names = ["x", "s"]
+    if data.draw(st.booleans()):
+        inits["b"] = _weights(seed + 1, *normalized)
+        names.append("b")
+    attrs = {"axis": axis, "epsilon": data.draw(st.sampled_from([1e-5, 1e-12, 0.1]))}
+    node = helper.make_node("LayerNormalization", names, ["y"], **attrs)
+    check(make_model([node], {"x": tuple(shape)}, ["y"], inits), seed=seed)

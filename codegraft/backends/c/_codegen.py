@@ -27,6 +27,7 @@ from codegraft.backends.c._ops_data import (
     emit_concat,
     emit_copy,
     emit_global_average,
+    emit_layernorm,
     emit_lrn,
     emit_pad,
     emit_pool,
@@ -105,6 +106,8 @@ def _emit(ctx: Context, kernel: Kernel, variants: _Kernels) -> None:
         emit_global_average(ctx, core)
     elif isinstance(core, g.Softmax):
         emit_softmax(ctx, core)
+    elif isinstance(core, g.LayerNorm):
+        emit_layernorm(ctx, core)
     elif isinstance(core, g.ReduceMean):
         emit_reduce_mean(ctx, core)
     elif isinstance(core, g.Transpose):

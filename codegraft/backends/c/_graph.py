@@ -138,6 +138,17 @@ class Softmax(Op):
 
 
 @dataclass(eq=False)
+class LayerNorm(Op):
+    """LayerNormalization of ``[outer, n]`` rows (plain layout): ``scale``/``bias`` hold ``n`` floats."""
+
+    outer: int = 1
+    n: int = 1
+    epsilon: float = 1e-5
+    scale: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float32))
+    bias: np.ndarray | None = None
+
+
+@dataclass(eq=False)
 class ReduceMean(Op):
     """Mean (or, with ``mean=False``, sum) over ``axes`` (logical order)."""
 

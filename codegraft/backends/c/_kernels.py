@@ -291,6 +291,41 @@ static void cg_softmax(const float* x, float* y, long outer, long n, long inner,
   const cg_softmax_t k = {x, y, n, inner, log};
   cg_parallel(outer * inner, cg_softmax_line, &k);
 }
+
+/* LayerNormalization over contiguous rows of n: two passes (mean, then the centred sum of
+   squares, as accurate as onnxruntime's), VW partial sums in registers, then scale and
+   bias (weights of n floats, or NULL for no bias) applied in the same loop as the store. */
+typedef struct { const float* x; float* y; const float* g; const float* b; long n; float eps; } cg_layernorm_t;
+static void cg_layernorm_row(const void* ctx, long row) {
+  const cg_layernorm_t* k = ctx;
+  const long n = k->n;
+  const float* xp = k->x + row * n;
+  float* yp = k->y + row * n;
+  vf vs = (vf){0};
+  long j = 0;
+  for (; j + VW <= n; j += VW) vs += *(const vfu*)(xp + j);
+  float s = 0.0f;
+  for (int l = 0; l < VW; l++) s += vs[l];
+  for (; j < n; j++) s += xp[j];
+  const float mean = s / (float)n;
+  vf vq = (vf){0};
+  for (j = 0; j + VW <= n; j += VW) { const vf d = *(const vfu*)(xp + j) - mean; vq += d * d; }
+  float q = 0.0f;
+  for (int l = 0; l < VW; l++) q += vq[l];
+  for (; j < n; j++) { const float d = xp[j] - mean; q += d * d; }
+  const float inv = 1.0f / sqrtf(q / (float)n + k->eps);
+  const float* g = k->g;
+  const float* b = k->b;
+  if (b) {
+    for (j = 0; j < n; j++) yp[j] = (xp[j] - mean) * inv * g[j] + b[j];
+  } else {
+    for (j = 0; j < n; j++) yp[j] = (xp[j] - mean) * inv * g[j];
+  }
+}
+static void cg_layernorm(const float* x, float* y, const float* g, const float* b, long outer, long n, float eps) {
+  const cg_layernorm_t k = {x, y, g, b, n, eps};
+  cg_parallel(outer, cg_layernorm_row, &k);
+}
 """
 
 

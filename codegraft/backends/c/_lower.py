@@ -351,6 +351,35 @@ def _softmax(lw: _Lowerer, node: ir.Node) -> None:
     lw.bind(node.outputs[0], out)
 
 
+def _layernorm(lw: _Lowerer, node: ir.Node) -> None:
+    """Rows ``[outer, n]`` with ``n`` the product of the axes from ``axis`` on; scale and bias folded to ``n``."""
+    x = lw.tensor(node.inputs[0])
+    rank = len(x.shape)
+    axis = attr_int(node, "axis", -1)
+    if not -rank <= axis < rank:
+        raise LoweringError(f"axis={axis} is out of range for rank {rank}")
+    axis %= rank
+    normalized = x.shape[axis:]
+    params: list[np.ndarray | None] = []
+    for index in (1, 2):
+        value = present(node, index)
+        if value is None:
+            params.append(None)
+            continue
+        const = lw.tensor(value).const
+        if const is None:
+            raise LoweringError(f"input {index} must be a constant")
+        try:
+            params.append(np.broadcast_to(np.asarray(const, np.float32), normalized).reshape(-1))
+        except ValueError:
+            raise LoweringError(f"input {index} of shape {const.shape} does not broadcast to {normalized}") from None
+    assert params[0] is not None
+    out = lw.new(x.shape)
+    lw.ops.append(g.LayerNorm([x], out, outer=math.prod(x.shape[:axis]), n=math.prod(normalized),
+                              epsilon=attr_float(node, "epsilon", 1e-5), scale=params[0], bias=params[1]))
+    lw.bind(node.outputs[0], out)
+
+
 def _axes(lw: _Lowerer, node: ir.Node, input_from: int) -> list[int] | None:
     if opset_of(node) < input_from:
         return attr_ints(node, "axes")
@@ -557,6 +586,7 @@ _LOWERINGS: dict[str, Callable[[_Lowerer, ir.Node], None]] = {
     "ReduceSum": _reduce_mean,
     "Softmax": _softmax,
     "ReduceMean": _reduce_mean,
+    "LayerNormalization": _layernorm,
     "Concat": _concat,
     "LRN": _lrn,
     "Reshape": _reshape,

@@ -1,4 +1,4 @@
-"""Pools, Softmax, ReduceMean and data movement (Transpose, Concat, Copy)."""
+"""Pools, Softmax, LayerNormalization, ReduceMean and data movement (Transpose, Concat, Copy)."""
 
 from __future__ import annotations
 
@@ -40,6 +40,15 @@ def emit_global_average(ctx: Context, op: g.GlobalAveragePool) -> None:
 def emit_softmax(ctx: Context, op: g.Softmax) -> None:
     ctx.body.append(
         f"  cg_softmax({ctx.ptr(op.inputs[0])}, {ctx.ptr(op.out)}, {op.outer}, {op.n}, {op.inner}, {int(op.log)});"
+    )
+
+
+def emit_layernorm(ctx: Context, op: g.LayerNorm) -> None:
+    scale = ctx.weight(op.scale)
+    bias = ctx.weight(op.bias) if op.bias is not None else "(const float*)0"
+    ctx.body.append(
+        f"  cg_layernorm({ctx.ptr(op.inputs[0])}, {ctx.ptr(op.out)}, {scale}, {bias}, {op.outer}, {op.n}, "
+        f"{c_float(op.epsilon)});"
     )
 
 

@@ -216,6 +216,17 @@ def _check_clip(node: ir.Node) -> str:
     return ""
 
 
+def _check_layernorm(node: ir.Node) -> str:
+    if not _const(present(node, 1)):
+        return "scale must be a constant initializer"
+    bias = present(node, 2)
+    if bias is not None and not _const(bias):
+        return "bias must be a constant initializer"
+    if any(v.uses() or v.is_graph_output() for v in node.outputs[1:]):
+        return "the Mean and InvStdDev outputs are not supported (only Y)"
+    return ""
+
+
 def _check_gelu(node: ir.Node) -> str:
     approximate = attr_str(node, "approximate", "none")
     return "" if approximate in ("none", "tanh") else f"approximate={approximate!r} is not supported"
@@ -325,6 +336,7 @@ _CHECKS: dict[str, Callable[[ir.Node], str]] = {
     "Dropout": _check_dropout,
     "ReduceMean": _check_reduce_mean,
     "ReduceSum": _check_reduce_mean,
+    "LayerNormalization": _check_layernorm,
     "Constant": _check_constant,
     "Slice": _check_slice,
     "Split": _check_split,
