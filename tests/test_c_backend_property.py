@@ -355,3 +355,30 @@ def test_layer_normalization_random(lead: list[int], last: int, data: st.DataObj
     attrs = {"axis": axis, "epsilon": data.draw(st.sampled_from([1e-5, 1e-12, 0.1]))}
     node = helper.make_node("LayerNormalization", names, ["y"], **attrs)
     check(make_model([node], {"x": tuple(shape)}, ["y"], inits), seed=seed)
+
+
+@st.composite
+def depthwise_cases(draw: st.DrawFn) -> tuple[dict, tuple, tuple]:
+    """groups == channels: channel counts across SIMD widths, rows wide enough for interior blocks."""
+    spatial = draw(st.sampled_from([1, 2, 2]))
+    channels = draw(st.integers(1, 40))
+    kernel = [draw(st.integers(1, 5)) for _ in range(spatial)]
+    dilations = [draw(st.integers(1, 2)) for _ in range(spatial)]
+    attrs: dict = {"group": channels, "strides": [draw(st.integers(1, 3)) for _ in range(spatial)],
+                   "dilations": dilations, "pads": [draw(st.integers(0, 3)) for _ in range(2 * spatial)]}
+    extent = [(k - 1) * d + 1 for k, d in zip(kernel, dilations, strict=True)]
+    size = [draw(st.integers(max(e - 2, 1), e + 26)) for e in extent]
+    size = [max(s, e - p0 - p1) for s, e, p0, p1 in
+            zip(size, extent, attrs["pads"][:spatial], attrs["pads"][spatial:], strict=True)]
+    return attrs, (draw(st.integers(1, 2)), channels, *size), (channels, 1, *kernel)
+
+
+@SETTINGS
+@given(depthwise_cases(), st.integers(0, 2**16))
+def test_depthwise_conv_random(case: tuple[dict, tuple, tuple], seed: int) -> None:
+    attrs, x, w = case
+    c = x[1]
+    inits = {"w": _weights(seed, *w), "b": _weights(seed + 1, c), "lo": np.float32(0.0), "hi": np.float32(0.6)}
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], **attrs),
+             helper.make_node("Clip", ["c", "lo", "hi"], ["y"])]
+    check(make_model(nodes, {"x": x}, ["y"], inits), seed=seed)

@@ -110,53 +110,7 @@ static void cg_pack(const float* b, long K, long N, long sk, long sn, float* pac
   cg_parallel(nmb, cg_pack_block, &p);
 }
 
-/* Depthwise convolution (one input and one output channel per group), channels-last.
-   A block of 8 output pixels x one SIMD vector of channels stays in registers across all
-   taps; channels beyond the last full vector take a scalar loop.  One task per output row. */
 typedef float vfu __attribute__((vector_size(VW * 4), aligned(4)));  /* unaligned loads */
-typedef struct {
-  const float* xp; long N, Hp, Wp, C, OH, OW, sh, sw, ntaps; const long* tapoff; const float* w; float* y;
-  cg_ep ep; const float* const* ops;
-} cg_dw_t;
-enum { CG_DW_PIXELS = 8 };
-static void cg_depthwise_row(const void* ctx, long task) {
-  const cg_dw_t* k = ctx;
-  enum { PB = CG_DW_PIXELS };
-  const long C = k->C, CV = C / VW * VW;
-  const long oh = task % k->OH, n = task / k->OH;
-  const float* row = k->xp + (n * k->Hp + oh * k->sh) * k->Wp * C;
-  float acc[PB * C];
-  for (long ow0 = 0; ow0 < k->OW; ow0 += PB) {
-    const long np = cg_min(PB, k->OW - ow0);
-    const float* base[PB];
-    for (int p = 0; p < PB; p++) base[p] = row + (ow0 + (p < np ? p : np - 1)) * k->sw * C;
-    for (long c = 0; c < CV; c += VW) {
-      vf a[PB];
-      #pragma GCC unroll 8
-      for (int p = 0; p < PB; p++) a[p] = (vf){0};
-      for (long t = 0; t < k->ntaps; t++) {
-        const vf wv = *(const vfu*)(k->w + t * C + c);
-        const long off = k->tapoff[t] + c;
-        #pragma GCC unroll 8
-        for (int p = 0; p < PB; p++) a[p] += *(const vfu*)(base[p] + off) * wv;
-      }
-      #pragma GCC unroll 8
-      for (int p = 0; p < PB; p++) *(vfu*)(acc + p * C + c) = a[p];
-    }
-    for (long p = 0; p < np; p++)
-      for (long c = CV; c < C; c++) {
-        float s = 0.0f;
-        for (long t = 0; t < k->ntaps; t++) s += base[p][k->tapoff[t] + c] * k->w[t * C + c];
-        acc[p * C + c] = s;
-      }
-    k->ep(k->ops, k->y, C, acc, C, (n * k->OH + oh) * k->OW + ow0, np, 0, C);
-  }
-}
-static void cg_depthwise(const float* xp, long N, long Hp, long Wp, long C, long OH, long OW, long sh, long sw,
-                         long ntaps, const long* tapoff, const float* w, float* y, cg_ep ep, const float* const* ops) {
-  const cg_dw_t k = {xp, N, Hp, Wp, C, OH, OW, sh, sw, ntaps, tapoff, w, y, ep, ops};
-  cg_parallel(N * OH, cg_depthwise_row, &k);
-}
 
 /* Max (mode 0) or average pooling excluding (1) or including (2) pads, channels-last.
    hlim/wlim: input extent plus end padding, which bounds the divisor of mode 2.  One task per output row. */

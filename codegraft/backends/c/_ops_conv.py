@@ -14,6 +14,7 @@ import math
 import numpy as np
 
 from codegraft.backends.c import _graph as g
+from codegraft.backends.c._depthwise import DepthwiseShape, depthwise_function
 from codegraft.backends.c._emit import Context
 from codegraft.backends.c._fuse import Kernel
 from codegraft.backends.c._kernels import microkernel
@@ -90,25 +91,25 @@ def emit_conv(ctx: Context, kernel: Kernel, variants: _Kernels) -> None:
     ]
     ep = emit_epilogue(ctx, kernel)
     src = ctx.ptr(x)
-    if any(pads_b) or any(pads_e):
-        padded = ctx.temp(n * hp * wp * c)
-        ctx.body.append(f"  cg_pad({src}, {padded}, {n}, {h}, {w_}, {c}, {pads_b[0]}, {pads_b[1]}, {hp}, {wp});")
-        src = padded
     weight = conv.weight.reshape(m, -1)  # OHWI: row m is (kh, kw, c) in tap order
     if kernel.slot is None:
         y, ldy = ctx.ptr(kernel.out), m
     else:  # write our channels straight into the Concat's output
         target, first = kernel.slot
         y, ldy = f"({ctx.ptr(target)} + {first})", target.physical_shape[-1]
-    if cg == 1 and mg == 1:
+    if cg == 1 and mg == 1:  # depthwise (never given a Concat slot, see _fuse.py)
+        assert kernel.slot is None
+        shape = DepthwiseShape(n, h, w_, c, out_spatial[0], out_spatial[1], kernel_dims[0], kernel_dims[1],
+                               strides[0], strides[1], dilations[0], dilations[1], pads_b[0], pads_b[1])
+        fn = ctx.name("dw")
+        ctx.functions.append(depthwise_function(fn, shape, ep, ctx.target.vector_floats))
         dw = ctx.weight(np.ascontiguousarray(weight.T))
-        tap_sym = ctx.name("tap")
-        ctx.body.append(f"  static const long {tap_sym}[] = {_ints(taps)};")
-        ctx.body.append(
-            f"  cg_depthwise({src}, {n}, {hp}, {wp}, {c}, {out_spatial[0]}, {out_spatial[1]}, {strides[0]}, "
-            f"{strides[1]}, {len(taps)}, {tap_sym}, {dw}, {y}, {ep}, {ep}_ops);"
-        )
+        ctx.body.append(f"  {fn}({src}, {dw}, {y}, {ep}_ops);")
         return
+    if any(pads_b) or any(pads_e):
+        padded = ctx.temp(n * hp * wp * c)
+        ctx.body.append(f"  cg_pad({src}, {padded}, {n}, {h}, {w_}, {c}, {pads_b[0]}, {pads_b[1]}, {hp}, {wp});")
+        src = padded
     run = cg
     if group == 1 and dilations[1] == 1:
         # A kernel row's taps are adjacent in channels-last memory: read them as one run of
