@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import onnx_ir as ir
 
@@ -44,3 +44,15 @@ def subgraphs(node: ir.Node) -> Iterator[ir.Graph]:
             yield attr.as_graph()
         elif attr.type == ir.AttributeType.GRAPHS:
             yield from attr.as_graphs()
+
+
+def drop_unused_constants(graph: ir.Graph, values: Iterable[ir.Value]) -> None:
+    """Remove the constants in ``values`` that nothing reads any more (a pass replaced them)."""
+    for value in values:
+        if value.uses() or value.is_graph_output():
+            continue
+        producer = value.producer()
+        if producer is not None:
+            graph.remove(producer, safe=True)
+        elif value.name is not None and value.name in graph.initializers:
+            del graph.initializers[value.name]

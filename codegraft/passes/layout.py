@@ -21,7 +21,7 @@ import numpy as np
 import onnx_ir as ir
 from onnx_ir.passes.common import ShapeInferencePass
 
-from codegraft.passes._graph_util import FreshNames, subgraphs
+from codegraft.passes._graph_util import FreshNames, drop_unused_constants, subgraphs
 from codegraft.passes._layout_rules import (
     NHWC_DOMAIN,
     ArrivingInput,
@@ -313,11 +313,4 @@ class _Rewriter:
         """Remove absorbed Transposes and constants nobody reads any more."""
         for node in reversed(self.absorbed):
             self.graph.remove(node, safe=True)
-        for value in self.replaced_constants:
-            if value.uses() or value.is_graph_output():
-                continue
-            producer = value.producer()
-            if producer is not None:
-                self.graph.remove(producer, safe=True)
-            elif value.name is not None and value.name in self.graph.initializers:
-                del self.graph.initializers[value.name]
+        drop_unused_constants(self.graph, self.replaced_constants)

@@ -18,7 +18,7 @@ from typing import Literal
 import onnx_ir as ir
 from onnx_ir.passes.common import ShapeInferencePass
 
-from codegraft.passes._graph_util import FreshNames, name_nodes, subgraphs
+from codegraft.passes._graph_util import FreshNames, drop_unused_constants, name_nodes, subgraphs
 from codegraft.passes._type_slots import Slots, low_precision_slots
 
 __all__ = [
@@ -239,11 +239,4 @@ class _Converter:
             self.graph.outputs[index] = restored
 
     def drop_unused_constants(self) -> None:
-        for value in self.replaced_constants:
-            if value.uses() or value.is_graph_output():
-                continue
-            producer = value.producer()
-            if producer is not None:
-                self.graph.remove(producer, safe=True)
-            elif value.name is not None and value.name in self.graph.initializers:
-                del self.graph.initializers[value.name]
+        drop_unused_constants(self.graph, self.replaced_constants)
