@@ -9,6 +9,10 @@ import io
 import json
 from collections import Counter
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 
 @dataclass(frozen=True)
@@ -129,14 +133,13 @@ class Report:
 
     def tables(self, *, details: bool = False) -> list[object]:
         """rich renderables for the CLI; see :meth:`render`."""
-        from rich.table import Table
-
         per_backend_nodes = self.nodes_per_backend()
         per_backend_parts = self.partitions_per_backend()
-        summary = Table(title=f"codegraft: {len(self.nodes)} nodes, {len(self.partitions)} partitions "
-                        f"(targets: {', '.join(self.targets) or 'none'}; host: {self.host})")
-        for column in ("backend", "nodes", "share", "partitions", "stored"):
-            summary.add_column(column)
+        title = (
+            f"codegraft: {len(self.nodes)} nodes, {len(self.partitions)} partitions "
+            f"(targets: {', '.join(self.targets) or 'none'}; host: {self.host})"
+        )
+        summary = _table(title, "backend", "nodes", "share", "partitions", "stored")
         total = max(len(self.nodes), 1)
         stored = Counter()  # type: Counter[str]
         for part in self.partitions:
@@ -147,9 +150,7 @@ class Report:
                             f"{stored[backend] / 1e6:.2f} MB" if stored[backend] else "")
         tables: list[object] = [summary]
 
-        parts = Table(title="partitions (execution order)")
-        for column in ("partition", "backend", "nodes", "inputs", "outputs", "note"):
-            parts.add_column(column)
+        parts = _table("partitions (execution order)", "partition", "backend", "nodes", "inputs", "outputs", "note")
         for p in self.partitions:
             note = ""
             if p.fallback_error:
@@ -167,32 +168,34 @@ class Report:
 
         reasons = self.decline_reasons()
         if reasons:
-            why = Table(title="why not: declines by target")
-            for column in ("target", "op", "reason", "nodes"):
-                why.add_column(column)
+            why = _table("why not: declines by target", "target", "op", "reason", "nodes")
             for backend, op, reason, count in reasons:
                 why.add_row(backend, op, reason, str(count))
             tables.append(why)
         if self.passes:
-            passes = Table(title="passes")
-            for column in ("pass", "nodes before", "nodes after", "detail"):
-                passes.add_column(column)
+            passes = _table("passes", "pass", "nodes before", "nodes after", "detail")
             for record in self.passes:
                 passes.add_row(record.name, str(record.nodes_before), str(record.nodes_after), record.detail)
             tables.append(passes)
         if self.placements:
-            placed = Table(title="measured placement")
-            for column in ("region", "chosen", "timings (us)", "detail"):
-                placed.add_column(column)
+            placed = _table("measured placement", "region", "chosen", "timings (us)", "detail")
             for d in self.placements:
                 placed.add_row(d.region, d.chosen, ", ".join(f"{b}: {t:.1f}" for b, t in d.timings_us), d.detail)
             tables.append(placed)
         if details:
-            nodes = Table(title="nodes")
-            for column in ("node", "op", "backend", "partition", "composite", "declined by"):
-                nodes.add_column(column)
+            nodes = _table("nodes", "node", "op", "backend", "partition", "composite", "declined by")
             for n in self.nodes:
                 nodes.add_row(n.name, n.op_type, n.backend, n.partition, n.composite or "",
                               "; ".join(f"{b}: {r}" for b, r in n.declined))
             tables.append(nodes)
         return tables
+
+
+def _table(title: str, *columns: str) -> Table:
+    """A rich table with these column headers."""
+    from rich.table import Table
+
+    table = Table(title=title)
+    for column in columns:
+        table.add_column(column)
+    return table
