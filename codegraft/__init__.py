@@ -27,6 +27,7 @@ from codegraft.errors import (
     CodegraftError,
     InputError,
     ModelError,
+    OptionError,
 )
 
 __version__ = "0.1.0"
@@ -46,6 +47,7 @@ __all__ = [
     "InputError",
     "ModelError",
     "NodeReport",
+    "OptionError",
     "Partition",
     "PartitionReport",
     "Profile",

@@ -112,8 +112,13 @@ def compare(
         table = compare("model.onnx", ["openvino"], runs=20, threads=2)
         print(table.render())
     """
+    from codegraft._options import check_at_least
     from codegraft.testing import random_feeds, run_onnxruntime
 
+    check_at_least("runs", runs, 1)
+    check_at_least("threads", threads, 1)
+    check_at_least("warmup", warmup, 0)
+    check_at_least("rounds", rounds, 1)
     proto = _load(model)
     feeds = random_feeds(proto)
     reference = run_onnxruntime(proto, feeds)

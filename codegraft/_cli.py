@@ -18,8 +18,9 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
-console = Console()
-err_console = Console(stderr=True)
+# markup=False: messages and names such as ``float32[batch, 3]`` are text, never rich markup.
+console = Console(markup=False)
+err_console = Console(stderr=True, markup=False)
 
 TargetsOption = Annotated[
     Optional[list[str]],  # noqa: UP045 - typer needs Optional here
@@ -28,7 +29,9 @@ TargetsOption = Annotated[
 
 
 def _fail(message: str) -> None:
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False)
+    from rich.text import Text
+
+    err_console.print(Text.assemble(("error:", "bold red"), " ", message), highlight=False)
     raise typer.Exit(code=2)
 
 
@@ -151,7 +154,10 @@ def inspect_command(
     details: Annotated[bool, typer.Option(help="List every node.")] = False,
     svg: Annotated[Optional[pathlib.Path], typer.Option(help="Draw the partitioned graph as SVG.")] = None,  # noqa: UP045
     html: Annotated[Optional[pathlib.Path], typer.Option(help="Draw it as an HTML page.")] = None,  # noqa: UP045
-    collapse: Annotated[bool, typer.Option(help="Draw each partition as one box.")] = False,
+    collapse: Annotated[
+        Optional[bool],  # noqa: UP045
+        typer.Option("--collapse/--expand", help="One box per partition (default: above 300 nodes) or every node."),
+    ] = None,
     onnx_out: Annotated[
         Optional[pathlib.Path],  # noqa: UP045
         typer.Option("--onnx", help="Write the partitioned model as ONNX (open it in Netron)."),

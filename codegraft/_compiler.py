@@ -24,7 +24,7 @@ from codegraft._steps import lower_control, lower_partition
 from codegraft.backend import Backend, Runnable
 from codegraft.backends import get_backend
 from codegraft.backends.onnxruntime import OnnxRuntimeBackend
-from codegraft.errors import BackendError, ModelError
+from codegraft.errors import BackendError, ModelError, OptionError
 
 Target = str | Backend
 
@@ -54,6 +54,7 @@ def compile(  # noqa: A001 - the public name the README promises
     options = _with_overrides(options or CompileOptions(), overrides)
     host = OnnxRuntimeBackend(threads=options.threads)
     backends = _resolve_targets(targets)
+    precision_note = check_precision(options.precision, backends, host)
     ir_model = import_model(model, example_inputs=example_inputs)
     pass_reports = _run_common_passes(ir_model, options)
     if options.precision == "int8":
@@ -108,6 +109,8 @@ def compile(  # noqa: A001 - the public name the README promises
     constants.update(_constant_outputs(ir_model))
     constants.update(control_constants)
     report = _build_report(ir_model, annotation, plan, part_reports, backends, host, pass_reports, placements)
+    if precision_note:
+        report = replace(report, notes=(*report.notes, precision_note))
     return Executable(
         inputs=[_tensor_spec(v) for v in ir_model.graph.inputs],
         outputs=[v.name or "" for v in ir_model.graph.outputs],
@@ -154,6 +157,24 @@ def _resolve_targets(targets: Sequence[Target]) -> list[Backend]:
     if duplicates:
         raise BackendError(f"target(s) listed twice: {duplicates}")
     return resolved
+
+
+def check_precision(precision: str, backends: Sequence[Backend], host: Backend) -> str:
+    """A lower float precision must be declared by at least one target, else :class:`OptionError`
+    naming what each target runs; returns a note naming the targets that will run float32."""
+    if precision not in ("float16", "bfloat16"):
+        return ""
+    lacking = [b for b in backends if precision not in b.capabilities.precisions]
+    if len(lacking) < len(backends):
+        names = ", ".join(b.name for b in lacking)
+        return f"{precision} is not declared by {names}: its partitions run float32" if lacking else ""
+    declared = "; ".join(f"{b.name} runs {', '.join(sorted(b.capabilities.precisions))}" for b in backends)
+    raise OptionError(
+        f"precision {precision!r} is declared by none of the targets"
+        + (f" ({declared})" if declared else " (none given)")
+        + "; the host stays float32 unless listed as a target"
+        + (f" (-t {host.name} runs {precision})" if precision in host.capabilities.precisions else "")
+    )
 
 
 def _run_common_passes(model: ir.Model, options: CompileOptions) -> tuple[PassReport, ...]:

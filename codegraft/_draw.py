@@ -5,7 +5,10 @@ NOTE: we write Graphviz DOT text ourselves (it is a small, stable format) and ca
 check; only :func:`render_svg` and the writers need Graphviz.  The input is a flat list of
 :class:`DrawNode` (plain data, built from the report by :func:`nodes_from_report`), so the
 drawing never reaches into the compiler.  Large graphs stay readable with
-``collapse=True``: each partition becomes one box with its node count.
+``collapse=True``: each partition becomes one box with its node count; :func:`draw` collapses
+by default above :data:`COLLAPSE_ABOVE` nodes.  A node's DOT (and SVG) id is its name, the
+name ``--json`` and ``--details`` print; its tooltip carries its values' shapes and every
+target's reason for declining it, and each edge is labelled with the shape it carries.
 
 Example::
 
@@ -25,10 +28,11 @@ import re
 import shutil
 import subprocess
 from collections import Counter, defaultdict
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
+from codegraft._dtypes import dtype_name
 from codegraft.errors import CodegraftError
 
 if TYPE_CHECKING:
@@ -52,6 +56,10 @@ PALETTE = (
 )
 
 
+# Above this many nodes an expanded drawing is a column too tall to read (vgg19: 13,600 px).
+COLLAPSE_ABOVE = 300
+
+
 class GraphvizNotFound(CodegraftError):
     """Graphviz's ``dot`` program is needed to lay out the picture and is not installed."""
 
@@ -70,12 +78,14 @@ class DrawNode:
     inputs: tuple[str, ...] = ()
     outputs: tuple[str, ...] = ()
     composite: str | None = None
+    declined: tuple[tuple[str, str], ...] = ()  # (target, reason) of each target that declined it
 
 
 @dataclass(frozen=True)
 class DrawOptions:
     """How to draw: which backend is the host (grey), collapsed or not, the graph's inputs
-    and outputs (drawn as ellipses), a title, and whether constant-only nodes are drawn.
+    and outputs (drawn as ellipses), a title, whether constant-only nodes are drawn, and
+    each value's type (``"float32[1, 64, 56, 56]"``) for tooltips and edge labels.
 
     Example: ``DrawOptions(collapse=True, graph_inputs=("x",), title="resnet50")``.
     """
@@ -86,6 +96,7 @@ class DrawOptions:
     graph_outputs: tuple[str, ...] = ()
     title: str = ""
     show_constants: bool = False
+    value_types: Mapping[str, str] = field(default_factory=dict)
 
 
 def backend_colours(nodes: Sequence[DrawNode], *, host: str = "onnxruntime") -> dict[str, str]:
@@ -116,23 +127,19 @@ def to_dot(nodes: Sequence[DrawNode], options: DrawOptions = DrawOptions()) -> s
         '  edge [color="#666666", arrowsize=0.5];',
     ]
     if options.collapse:
-        lines += _collapsed(nodes, colours, options.graph_inputs, options.graph_outputs)
+        lines += _collapsed(nodes, colours, options)
     else:
-        lines += _expanded(nodes, colours, options.graph_inputs, options.graph_outputs, options.show_constants)
+        lines += _expanded(nodes, colours, options)
     lines.append("}")
     return "\n".join(lines) + "\n"
 
 
-def _expanded(
-    nodes: Sequence[DrawNode],
-    colours: dict[str, str],
-    graph_inputs: Sequence[str],
-    graph_outputs: Sequence[str],
-    show_constants: bool,
-) -> list[str]:
+def _expanded(nodes: Sequence[DrawNode], colours: dict[str, str], options: DrawOptions) -> list[str]:
+    graph_inputs, graph_outputs, types = options.graph_inputs, options.graph_outputs, options.value_types
     lines: list[str] = []
-    hidden = set() if show_constants else _constant_nodes(nodes, graph_inputs)
-    ids = {i: f"n{i}" for i in range(len(nodes)) if i not in hidden}
+    hidden = set() if options.show_constants else _constant_nodes(nodes, graph_inputs)
+    ids = _node_ids(nodes, hidden, reserved={f"in{k}" for k in range(len(graph_inputs))}
+                    | {f"out{k}" for k in range(len(graph_outputs))})
     by_partition: dict[str, list[int]] = defaultdict(list)
     for i, node in enumerate(nodes):
         by_partition[node.partition].append(i)
@@ -157,7 +164,7 @@ def _expanded(
                 lines.append(f'      graph [label={_q(composite)}, style="dotted", color="#333333", penwidth=1];')
                 indent = "      "
             for i in inside:
-                lines.append(f"{indent}{ids[i]} {_node_attrs(nodes[i], colours)};")
+                lines.append(f"{indent}{ids[i]} {_node_attrs(nodes[i], colours, types)};")
             if composite is not None:
                 lines.append("    }")
         lines.append("  }")
@@ -180,8 +187,53 @@ def _expanded(
             edges[(ids[producer[value]], f"out{k}")].append(value)
         elif value in inputs:
             edges[(inputs[value], f"out{k}")].append(value)
-    lines += [f"  {a} -> {b} [tooltip={_q(', '.join(values))}];" for (a, b), values in edges.items()]
+    lines += [f"  {a} -> {b} {_edge_attrs(values, types)};" for (a, b), values in edges.items()]
     return lines
+
+
+def _node_ids(nodes: Sequence[DrawNode], hidden: set[int], reserved: set[str]) -> dict[int, str]:
+    """Each drawn node's DOT id: its name (the one the report prints), quoted where DOT needs
+    it; ``#i`` for an unnamed node or a name already taken."""
+    ids: dict[int, str] = {}
+    taken = set(reserved)
+    for i, node in enumerate(nodes):
+        if i in hidden:
+            continue
+        name = node.name if node.name and node.name not in taken else f"#{i}"
+        taken.add(name)
+        ids[i] = _dot_id(name)
+    return ids
+
+
+_DOT_KEYWORDS = {"node", "edge", "graph", "digraph", "subgraph", "strict"}
+
+
+def _dot_id(name: str) -> str:
+    plain = re.fullmatch(r"[A-Za-z_][A-Za-z_0-9]*", name) and name.lower() not in _DOT_KEYWORDS
+    return name if plain else _q(name)
+
+
+def _edge_attrs(values: Sequence[str], types: Mapping[str, str]) -> str:
+    """Label an edge with the shape it carries (or how many values); the tooltip names them."""
+    tooltip = ", ".join(f"{v}: {types[v]}" if v in types else v for v in values)
+    if len(values) > 1:
+        label = f"{len(values)} values"
+    elif values[0] in types:
+        label = _short_shape(types[values[0]])
+    else:
+        label = ""
+    attrs = f"tooltip={_q(tooltip)}"
+    if label:
+        attrs += f", label={_q(label)}, fontsize=7, fontcolor=\"#555555\""
+    return f"[{attrs}]"
+
+
+def _short_shape(value_type: str) -> str:
+    """``float32[1, 64, 56, 56]`` -> ``1x64x56x56`` (the dtype is in the tooltip)."""
+    match = re.fullmatch(r"[^\[]*\[(.*)\]", value_type)
+    if match is None:
+        return value_type
+    return "x".join(d.strip() for d in match.group(1).split(",")) if match.group(1) else "scalar"
 
 
 def _constant_nodes(nodes: Sequence[DrawNode], graph_inputs: Sequence[str]) -> set[int]:
@@ -198,12 +250,8 @@ def _constant_nodes(nodes: Sequence[DrawNode], graph_inputs: Sequence[str]) -> s
     return constant
 
 
-def _collapsed(
-    nodes: Sequence[DrawNode],
-    colours: dict[str, str],
-    graph_inputs: Sequence[str],
-    graph_outputs: Sequence[str],
-) -> list[str]:
+def _collapsed(nodes: Sequence[DrawNode], colours: dict[str, str], options: DrawOptions) -> list[str]:
+    graph_inputs, graph_outputs = options.graph_inputs, options.graph_outputs
     lines: list[str] = []
     partitions: dict[str, int] = {}
     sizes: Counter[str] = Counter()
@@ -232,17 +280,24 @@ def _collapsed(
         if value in where:
             crossing[(where[value], f"out{k}")].append(value)
     for (a, b), values in crossing.items():
-        label = f", label={_q(str(len(values)))}" if len(values) > 1 else ""
-        lines.append(f"  {a} -> {b} [tooltip={_q(', '.join(values))}{label}];")
+        lines.append(f"  {a} -> {b} {_edge_attrs(values, options.value_types)};")
     return lines
 
 
-def _node_attrs(node: DrawNode, colours: dict[str, str]) -> str:
+def _node_attrs(node: DrawNode, colours: dict[str, str], types: Mapping[str, str]) -> str:
     label = node.op_type if not node.name or node.name == node.op_type else f"{node.op_type}\n{node.name}"
     tooltip = f"{node.name} ({node.op_type}) on {node.backend}, partition {node.partition}"
     if node.composite:
         tooltip += f", composite {node.composite}"
-    return f"[label={_q(label)}, fillcolor={_q(colours[node.backend])}, tooltip={_q(tooltip)}]"
+    for heading, values in (("in", node.inputs), ("out", node.outputs)):
+        for value in values:
+            tooltip += f"\n{heading}: {value} {types.get(value, '')}".rstrip()
+    for target, reason in node.declined:
+        tooltip += f"\nnot {target}: {reason}"
+    attrs = f"label={_q(label)}, fillcolor={_q(colours[node.backend])}, tooltip={_q(tooltip)}"
+    if node.name:
+        attrs += f", id={_q(node.name)}"
+    return f"[{attrs}]"
 
 
 def _count(n: int, noun: str) -> str:
@@ -375,9 +430,22 @@ def nodes_from_report(report: Report, graph: ir.Graph) -> list[DrawNode]:
                 inputs,
                 outputs,
                 info.composite,
+                info.declined,
             )
         )
     return drawn
+
+
+def value_types(graph: ir.Graph) -> dict[str, str]:
+    """Each named value's dtype and shape as ``float32[1, 64, 56, 56]`` where known."""
+    values: list[ir.Value] = [*graph.inputs, *graph.outputs]
+    values += [v for node in graph for v in node.outputs]
+    types: dict[str, str] = {}
+    for value in values:
+        if value.name and value.type is not None and value.shape is not None:
+            dims = ", ".join(str(d) if isinstance(d, int) else str(d.value or "?") for d in value.shape)
+            types[value.name] = f"{dtype_name(value.dtype)}[{dims}]"
+    return types
 
 
 def draw(
@@ -386,9 +454,11 @@ def draw(
     path: str | os.PathLike[str],
     *,
     fmt: Literal["svg", "html", "dot"] | str | None = None,
-    collapse: bool = False,
+    collapse: bool | None = None,
 ) -> pathlib.Path:
     """Draw a report over its model to ``path`` as SVG, HTML or DOT (``fmt`` or the suffix).
+
+    ``collapse`` (one box per partition) defaults to models over :data:`COLLAPSE_ABOVE` nodes.
 
     Example: ``draw(exe.report(), model, "out.html", collapse=True)``.
     """
@@ -398,7 +468,8 @@ def draw(
     nodes = nodes_from_report(report, graph)
     options = DrawOptions(
         host=report.host,
-        collapse=collapse,
+        collapse=len(nodes) > COLLAPSE_ABOVE if collapse is None else collapse,
+        value_types=value_types(graph),
         graph_inputs=tuple(v.name or "" for v in graph.inputs),
         graph_outputs=tuple(v.name or "" for v in graph.outputs),
         title=_title(model, report),
@@ -418,7 +489,7 @@ def draw_inspection(
     path: str | os.PathLike[str],
     *,
     fmt: Literal["svg", "html", "dot"] | str | None = None,
-    collapse: bool = False,
+    collapse: bool | None = None,
 ) -> pathlib.Path:
     """:func:`draw` for ``codegraft inspect``: its report over its (optimised) model."""
     return draw(inspection.report, inspection.model, path, fmt=fmt, collapse=collapse)
@@ -431,6 +502,7 @@ def _title(model: ir.Model, report: Report) -> str:
 
 
 __all__ = [
+    "COLLAPSE_ABOVE",
     "DrawNode",
     "DrawOptions",
     "GraphvizNotFound",
@@ -442,6 +514,7 @@ __all__ = [
     "nodes_from_report",
     "render_svg",
     "to_dot",
+    "value_types",
     "write_html",
     "write_svg",
 ]

@@ -58,7 +58,7 @@ def inspect_model(model: ModelSource, targets: Sequence[Target], *, min_partitio
     return Inspection(report, ir_model, annotation, plan)
 
 
-def draw_report(inspection: Inspection, path: pathlib.Path, *, fmt: str, collapse: bool) -> None:
+def draw_report(inspection: Inspection, path: pathlib.Path, *, fmt: str, collapse: bool | None) -> None:
     """Draw the partitioned graph as SVG or HTML (needs graphviz's ``dot``)."""
     from codegraft import _draw
 

@@ -126,7 +126,8 @@ class Report:
         ``details``)."""
         from rich.console import Console
 
-        console = Console(width=width, record=True, file=io.StringIO(), color_system=None)
+        # markup=False: names and reasons such as float32[batch, 3] are text, not rich markup.
+        console = Console(width=width, record=True, file=io.StringIO(), color_system=None, markup=False)
         for table in self.tables(details=details):
             console.print(table)
         return console.export_text()
@@ -182,6 +183,11 @@ class Report:
             for d in self.placements:
                 placed.add_row(d.region, d.chosen, ", ".join(f"{b}: {t:.1f}" for b, t in d.timings_us), d.detail)
             tables.append(placed)
+        if self.notes:
+            notes = _table("notes", "note")
+            for note in self.notes:
+                notes.add_row(note)
+            tables.append(notes)
         if details:
             nodes = _table("nodes", "node", "op", "backend", "partition", "composite", "declined by")
             for n in self.nodes:

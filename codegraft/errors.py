@@ -15,6 +15,13 @@ class InputError(CodegraftError):
     """A feed given to ``Executable.run`` does not match the model's inputs."""
 
 
+class OptionError(CodegraftError, ValueError):
+    """An option has a value outside its allowed set or range; the message lists what is allowed.
+
+    It is also a :class:`ValueError`, so ``except ValueError`` catches it too.
+    """
+
+
 class ArtifactError(CodegraftError):
     """An artifact file is truncated, corrupted, of another format version, or unloadable."""
 

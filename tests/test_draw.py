@@ -54,19 +54,20 @@ def test_dot_boxes_partitions_and_composites() -> None:
     assert '"p0 · mine (2 nodes)"' in text and '"p2 · mine (2 nodes)"' in text
     assert '"mine.conv_bias_act_0"' in text
     # Every node is drawn once, filled with its backend's colour.
-    for i, node in enumerate(NODES):
-        (line,) = [ln for ln in text.splitlines() if ln.strip().startswith(f"n{i} [")]
+    for node in NODES:
+        (line,) = [ln for ln in text.splitlines() if ln.strip().startswith(f"{node.name} [")]
         assert f'fillcolor="{backend_colours(NODES)[node.backend]}"' in line
     edges = set(re.findall(r"(\w+) -> (\w+)", text))
+    # Node ids are the names the report prints (--json, --details).
     assert edges == {
-        ("in0", "n0"),
-        ("n0", "n1"),
-        ("n1", "n2"),
-        ("n2", "n3"),
-        ("n3", "n4"),
-        ("n1", "n4"),
-        ("n4", "n5"),
-        ("n5", "out0"),
+        ("in0", "conv0"),
+        ("conv0", "relu0"),
+        ("relu0", "lrn"),
+        ("lrn", "conv1"),
+        ("conv1", "add"),
+        ("relu0", "add"),
+        ("add", "soft"),
+        ("soft", "out0"),
     }
 
 
@@ -100,9 +101,9 @@ def test_constant_only_nodes_are_counted_but_hidden_unless_asked() -> None:
     text = to_dot(nodes, options)
     assert '"p0 · onnxruntime (2 nodes, 1 constant hidden)"' in text
     assert "ConstantOfShape" not in text and "p1" not in text
-    assert set(re.findall(r"(\w+) -> (\w+)", text)) == {("in0", "n2"), ("n2", "out0")}
+    assert set(re.findall(r"(\w+) -> (\w+)", text)) == {("in0", "conv"), ("conv", "out0")}
     shown = to_dot(nodes, DrawOptions(graph_inputs=("x",), show_constants=True))
-    assert shown.count('[label="ConstantOfShape') == 2 and ("n0", "n2") in set(re.findall(r"(\w+) -> (\w+)", shown))
+    assert shown.count('[label="ConstantOfShape') == 2 and ("w", "conv") in set(re.findall(r"(\w+) -> (\w+)", shown))
 
 
 def test_missing_graphviz_says_how_to_get_it(monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path) -> None:

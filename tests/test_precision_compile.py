@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 import codegraft as cg
 from codegraft.testing import SubsetBackend, assert_close, light_model, random_feeds, run_onnxruntime
@@ -21,17 +22,30 @@ def test_float16_partition_is_checked_and_reported() -> None:
 
 def test_host_stays_float32_unless_targeted() -> None:
     model = light_model("squeezenet")
-    exe = cg.compile(model, targets=[], precision="float16")
-    assert all(not p.conversion_note for p in exe.report().partitions)
+    acc = SubsetBackend("acc", {"Conv"})
+    exe = cg.compile(model, targets=[acc], precision="float16", min_partition_size=4)
+    host_notes = [p.conversion_note for p in exe.report().partitions if p.backend == "onnxruntime"]
+    assert host_notes and not any(host_notes)
     feeds = random_feeds(model)
-    assert_close(exe.run(feeds), run_onnxruntime(model, feeds))
+    assert_close(exe.run(feeds), run_onnxruntime(model, feeds), rtol=1e-2)
 
 
-def test_precision_not_declared_runs_float32() -> None:
+def test_lower_precision_no_target_declares_is_an_error() -> None:
     model = light_model("squeezenet")
-    exe = cg.compile(model, targets=["numpy_example"], precision="bfloat16")
+    with pytest.raises(cg.OptionError, match=r"precision 'bfloat16' is declared by none of the targets "
+                       r"\(numpy_example runs float32\)"):
+        cg.compile(model, targets=["numpy_example"], precision="bfloat16")
+    with pytest.raises(cg.OptionError, match=r"\(none given\).*-t onnxruntime runs float16"):
+        cg.compile(model, targets=[], precision="float16")
+
+
+def test_precision_some_targets_lack_is_noted() -> None:
+    model = light_model("squeezenet")
+    exe = cg.compile(model, targets=[SubsetBackend("acc", {"Conv"}), "numpy_example"], precision="float16")
     notes = {p.conversion_note for p in exe.report().partitions if p.backend == "numpy_example"}
-    assert notes == {"bfloat16 not declared by numpy_example: runs float32"}
+    assert notes == {"float16 not declared by numpy_example: runs float32"}
+    assert "float16 is not declared by numpy_example: its partitions run float32" in exe.report().notes
+    assert "float16 is not declared by numpy_example" in str(exe.report())
 
 
 def test_int8_quantizes_with_calibration_and_keeps_units_whole() -> None:

@@ -1,0 +1,113 @@
+"""Issue 17's bugs: markup in errors, bench --runs 0, option values validated, drawing ids."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import re
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+import codegraft as cg
+from codegraft._cli import app
+from tests.cli_util import save_small_net, small_net
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory: pytest.TempPathFactory) -> tuple[pathlib.Path, pathlib.Path]:
+    folder = tmp_path_factory.mktemp("small")
+    model = save_small_net(folder)
+    artifact = folder / "small.cgx"
+    result = runner.invoke(app, ["compile", str(model), "-o", str(artifact)])
+    assert result.exit_code == 0, result.output
+    return model, artifact
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+Small = tuple[pathlib.Path, pathlib.Path]
+
+
+def test_square_brackets_in_errors_are_printed(small: Small, tmp_path: pathlib.Path) -> None:
+    _, artifact = small
+    bad = tmp_path / "bad.npy"
+    np.save(bad, np.zeros((1, 3, 64, 64), np.float32))
+    result = runner.invoke(app, ["run", str(artifact), "-i", f"x={bad}"])
+    assert result.exit_code == 2
+    assert "expected 16: float32[batch, 3, 16, 16]" in _one_line(result.output), result.output
+
+    np.save(bad, np.zeros((1, 3, 16, 16), np.float64))
+    result = runner.invoke(app, ["run", str(artifact), "-i", f"x={bad}"])
+    assert "expected float32 (float32[batch, 3, 16, 16])" in _one_line(result.output), result.output
+
+    result = runner.invoke(app, ["run", str(artifact), "-i", f"nope={bad}"])
+    assert "the model's inputs are: x float32[batch, 3, 16, 16]" in _one_line(result.output), result.output
+
+
+def test_bench_runs_zero_is_a_clear_error(small: tuple[pathlib.Path, pathlib.Path]) -> None:
+    model, _ = small
+    result = runner.invoke(app, ["bench", str(model), "--runs", "0"])
+    assert result.exit_code == 2, result.output
+    assert "runs must be an integer >= 1, got 0" in result.output and "Traceback" not in result.output
+    with pytest.raises(cg.OptionError, match="runs must be an integer >= 1"):
+        from codegraft._bench import compare
+
+        compare(small_net(), [], runs=0)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--precision", "banana"], "precision 'banana' is not one of: float32, float16, bfloat16, int8"),
+        (["--precision", "fp16"], "precision 'fp16' is not one of: float32, float16, bfloat16, int8"),
+        (["--placement", "fastest"], "placement 'fastest' is not one of: first, measured"),
+        (["--min-partition-size", "-3"], "min_partition_size must be an integer >= 1, got -3"),
+        (["--precision", "float16", "-t", "c"], "precision 'float16' is declared by none of the targets (c runs "
+                                                "float32)"),
+    ],
+)
+def test_bad_option_values_are_rejected(small: tuple[pathlib.Path, pathlib.Path], tmp_path: pathlib.Path,
+                                        args: list[str], message: str) -> None:
+    model, _ = small
+    result = runner.invoke(app, ["compile", str(model), "-o", str(tmp_path / "x.cgx"), *args])
+    assert result.exit_code == 2, result.output
+    assert message in _one_line(result.output)
+    assert not (tmp_path / "x.cgx").exists()
+
+
+@pytest.mark.parametrize(
+    ("keyword", "value", "message"),
+    [
+        ("precision", "banana", "precision 'banana' is not one of: float32, float16, bfloat16, int8"),
+        ("placement", "fastest", "placement 'fastest' is not one of: first, measured"),
+        ("min_partition_size", -3, "min_partition_size must be an integer >= 1, got -3"),
+        ("threads", -1, "threads must be an integer >= 0 (0: all cores), got -1"),
+    ],
+)
+def test_bad_option_values_are_rejected_in_python(keyword: str, value: object, message: str) -> None:
+    with pytest.raises(cg.OptionError, match=re.escape(message)):
+        cg.compile(small_net(), **{keyword: value})
+    with pytest.raises(ValueError, match=re.escape(message)):
+        cg.CompileOptions(**{keyword: value})  # type: ignore[arg-type]
+
+
+def test_drawing_ids_are_the_report_names(small: tuple[pathlib.Path, pathlib.Path], tmp_path: pathlib.Path) -> None:
+    from codegraft._draw import draw_inspection
+    from codegraft._inspect import inspect_model
+
+    model, _ = small
+    result = runner.invoke(app, ["inspect", str(model), "-t", "numpy_example", "--json"])
+    names = {n["name"] for n in json.loads(result.stdout)["nodes"]}
+    dot = draw_inspection(inspect_model(str(model), ["numpy_example"]), tmp_path / "m.dot").read_text()
+    drawn = set(re.findall(r'^\s+(\w+) \[label=.*fillcolor', dot, flags=re.MULTILINE))
+    assert drawn == names and len(names) == 8
+    # Tooltips carry the values' shapes and the targets' reasons; edges their shapes.
+    conv = next(line for line in dot.splitlines() if line.strip().startswith("conv0 ["))
+    assert "in: x float32[batch, 3, 16, 16]" in conv and "not numpy_example: Conv not implemented" in conv
+    assert re.search(r'conv0 -> relu0 \[tooltip="c0: float32\[batch, 8, 16, 16\]", label="batchx8x16x16"', dot)
