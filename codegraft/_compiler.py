@@ -17,6 +17,7 @@ from codegraft._dtypes import numpy_dtype
 from codegraft._executable import Executable, Step, TensorSpec
 from codegraft._extract import Plan, plan_partitions
 from codegraft._model import ModelSource, import_model
+from codegraft.frontend.torch_export import DynamicShapes, export_module, is_torch_module
 from codegraft._options import CompileOptions
 from codegraft._partition import demote_small_groups, partition_units
 from codegraft._report import NodeReport, PartitionReport, PassReport, PlacementReport, Report
@@ -34,6 +35,9 @@ def compile(  # noqa: A001 - the public name the README promises
     targets: Sequence[Target] = (),
     *,
     example_inputs: Sequence[Any] | None = None,
+    dynamic_shapes: DynamicShapes | None = None,
+    input_names: Sequence[str] | None = None,
+    output_names: Sequence[str] | None = None,
     options: CompileOptions | None = None,
     export_onnx: str | os.PathLike[str] | None = None,
     **overrides: Any,
@@ -41,7 +45,10 @@ def compile(  # noqa: A001 - the public name the README promises
     """Compile ``model`` for ``targets`` (ordered by preference); the host takes the rest.
 
     ``model`` is a path, bytes, ``onnx.ModelProto``, ``onnx_ir.Model`` or a torch module
-    (with ``example_inputs``).  ``targets`` holds backend names or backend objects.
+    (with ``example_inputs``; ``dynamic_shapes`` in ``torch.export``'s spelling, e.g.
+    ``{"x": {0: "batch"}}``; inputs named as ``forward``'s parameters unless ``input_names``,
+    outputs ``output``/``output_<i>`` unless ``output_names``).  ``targets`` holds backend
+    names or backend objects.
     Keyword overrides set :class:`CompileOptions` fields, e.g. ``strict=True``.
     ``export_onnx`` also writes the partitioned model as ONNX, each partition a local
     function with its backend in the node's metadata, for Netron.
@@ -55,7 +62,13 @@ def compile(  # noqa: A001 - the public name the README promises
     host = OnnxRuntimeBackend(threads=options.threads)
     backends = _resolve_targets(targets)
     precision_note = check_precision(options.precision, backends, host)
-    ir_model = import_model(model, example_inputs=example_inputs)
+    import_notes: tuple[str, ...] = ()
+    if is_torch_module(model):
+        exported = export_module(
+            model, example_inputs, dynamic_shapes=dynamic_shapes, input_names=input_names, output_names=output_names
+        )
+        model, import_notes = exported.proto, (exported.note,)
+    ir_model = import_model(model)
     pass_reports = _run_common_passes(ir_model, options)
     if options.precision == "int8":
         ir_model, quantize_report = _quantize(ir_model, options)
@@ -109,6 +122,7 @@ def compile(  # noqa: A001 - the public name the README promises
     constants.update(_constant_outputs(ir_model))
     constants.update(control_constants)
     report = _build_report(ir_model, annotation, plan, part_reports, backends, host, pass_reports, placements)
+    report = replace(report, notes=import_notes + report.notes)
     if precision_note:
         report = replace(report, notes=(*report.notes, precision_note))
     return Executable(

@@ -11,6 +11,7 @@ import os
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -103,8 +104,14 @@ class Executable:
         self._drop_after = _last_uses(self.steps, set(self.outputs))
 
     # -- running ---------------------------------------------------------------------------
-    def run(self, feeds: Mapping[str, object]) -> dict[str, np.ndarray]:
-        """Run the model on ``feeds`` (input name -> array); returns output name -> array."""
+    def run(self, *inputs: object) -> dict[str, Any]:
+        """Run the model; returns output name -> array.
+
+        Inputs are a mapping (``run({"x": x})``) or positional in input order (``run(x, y)``).
+        numpy arrays in, numpy arrays out; torch tensors in, torch tensors out (CPU memory is
+        shared with the tensors both ways, not copied).
+        """
+        feeds, as_torch = self._feeds(inputs)
         env = self._validated(feeds)
         env.update(self.constants)
         for step, runnable, drop in zip(self.steps, self._runnables, self._drop_after, strict=True):
@@ -119,9 +126,32 @@ class Executable:
             env.update(zip(step.outputs, results, strict=True))
             for name in drop:
                 del env[name]
-        return {name: env[name] for name in self.outputs}
+        outputs = {name: env[name] for name in self.outputs}
+        return {name: _to_torch(value) for name, value in outputs.items()} if as_torch else outputs
 
-    __call__ = run
+    def __call__(self, *inputs: object) -> Any:
+        """``exe(x)``: the output itself for a single-output model, a tuple in output order otherwise.
+
+        Takes what :meth:`run` takes and returns the same kind (numpy or torch).
+        """
+        outputs = self.run(*inputs)
+        values = tuple(outputs[name] for name in self.outputs)
+        return values[0] if len(values) == 1 else values
+
+    def _feeds(self, inputs: tuple[object, ...]) -> tuple[Mapping[str, object], bool]:
+        """The feeds as a mapping, and whether they were torch tensors (so outputs are too)."""
+        if len(inputs) == 1 and isinstance(inputs[0], Mapping):
+            feeds: Mapping[str, object] = inputs[0]
+        elif len(inputs) == len(self.inputs):
+            feeds = dict(zip([s.name for s in self.inputs], inputs, strict=True))
+        else:
+            raise InputError(
+                f"the model takes {len(self.inputs)} input(s) ("
+                + ", ".join(f"{s.name} {s.describe()}" for s in self.inputs)
+                + f"): pass them in that order or as a mapping of name to array, got {len(inputs)} positional"
+            )
+        as_torch = any(_is_torch_tensor(v) for v in feeds.values())
+        return feeds, as_torch
 
     def profile(self, feeds: Mapping[str, object], *, repeat: int = 10) -> Profile:
         """Time each partition on ``feeds``: median of ``repeat`` runs after one warm-up."""
@@ -152,7 +182,7 @@ class Executable:
         for spec in self.inputs:
             if spec.name not in feeds:
                 raise InputError(f"missing input {spec.name!r}: expected {spec.describe()}")
-            array = np.asarray(feeds[spec.name])
+            array = _to_numpy(feeds[spec.name])
             if spec.dtype and array.dtype != np.dtype(spec.dtype):
                 raise InputError(
                     f"input {spec.name!r} has dtype {array.dtype}, expected {spec.dtype} ({spec.describe()})"
@@ -211,3 +241,25 @@ def _last_uses(steps: Sequence[Step], keep: set[str]) -> list[tuple[str, ...]]:
         if name not in keep:
             drop[index].append(name)
     return [tuple(d) for d in drop]
+
+
+def _is_torch_tensor(value: object) -> bool:
+    return type(value).__module__.startswith("torch") and hasattr(value, "detach")
+
+
+def _to_numpy(value: object) -> np.ndarray:
+    """An array for ``value``; a CPU torch tensor shares its memory (no copy)."""
+    if _is_torch_tensor(value):
+        tensor = value.detach()  # type: ignore[attr-defined]
+        if tensor.device.type != "cpu":
+            tensor = tensor.cpu()
+        return np.asarray(tensor.numpy())
+    return np.asarray(value)
+
+
+def _to_torch(array: np.ndarray) -> Any:
+    import torch
+
+    if not array.flags.writeable:  # a constant of the executable: torch wants writable memory
+        return torch.from_numpy(array.copy())
+    return torch.from_numpy(np.asarray(array))

@@ -6,7 +6,6 @@ value named, constants lifted to initializers, initializers no longer doubling a
 
 from __future__ import annotations
 
-import io
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -16,6 +15,7 @@ import onnx_ir as ir
 from onnx_ir.passes import common as common_passes
 
 from codegraft.errors import ModelError
+from codegraft.frontend.torch_export import export_module, is_torch_module
 
 ModelSource = str | os.PathLike[str] | bytes | onnx.ModelProto | ir.Model | Any
 
@@ -60,30 +60,12 @@ def _to_proto(source: ModelSource, example_inputs: Sequence[Any] | None) -> onnx
             return onnx.load(path)
         except Exception as error:
             raise ModelError(f"{path} is not an ONNX model: {_first_line(error)}") from None
-    if _is_torch_module(source):
-        return _export_torch(source, example_inputs)
+    if is_torch_module(source):
+        return export_module(source, example_inputs).proto
     raise ModelError(
         f"cannot compile a {type(source).__name__}: pass a path, bytes, onnx.ModelProto, "
         "onnx_ir.Model or a torch.nn.Module with example_inputs="
     )
-
-
-def _is_torch_module(source: object) -> bool:
-    return any(cls.__module__.startswith("torch") and cls.__name__ == "Module" for cls in type(source).__mro__)
-
-
-def _export_torch(module: Any, example_inputs: Sequence[Any] | None) -> onnx.ModelProto:
-    if example_inputs is None:
-        raise ModelError("a torch module needs example_inputs= (a tuple of tensors) to be exported")
-    import torch
-
-    buffer = io.BytesIO()
-    module.eval()
-    try:
-        torch.onnx.export(module, tuple(example_inputs), buffer, dynamo=False)  # type: ignore[arg-type]
-    except Exception as error:
-        raise ModelError(f"torch.onnx.export failed for {type(module).__name__}: {_first_line(error)}") from None
-    return onnx.load_from_string(buffer.getvalue())
 
 
 def _describe(source: ModelSource) -> str:

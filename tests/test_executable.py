@@ -61,6 +61,38 @@ def test_feeds_must_be_a_mapping(exe: cg.Executable) -> None:
         exe.run([np.ones((2, 4), np.float32)])  # type: ignore[arg-type]
 
 
+def test_positional_inputs_in_input_order(exe: cg.Executable) -> None:
+    a, b = np.ones((3, 4), np.float32), np.full((3, 4), -2, np.float32)
+    np.testing.assert_array_equal(exe.run(a, b)["y"], exe.run({"a": a, "b": b})["y"])
+    np.testing.assert_array_equal(exe(a, b), np.zeros((3, 4), np.float32))  # single output: the array itself
+    with pytest.raises(cg.InputError, match=r"takes 2 input\(s\) \(a float32\[n, 4\], b .*got 1 positional"):
+        exe.run(a)
+
+
+def test_torch_tensors_in_torch_tensors_out(exe: cg.Executable) -> None:
+    torch = pytest.importorskip("torch", reason="torch is an optional extra")
+    a = torch.ones(2, 4, requires_grad=True)
+    b = torch.ones(2, 4)
+    out = exe.run({"a": a, "b": b})["y"]
+    assert isinstance(out, torch.Tensor)
+    torch.testing.assert_close(out, torch.full((2, 4), 2.0))
+    y = exe(a, b)
+    assert isinstance(y, torch.Tensor) and y.shape == (2, 4)
+
+
+def test_a_multi_output_model_called_returns_a_tuple() -> None:
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Neg", ["x"], ["n"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+        [helper.make_tensor_value_info("r", TensorProto.FLOAT, [3]), helper.make_tensor_value_info("n", TensorProto.FLOAT, [3])],
+    )
+    exe = cg.compile(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    r, n = exe(np.array([-1.0, 0.0, 2.0], np.float32))
+    np.testing.assert_array_equal(r, [0, 0, 2])
+    np.testing.assert_array_equal(n, [1, 0, -2])
+
+
 def test_profile_times_every_partition(exe: cg.Executable) -> None:
     profile = exe.profile(_ok(), repeat=3)
     assert [name for name, _, _ in profile.partitions] == [s.name for s in exe.steps]

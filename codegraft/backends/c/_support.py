@@ -235,8 +235,10 @@ def _check_gelu(node: ir.Node) -> str:
 def _check_reshape(node: ir.Node) -> str:
     if not _const(present(node, 1)):
         return "the shape input must be a constant"
-    if attr_int(node, "allowzero", 0) != 0:
-        return "allowzero=1 is not supported"
+    shape = present(node, 1).const_value.numpy()  # type: ignore[union-attr]
+    if attr_int(node, "allowzero", 0) != 0 and (shape == 0).any():
+        # allowzero=1 makes a 0 an empty dimension, not "copy the input's": empty tensors are not supported
+        return "allowzero=1 with a 0 in the shape (an empty tensor) is not supported"
     return ""
 
 
