@@ -17,7 +17,6 @@ from codegraft._dtypes import numpy_dtype
 from codegraft._executable import Executable, Step, TensorSpec
 from codegraft._extract import Plan, plan_partitions
 from codegraft._model import ModelSource, import_model
-from codegraft.frontend.torch_export import DynamicShapes, export_module, is_torch_module
 from codegraft._options import CompileOptions
 from codegraft._partition import demote_small_groups, partition_units
 from codegraft._report import NodeReport, PartitionReport, PassReport, PlacementReport, Report
@@ -26,6 +25,7 @@ from codegraft.backend import Backend, Runnable
 from codegraft.backends import get_backend
 from codegraft.backends.onnxruntime import OnnxRuntimeBackend
 from codegraft.errors import BackendError, ModelError, OptionError
+from codegraft.frontend.torch_export import DynamicShapes, export_module, is_torch_module
 
 Target = str | Backend
 

@@ -85,7 +85,7 @@ def test_a_multi_output_model_called_returns_a_tuple() -> None:
         [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Neg", ["x"], ["n"])],
         "g",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
-        [helper.make_tensor_value_info("r", TensorProto.FLOAT, [3]), helper.make_tensor_value_info("n", TensorProto.FLOAT, [3])],
+        [helper.make_tensor_value_info(name, TensorProto.FLOAT, [3]) for name in ("r", "n")],
     )
     exe = cg.compile(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
     r, n = exe(np.array([-1.0, 0.0, 2.0], np.float32))

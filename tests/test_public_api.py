@@ -13,5 +13,5 @@ def test_facade_exports_exist_and_are_documented() -> None:
 
 def test_facade_is_curated() -> None:
     public = {n for n in dir(cg) if not n.startswith("_")}
-    modules = {"backend", "backends", "errors", "patterns", "passes", "testing"}
+    modules = {"backend", "backends", "errors", "frontend", "patterns", "passes", "testing"}
     assert public - set(cg.__all__) - modules == set()

@@ -80,7 +80,8 @@ def export_module(
                 f"torch.onnx.export failed for {type(module).__name__}: dynamo exporter: {reason}; "
                 f"legacy exporter: {_first_line(legacy_error)}"
             ) from None
-        exporter, note = "legacy", f"exported with the legacy TorchScript exporter: the dynamo exporter failed: {reason}"
+        exporter = "legacy"
+        note = f"exported with the legacy TorchScript exporter: the dynamo exporter failed: {reason}"
     proto = _rename(proto, names, output_names)
     return TorchExport(proto, exporter, note)
 
