@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import pathlib
+from collections.abc import Callable, Iterator
 from typing import Annotated, Optional
 
 import numpy as np
@@ -28,10 +30,51 @@ TargetsOption = Annotated[
 ]
 
 
+ShapesOption = Annotated[
+    Optional[list[str]],  # noqa: UP045
+    typer.Option("--shape", help="name=1x3x224x224: the shape of a random input (free dimensions default to 1)."),
+]
+LoadInputsOption = Annotated[
+    Optional[pathlib.Path],  # noqa: UP045
+    typer.Option("--load-inputs", help="An .npz of inputs by name (from --save-inputs)."),
+]
+SaveInputsOption = Annotated[
+    Optional[pathlib.Path],  # noqa: UP045
+    typer.Option("--save-inputs", help="Write the inputs used to this .npz, to feed them again."),
+]
+SeedOption = Annotated[int, typer.Option(help="Seed of the random inputs.")]
+
+
+def _version(value: bool) -> None:
+    if not value:
+        return
+    import importlib.metadata
+
+    import codegraft
+
+    typer.echo(f"codegraft {codegraft.__version__}")
+    for package in ("onnx", "onnx-ir", "onnxscript", "onnxruntime", "openvino", "numpy"):
+        try:
+            typer.echo(f"  {package} {importlib.metadata.version(package)}")
+        except importlib.metadata.PackageNotFoundError:
+            typer.echo(f"  {package} not installed")
+    raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the versions and exit."),
+    ] = False,
+) -> None:
+    """Partition ONNX models across accelerator backends; onnxruntime runs the rest."""
+
+
 def _fail(message: str) -> None:
     from rich.text import Text
 
-    err_console.print(Text.assemble(("error:", "bold red"), " ", message), highlight=False)
+    # soft_wrap: one line however long (a terminal wraps it; a log or grep keeps it whole)
+    err_console.print(Text.assemble(("error:", "bold red"), " ", message), highlight=False, soft_wrap=True)
     raise typer.Exit(code=2)
 
 
@@ -56,9 +99,10 @@ def _guard(func):  # type: ignore[no-untyped-def]
 def compile_command(
     model: Annotated[pathlib.Path, typer.Argument(help="The ONNX model.")],
     targets: TargetsOption = None,
-    output: Annotated[pathlib.Path, typer.Option("--output", "-o", help="Where to write the artifact.")] = pathlib.Path(
-        "model.cgx"
-    ),
+    output: Annotated[
+        Optional[pathlib.Path],  # noqa: UP045
+        typer.Option("--output", "-o", help="Where to write the artifact (default: the model's name, .cgx, here)."),
+    ] = None,
     min_partition_size: Annotated[int, typer.Option(help="Smaller accelerator partitions go to the host.")] = 1,
     precision: Annotated[str, typer.Option(help="float32, float16, bfloat16")] = "float32",
     placement: Annotated[str, typer.Option(help="first or measured")] = "first",
@@ -75,6 +119,7 @@ def compile_command(
         str(model), targets=targets or [], min_partition_size=min_partition_size, precision=precision,
         placement=placement, strict=strict, export_onnx=onnx_out,
     )
+    output = output if output is not None else pathlib.Path(model.stem + ".cgx")
     exe.save(output)
     for table in exe.report().tables():
         console.print(table)
@@ -90,18 +135,30 @@ def run_command(
         Optional[list[str]],  # noqa: UP045
         typer.Option("--input", "-i", help="name=file.npy; repeat per input."),
     ] = None,
+    shapes: ShapesOption = None,
+    load_inputs: LoadInputsOption = None,
+    save_inputs: SaveInputsOption = None,
+    seed: SeedOption = 0,
     save_outputs: Annotated[
         Optional[pathlib.Path],  # noqa: UP045
         typer.Option("--save", help="Folder to write each output as <name>.npy."),
     ] = None,
-    profile: Annotated[bool, typer.Option(help="Also print time per partition.")] = False,
+    profile: Annotated[bool, typer.Option(help="Also time it: latency percentiles and time per partition.")] = False,
+    runs: Annotated[int, typer.Option(help="Timed runs for --profile.")] = 20,
 ) -> None:
-    """Run an artifact on random inputs or on .npy files."""
+    """Run an artifact on random inputs, .npy files or a saved .npz."""
     import codegraft as cg
+    from codegraft._feeds import save_inputs as write_inputs
 
-    exe = cg.load_executable(artifact)
-    feeds = _feeds(exe, random, inputs or [])
-    outputs = exe.run(feeds)
+    with err_console.status(f"loading {artifact}"):
+        exe = cg.load_executable(artifact)
+    feeds, chosen = _feeds(exe.inputs, random, inputs or [], shapes or [], load_inputs, seed)
+    if chosen:
+        err_console.print("inputs: " + "; ".join(chosen), highlight=False)
+    if save_inputs is not None:
+        err_console.print(f"wrote {write_inputs(save_inputs, feeds)}", highlight=False)
+    with err_console.status("running"):
+        outputs = exe.run(feeds)
     table = Table(title=f"outputs of {artifact}")
     for column in ("output", "dtype", "shape", "min", "max", "mean"):
         table.add_column(column)
@@ -114,35 +171,33 @@ def run_command(
             np.save(save_outputs / f"{name.replace('/', '_')}.npy", value, allow_pickle=False)
     console.print(table)
     if profile:
-        console.print(str(exe.profile(feeds)), highlight=False)
+        with err_console.status(f"profiling: {runs} runs"):
+            result = exe.profile(feeds, repeat=runs)
+        console.print(str(result), highlight=False)
 
 
-def _feeds(exe, random: bool, specs: list[str]) -> dict[str, np.ndarray]:  # type: ignore[no-untyped-def]
+def _feeds(  # type: ignore[no-untyped-def]
+    specs, random: bool, files: list[str], shape_specs: list[str], load: pathlib.Path | None, seed: int
+) -> tuple[dict[str, np.ndarray], list[str]]:
+    """Feeds from --input files, --load-inputs, and (--random) random data of --shape shapes."""
+    from codegraft._feeds import load_inputs, make_feeds, parse_shapes
     from codegraft.errors import InputError
 
-    feeds: dict[str, np.ndarray] = {}
-    for spec in specs:
+    given: dict[str, np.ndarray] = load_inputs(load) if load is not None else {}
+    for spec in files:
         name, sep, file = spec.partition("=")
         if not sep:
             raise InputError(f"--input {spec!r}: expected name=file.npy")
         try:
-            feeds[name] = np.load(file, allow_pickle=False)
+            given[name] = np.load(file, allow_pickle=False)
         except (OSError, ValueError) as error:
             raise InputError(f"--input {name}: cannot read {file}: {error}") from None
-    if random:
-        rng = np.random.default_rng(0)
-        for spec in exe.inputs:
-            if spec.name in feeds:
-                continue
-            shape = [d if isinstance(d, int) else 1 for d in (spec.shape or ())]
-            dtype = np.dtype(spec.dtype)
-            if np.issubdtype(dtype, np.floating):
-                feeds[spec.name] = rng.standard_normal(shape).astype(dtype)
-            else:
-                feeds[spec.name] = rng.integers(0, 4, size=shape).astype(dtype)
-    if not feeds and exe.inputs:
-        raise InputError("give --random or --input name=file.npy for: " + ", ".join(s.name for s in exe.inputs))
-    return feeds
+    shapes = parse_shapes(shape_specs)
+    feeds, chosen = make_feeds(specs, shapes=shapes, given=given, random=random or bool(shapes), seed=seed)
+    missing = [s.name for s in specs if s.name not in feeds]
+    if missing:
+        raise InputError("give --random, --load-inputs file.npz or --input name=file.npy for: " + ", ".join(missing))
+    return feeds, chosen
 
 
 @app.command("inspect")
@@ -210,6 +265,67 @@ def bench_command(
 
         table = compare(str(model), targets or [], runs=runs, threads=threads, measured=measured, progress=progress)
     typer.echo(table.render())
+
+
+@app.command("compare")
+@_guard
+def compare_command(
+    model: Annotated[pathlib.Path, typer.Argument(help="The ONNX model.")],
+    targets: Annotated[
+        Optional[list[str]],  # noqa: UP045
+        typer.Option("--target", "-t", help="A configuration to check: a target, or targets joined by commas "
+                     "in order of preference (c,openvino); repeat to check several."),
+    ] = None,
+    rtol: Annotated[float, typer.Option(help="Relative tolerance (to each value's largest magnitude).")] = 1e-4,
+    atol: Annotated[float, typer.Option(help="Absolute tolerance.")] = 1e-5,
+    boundaries: Annotated[
+        bool, typer.Option("--boundaries", help="Also check every value crossing a partition boundary and name the "
+                           "first partition and node where the error appears."),
+    ] = False,
+    shapes: ShapesOption = None,
+    load_inputs: LoadInputsOption = None,
+    save_inputs: SaveInputsOption = None,
+    seed: SeedOption = 0,
+    precision: Annotated[str, typer.Option(help="float32, float16 or bfloat16.")] = "float32",
+    min_partition_size: Annotated[int, typer.Option(help="Smaller accelerator partitions go to the host.")] = 1,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the comparison as JSON.")] = False,
+) -> None:
+    """Run MODEL under each configuration and under onnxruntime; compare outputs (exit 1 on a mismatch)."""
+    from codegraft._compare import compare_configs
+    from codegraft._feeds import model_input_specs
+    from codegraft._feeds import save_inputs as write_inputs
+    from codegraft._model import _to_proto
+    from codegraft._options import CompileOptions
+
+    CompileOptions(precision=precision, min_partition_size=min_partition_size)  # bad values: one line, now
+    configs = [[t.strip() for t in spec.split(",") if t.strip()] for spec in (targets or [])] or [[]]
+    proto = _to_proto(str(model), None)
+    feeds, chosen = _feeds(model_input_specs(proto), True, [], shapes or [], load_inputs, seed)
+    if save_inputs is not None:
+        err_console.print(f"wrote {write_inputs(save_inputs, feeds)}", highlight=False)
+    with _progress_bar() as progress:
+        result = compare_configs(
+            proto, configs, feeds, rtol=rtol, atol=atol, boundaries=boundaries, inputs=chosen, progress=progress,
+            name=model.name, precision=precision, min_partition_size=min_partition_size,
+        )
+    typer.echo(result.to_json() if as_json else result.render())
+    if not result.ok:
+        raise typer.Exit(code=1)
+
+
+@contextlib.contextmanager
+def _progress_bar() -> Iterator[Callable[[str, int, int], None]]:
+    """A progress bar on stderr; yields progress(label, done, total)."""
+    from rich.markup import escape
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("{task.description:<40}"), BarColumn(), TimeElapsedColumn(), console=err_console) as bar:
+        task = bar.add_task("starting", total=1)
+
+        def progress(label: str, done: int, total: int) -> None:
+            bar.update(task, description=escape(label), completed=done, total=total)
+
+        yield progress
 
 
 @app.command("backends")

@@ -153,6 +153,18 @@ class Executable:
         as_torch = any(_is_torch_tensor(v) for v in feeds.values())
         return feeds, as_torch
 
+    def trace(self, feeds: Mapping[str, object]) -> dict[str, np.ndarray]:
+        """Like :meth:`run`, but keeps every partition's outputs: each value crossing a
+        partition boundary, by name, in schedule order (``codegraft compare --boundaries``)."""
+        env = self._validated(feeds)
+        env.update(self.constants)
+        computed: dict[str, np.ndarray] = {}
+        for step, runnable in zip(self.steps, self._runnables, strict=True):
+            results = runnable.run([env[name] for name in step.inputs])
+            env.update(zip(step.outputs, results, strict=True))
+            computed.update(zip(step.outputs, results, strict=True))
+        return computed
+
     def profile(self, feeds: Mapping[str, object], *, repeat: int = 10) -> Profile:
         """Time each partition on ``feeds``: median of ``repeat`` runs after one warm-up."""
         samples: list[list[float]] = [[] for _ in self.steps]

@@ -47,7 +47,7 @@ def test_square_brackets_in_errors_are_printed(small: Small, tmp_path: pathlib.P
     assert "expected float32 (float32[batch, 3, 16, 16])" in _one_line(result.output), result.output
 
     result = runner.invoke(app, ["run", str(artifact), "-i", f"nope={bad}"])
-    assert "the model's inputs are: x float32[batch, 3, 16, 16]" in _one_line(result.output), result.output
+    assert "inputs are: x float32[batch, 3, 16, 16]" in _one_line(result.output), result.output
 
 
 def test_bench_runs_zero_is_a_clear_error(small: tuple[pathlib.Path, pathlib.Path]) -> None:
@@ -111,3 +111,17 @@ def test_drawing_ids_are_the_report_names(small: tuple[pathlib.Path, pathlib.Pat
     conv = next(line for line in dot.splitlines() if line.strip().startswith("conv0 ["))
     assert "in: x float32[batch, 3, 16, 16]" in conv and "not numpy_example: Conv not implemented" in conv
     assert re.search(r'conv0 -> relu0 \[tooltip="c0: float32\[batch, 8, 16, 16\]", label="batchx8x16x16"', dot)
+
+
+def test_version_names_codegraft_and_its_runtimes() -> None:
+    result = runner.invoke(app, ["--version"])
+    assert result.exit_code == 0
+    assert result.output.startswith(f"codegraft {cg.__version__}\n") and "onnxruntime " in result.output
+
+
+def test_compile_names_the_artifact_after_the_model(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    model = save_small_net(tmp_path, "resnet_like.onnx")
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, ["compile", str(model)])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "resnet_like.cgx").exists() and "wrote resnet_like.cgx" in result.output

@@ -1,0 +1,159 @@
+"""Inputs for the command line: shapes for free dimensions, random data, and .npz files.
+
+``--shape x=1x3x224x224`` fixes an input's shape (checked against the model's fixed
+dimensions); other free dimensions are 1.  Random data is standard normal for floats and
+small integers (0..3) for integer inputs, from a seeded generator, so a run can be repeated;
+``--save-inputs`` writes exactly what was fed (npz, one array per input) and
+``--load-inputs`` feeds it again, to a later run, ``bench`` or ``compare``.
+
+Example::
+
+    specs = model_input_specs(onnx.load("model.onnx"))
+    feeds, chosen = make_feeds(specs, shapes=parse_shapes(["x=4x3x224x224"]))
+    print(chosen)            # ['x float32[4, 3, 224, 224] (random)']
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import onnx
+
+from codegraft._executable import TensorSpec
+from codegraft.errors import InputError
+
+
+def parse_shapes(specs: Sequence[str]) -> dict[str, tuple[int, ...]]:
+    """``["x=1x3x224x224", "mask=1x128"]`` -> ``{"x": (1, 3, 224, 224), ...}``; a scalar is ``name=``."""
+    shapes: dict[str, tuple[int, ...]] = {}
+    for spec in specs:
+        name, sep, dims = spec.partition("=")
+        if not sep or not name:
+            raise InputError(f"--shape {spec!r}: expected name=1x3x224x224")
+        try:
+            shape = tuple(int(d) for d in dims.lower().split("x")) if dims.strip() else ()
+        except ValueError:
+            raise InputError(f"--shape {spec!r}: dimensions must be integers joined by 'x', e.g. 1x3x224x224") from None
+        if any(d < 0 for d in shape):
+            raise InputError(f"--shape {spec!r}: dimensions must be >= 0")
+        shapes[name] = shape
+    return shapes
+
+
+def model_input_specs(model: onnx.ModelProto) -> tuple[TensorSpec, ...]:
+    """The graph inputs that are not initializers, as :class:`TensorSpec`."""
+    from codegraft._dtypes import numpy_dtype_of_onnx
+
+    initializers = {t.name for t in model.graph.initializer}
+    specs = []
+    for value in model.graph.input:
+        if value.name in initializers:
+            continue
+        tensor = value.type.tensor_type
+        dims: list[int | str | None] = []
+        for d in tensor.shape.dim:
+            dims.append(d.dim_value if d.HasField("dim_value") else (d.dim_param or None))
+        shape = tuple(dims) if tensor.HasField("shape") else None
+        specs.append(TensorSpec(value.name, numpy_dtype_of_onnx(tensor.elem_type).name, shape))
+    return tuple(specs)
+
+
+def make_feeds(
+    specs: Sequence[TensorSpec],
+    *,
+    shapes: Mapping[str, tuple[int, ...]] | None = None,
+    given: Mapping[str, np.ndarray] | None = None,
+    random: bool = True,
+    seed: int = 0,
+) -> tuple[dict[str, np.ndarray], list[str]]:
+    """Feeds for ``specs``: ``given`` arrays as they are, the rest random of the chosen shapes.
+
+    Returns the feeds and one line per input saying its type and where it came from.
+    """
+    shapes = dict(shapes or {})
+    given = dict(given or {})
+    names = {s.name for s in specs}
+    for name in [*shapes, *given]:
+        if name not in names:
+            known = ", ".join(f"{s.name} {s.describe()}" for s in specs)
+            raise InputError(f"the model has no input {name!r}; its inputs are: {known}")
+    rng = np.random.default_rng(seed)
+    feeds: dict[str, np.ndarray] = {}
+    chosen: list[str] = []
+    for spec in specs:
+        if spec.name in given:
+            array = np.asarray(given[spec.name])
+            feeds[spec.name] = array
+            chosen.append(f"{spec.name} {array.dtype}{list(array.shape)} (given)")
+            continue
+        if not random:
+            continue
+        shape = _shape_for(spec, shapes.get(spec.name))
+        dtype = np.dtype(spec.dtype or "float32")
+        if np.issubdtype(dtype, np.floating):
+            array = rng.standard_normal(shape).astype(dtype)
+        elif dtype == np.bool_:
+            array = rng.integers(0, 2, size=shape).astype(bool)
+        else:
+            array = rng.integers(0, 4, size=shape).astype(dtype)
+        feeds[spec.name] = array
+        how = "--shape" if spec.name in shapes else "free dims = 1" if _has_free_dims(spec) else "declared"
+        chosen.append(f"{spec.name} {dtype}{list(shape)} (random, {how})")
+    return feeds, chosen
+
+
+def _has_free_dims(spec: TensorSpec) -> bool:
+    return spec.shape is None or any(not isinstance(d, int) for d in spec.shape)
+
+
+def _shape_for(spec: TensorSpec, wanted: tuple[int, ...] | None) -> tuple[int, ...]:
+    if wanted is None:
+        if spec.shape is None:
+            raise InputError(f"input {spec.name!r} has no declared shape: give --shape {spec.name}=...")
+        return tuple(d if isinstance(d, int) else 1 for d in spec.shape)
+    if spec.shape is not None:
+        if len(wanted) != len(spec.shape):
+            raise InputError(
+                f"--shape {spec.name}={_dims(wanted)}: rank {len(wanted)}, but the model declares rank "
+                f"{len(spec.shape)}: {spec.describe()}"
+            )
+        for axis, (got, want) in enumerate(zip(wanted, spec.shape, strict=True)):
+            if isinstance(want, int) and got != want:
+                raise InputError(
+                    f"--shape {spec.name}={_dims(wanted)}: axis {axis} is fixed to {want} by the model: "
+                    f"{spec.describe()}"
+                )
+    return wanted
+
+
+def _dims(shape: Sequence[int]) -> str:
+    return "x".join(str(d) for d in shape)
+
+
+def load_inputs(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
+    """The arrays of an ``.npz`` file (no pickle), by name."""
+    try:
+        archive = np.load(path, allow_pickle=False)
+        if not isinstance(archive, np.lib.npyio.NpzFile):
+            raise InputError(f"--load-inputs {path}: not an .npz archive (write one with --save-inputs)")
+        with archive:
+            return {name: archive[name] for name in archive.files}
+    except InputError:
+        raise
+    except (OSError, ValueError, EOFError) as error:
+        raise InputError(f"--load-inputs {path}: cannot read it: {error}") from None
+
+
+def save_inputs(path: str | os.PathLike[str], feeds: Mapping[str, np.ndarray]) -> pathlib.Path:
+    """Write ``feeds`` as one ``.npz`` (keys are the input names); returns the path written."""
+    out = pathlib.Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with out.open("wb") as file:  # a file object: numpy would otherwise append .npz to the name
+        np.savez(file, **dict(feeds))  # type: ignore[arg-type]
+    return out
+
+
+__all__ = ["load_inputs", "make_feeds", "model_input_specs", "parse_shapes", "save_inputs"]

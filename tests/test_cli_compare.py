@@ -1,0 +1,124 @@
+"""``codegraft compare`` and inputs (--shape, --save-inputs/--load-inputs), end to end through the CLI."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+import numpy as np
+import onnx
+import pytest
+from typer.testing import CliRunner
+
+from codegraft._cli import app
+from codegraft.backends import BUILTIN_BACKENDS
+from codegraft.testing import SubsetBackend
+from tests.cli_util import save_small_net
+
+runner = CliRunner()
+
+
+class HardSigmoidBackend(SubsetBackend):
+    """A backend with a codegen bug: it lowers Sigmoid as HardSigmoid (a cheap approximation)."""
+
+    def compile(self, partition):  # type: ignore[no-untyped-def]
+        for node in partition.model.graph:
+            if node.op_type == "Sigmoid":
+                node.op_type = "HardSigmoid"
+        return super().compile(partition)
+
+
+@pytest.fixture
+def buggy(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(BUILTIN_BACKENDS, "buggy", lambda: HardSigmoidBackend("buggy", {"Conv", "Relu", "Sigmoid"}))
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    return save_small_net(tmp_path_factory.mktemp("compare"))
+
+
+def test_compare_matching_configurations_exit_zero(model: pathlib.Path, tmp_path: pathlib.Path) -> None:
+    saved = tmp_path / "inputs.npz"
+    result = runner.invoke(app, ["compare", str(model), "-t", "c", "-t", "numpy_example", "-t", "c,numpy_example",
+                                 "--shape", "x=2x3x16x16", "--save-inputs", str(saved), "--boundaries"])
+    assert result.exit_code == 0, result.output
+    assert "inputs: x float32[2, 3, 16, 16] (random, --shape)" in result.output
+    for config in ("c", "numpy_example", "c,numpy_example"):
+        assert f"| {config} |" in result.output
+    assert "all configurations match" in result.output and "MISMATCH" not in result.output
+    with np.load(saved) as archive:
+        assert archive["x"].shape == (2, 3, 16, 16)
+
+
+def test_compare_mismatch_exits_one_and_names_where(model: pathlib.Path, buggy: None) -> None:
+    result = runner.invoke(app, ["compare", str(model), "-t", "buggy", "-t", "c"])
+    assert result.exit_code == 1, result.output
+    assert "| buggy | buggy x1, onnxruntime x1 | y |" in result.output and "MISMATCH" in result.output
+    assert "| c | c x1 | y |" in result.output
+
+    result = runner.invoke(app, ["compare", str(model), "-t", "buggy", "--boundaries", "--json"])
+    assert result.exit_code == 1
+    data = json.loads(result.stdout)
+    assert not data["ok"]
+    (buggy_result,) = data["results"]
+    # conv1's output c1 crosses into the host partition too and is still right; s1 is the first wrong value.
+    checked = {c["name"]: c["ok"] for c in buggy_result["boundaries"]}
+    assert checked["c1"] and not checked["s1"]
+    first = buggy_result["first_mismatch"]
+    assert (first["name"], first["node"], first["backend"]) == ("s1", "sigmoid1 (Sigmoid)", "buggy")
+
+    result = runner.invoke(app, ["compare", str(model), "-t", "buggy", "--boundaries"])
+    assert "first error appears at 's1' from node sigmoid1 (Sigmoid) in partition" in result.output
+
+
+def test_compare_tolerances_decide(model: pathlib.Path, buggy: None) -> None:
+    result = runner.invoke(app, ["compare", str(model), "-t", "buggy", "--rtol", "10"])
+    assert result.exit_code == 0, result.output
+
+
+def test_saved_inputs_feed_run_and_compare_again(model: pathlib.Path, tmp_path: pathlib.Path) -> None:
+    artifact = tmp_path / "small.cgx"
+    saved = tmp_path / "in.npz"
+    assert runner.invoke(app, ["compile", str(model), "-t", "c", "-o", str(artifact)]).exit_code == 0
+    result = runner.invoke(app, ["run", str(artifact), "--random", "--shape", "x=4x3x16x16", "--seed", "7",
+                                 "--save-inputs", str(saved), "--save", str(tmp_path / "a")])
+    assert result.exit_code == 0, result.output
+    assert "inputs: x float32[4, 3, 16, 16] (random, --shape)" in result.output
+    result = runner.invoke(app, ["run", str(artifact), "--load-inputs", str(saved), "--save", str(tmp_path / "b")])
+    assert result.exit_code == 0, result.output
+    assert "inputs: x float32[4, 3, 16, 16] (given)" in result.output
+    np.testing.assert_array_equal(np.load(tmp_path / "a" / "y.npy"), np.load(tmp_path / "b" / "y.npy"))
+    result = runner.invoke(app, ["compare", str(model), "-t", "c", "--load-inputs", str(saved)])
+    assert result.exit_code == 0 and "x float32[4, 3, 16, 16] (given)" in result.output
+
+
+def test_random_says_which_shapes(model: pathlib.Path, tmp_path: pathlib.Path) -> None:
+    artifact = tmp_path / "small.cgx"
+    assert runner.invoke(app, ["compile", str(model), "-o", str(artifact)]).exit_code == 0
+    result = runner.invoke(app, ["run", str(artifact), "--random"])
+    assert result.exit_code == 0
+    assert "inputs: x float32[1, 3, 16, 16] (random, free dims = 1)" in result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--shape", "x=2x3x8x8"], "--shape x=2x3x8x8: axis 2 is fixed to 16 by the model: float32[batch, 3, 16, 16]"),
+        (["--shape", "x=2x3"], "--shape x=2x3: rank 2, but the model declares rank 4"),
+        (["--shape", "x=2xbig"], "dimensions must be integers joined by 'x'"),
+        (["--shape", "nope=1"], "the model has no input 'nope'; its inputs are: x float32[batch, 3, 16, 16]"),
+        (["--load-inputs", "missing.npz"], "--load-inputs missing.npz: cannot read it"),
+    ],
+)
+def test_input_errors_are_one_line(model: pathlib.Path, args: list[str], message: str) -> None:
+    result = runner.invoke(app, ["compare", str(model), *args])
+    assert result.exit_code == 2, result.output
+    assert message in " ".join(result.output.split()) and "Traceback" not in result.output
+
+
+def test_load_inputs_rejects_a_single_npy(model: pathlib.Path, tmp_path: pathlib.Path) -> None:
+    np.save(tmp_path / "x.npy", np.zeros((1, 3, 16, 16), np.float32))
+    result = runner.invoke(app, ["compare", str(model), "--load-inputs", str(tmp_path / "x.npy")])
+    assert result.exit_code == 2 and "not an .npz archive" in result.output
+    onnx.checker.check_model(onnx.load(model))
