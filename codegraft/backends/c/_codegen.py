@@ -54,7 +54,12 @@ class Program:
 
 
 def generate(model: ir.Model, target: Target) -> Program:
-    """C source for one partition with concrete input shapes."""
+    """C source for one partition with concrete input shapes.
+
+    An empty tensor (a dimension of 0) is refused: the kernels divide work by sizes, so the
+    partition runs on the host for that shape instead (a crash in native code otherwise).
+    """
+    _refuse_empty(model)
     graph = assign_layout(lower(model))
     kernels = fuse(graph)
     ctx = Context(target, graph.inputs, graph.outputs)
@@ -84,6 +89,14 @@ def generate(model: ir.Model, target: Target) -> Program:
         output_shapes=tuple(t.shape for t in graph.outputs),
         kernels=len(kernels),
     )
+
+
+def _refuse_empty(model: ir.Model) -> None:
+    values = [*model.graph.inputs, *model.graph.outputs, *(v for n in model.graph for v in n.outputs)]
+    for value in values:
+        if value.shape is not None and any(d == 0 for d in value.shape if isinstance(d, int)):
+            shape = list(value.shape)
+            raise ValueError(f"{value.name!r} is empty (shape {shape}): the C backend compiles no empty tensors")
 
 
 def _describe(kernel: Kernel) -> str:

@@ -25,10 +25,13 @@ static inline long cg_min(long a, long b) { return a < b ? a : b; }
 
 /* Branch-free math the vectoriser can inline (libm's expf/erff/tanhf are scalar calls).
    cg_exp: Cody-Waite reduction and a degree-6 polynomial, ~2 ulp over [-87, 88], inputs
-   clamped there (callers saturate anyway); cg_erf: Abramowitz-Stegun 7.1.26, |error| < 1.5e-7. */
+   clamped there (callers saturate anyway); cg_erf: Abramowitz-Stegun 7.1.26, |error| < 1.5e-7.
+   NaN propagates as in onnxruntime: every comparison is written so a NaN operand takes the
+   branch that returns it (x86 minps/maxps return their second operand on NaN, so
+   "x > hi ? hi : x" is still one instruction). */
 static inline float cg_exp(float x) {
-  x = x < 88.0f ? x : 88.0f;
-  x = x > -87.0f ? x : -87.0f;
+  x = x > 88.0f ? 88.0f : x;
+  x = x < -87.0f ? -87.0f : x;
   /* n = round(x / ln 2) by the 1.5 * 2^23 trick: no float->int conversion, which (like
      floorf) keeps gcc 12 from vectorising the loop */
   union { float f; int i; } big, scale;
@@ -45,7 +48,9 @@ static inline float cg_exp(float x) {
   scale.i = (big.i - 0x4B400000 + 127) << 23;
   return p * scale.f;
 }
-static inline float cg_exp_op(float x) { return x > 88.72283935546875f ? INFINITY : cg_exp(x); }
+static inline float cg_exp_op(float x) {
+  return x > 88.72283935546875f ? INFINITY : (x < -103.97f ? 0.0f : cg_exp(x));
+}
 static inline float cg_sigmoid(float x) { return 1.0f / (1.0f + cg_exp(-x)); }
 static inline float cg_tanh(float x) {
   const float a = x < 0.0f ? -x : x;
@@ -65,6 +70,14 @@ static inline float cg_erf(float x) {
 }
 static inline float cg_fmin(float a, float b) { return a < b ? a : b; }
 static inline float cg_fmax(float a, float b) { return a > b ? a : b; }
+/* The Max and Min ops: a NaN in either operand is the result (onnxruntime's Max/Min). */
+static inline float cg_max_op(float a, float b) { return a < b || b != b ? b : a; }
+static inline float cg_min_op(float a, float b) { return a > b || b != b ? b : a; }
+/* Clip: NaN stays NaN (onnxruntime's Clip), bounds as given otherwise. */
+static inline float cg_clamp(float x, float lo, float hi) {
+  x = x < lo ? lo : x;
+  return x > hi ? hi : x;
+}
 
 /* One GEMM-shaped job: rows of a (padded, channels-last) input times packed weights. */
 typedef struct {

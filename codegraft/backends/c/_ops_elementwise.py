@@ -42,11 +42,13 @@ def expression(step: Step, args: list[str]) -> str:
         return f"{a} {binary[kind]} {args[1]}"
     if kind in ("max", "min", "prelu"):
         b = args[1]
-        forms = {"max": f"cg_fmax({a}, {b})", "min": f"cg_fmin({a}, {b})", "prelu": f"({a} < 0.0f ? {b} * {a} : {a})"}
+        forms = {
+            "max": f"cg_max_op({a}, {b})", "min": f"cg_min_op({a}, {b})", "prelu": f"({a} < 0.0f ? {b} * {a} : {a})"
+        }
         return forms[kind]
     simple = {
         "pow": f"powf({a}, {args[1]})" if len(args) > 1 else "",
-        "relu": f"({a} > 0.0f ? {a} : 0.0f)",
+        "relu": f"({a} < 0.0f ? 0.0f : {a})",  # NaN passes through, as in onnxruntime (one maxps)
         "sigmoid": f"cg_sigmoid({a})",
         "tanh": f"cg_tanh({a})",
         "erf": f"cg_erf({a})",
@@ -70,7 +72,7 @@ def expression(step: Step, args: list[str]) -> str:
     if kind == "leakyrelu":
         return f"({a} >= 0.0f ? {a} : {a} * {p[0]})"
     if kind == "clip":
-        return f"cg_fmin(cg_fmax({a}, {p[0]}), {p[1]})"
+        return f"cg_clamp({a}, {p[0]}, {p[1]})"
     if kind == "hardsigmoid":
         return f"cg_fmax(0.0f, cg_fmin(1.0f, {p[0]} * {a} + {p[1]}))"
     if kind == "powc":

@@ -81,8 +81,16 @@ def supports(node: ir.Node) -> Support:
     check = _CHECKS.get(op)
     if check is None:
         return Support.no(f"{op}: not implemented by the C backend")
-    reason = _float_data(node) or check(node)
+    reason = _float_data(node) or _empty(node) or check(node)
     return Support.no(f"{op}: {reason}") if reason else Support.yes()
+
+
+def _empty(node: ir.Node) -> str:
+    """Kernels index by sizes and divide by them: an empty tensor goes to the host instead."""
+    for value in (*node.inputs, *node.outputs):
+        if value is not None and value.shape is not None and any(d == 0 for d in value.shape if isinstance(d, int)):
+            return f"{value.name!r} is empty (shape {list(value.shape)}); empty tensors run on the host"
+    return ""
 
 
 # Inputs that are not float data (shapes, axes), by op: skipped by the dtype check.
