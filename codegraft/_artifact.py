@@ -17,6 +17,7 @@ its own hash is checked again right before the backend loads it.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -62,11 +63,24 @@ class _PayloadWriter:
 
 
 def write_artifact(path: str | os.PathLike[str], exe: Executable) -> None:
-    """Serialise ``exe`` to ``path`` (written to a temporary file, then renamed)."""
-    tmp = f"{os.fspath(path)}.tmp"
-    with open(tmp, "wb") as handle:
-        handle.write(artifact_bytes(exe))
-    os.replace(tmp, path)
+    """Serialise ``exe`` to ``path`` (written to a temporary file, then renamed).
+
+    Whatever stops the write (a missing folder, a directory in the way, a full disk) is an
+    :class:`ArtifactError` naming the path; no temporary file is left behind.
+    """
+    where = os.fspath(path)
+    if os.path.isdir(where):
+        raise ArtifactError(f"cannot write artifact {where}: it is a directory")
+    data = artifact_bytes(exe)
+    tmp = f"{where}.tmp"
+    try:
+        with open(tmp, "wb") as handle:
+            handle.write(data)
+        os.replace(tmp, where)
+    except OSError as error:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        raise ArtifactError(f"cannot write artifact {where}: {error.strerror or error}") from None
 
 
 def artifact_bytes(exe: Executable) -> bytes:

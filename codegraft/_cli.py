@@ -70,17 +70,28 @@ def _main(
     """Partition ONNX models across accelerator backends; onnxruntime runs the rest."""
 
 
-def _fail(message: str) -> None:
+def _error_line(message: str) -> None:
+    """One line on stderr: never wrapped (a pipe or a log keeps it whole), never markup."""
     from rich.text import Text
 
     # soft_wrap: one line however long (a terminal wraps it; a log or grep keeps it whole)
-    err_console.print(Text.assemble(("error:", "bold red"), " ", message), highlight=False, soft_wrap=True)
+    text = Text.assemble(("error:", "bold red"), " ", " ".join(message.split()))
+    err_console.print(text, soft_wrap=True, highlight=False)
+
+
+def _fail(message: str) -> None:
+    _error_line(message)
     raise typer.Exit(code=2)
 
 
 def _guard(func):  # type: ignore[no-untyped-def]
-    """Turn codegraft's own errors into one clear line, not a stack trace."""
+    """Turn every error into one clear line, not a stack trace.
+
+    codegraft's own errors say what is wrong and where; anything else is a bug in codegraft,
+    said as such on one line (``CODEGRAFT_DEBUG=1`` shows the traceback).
+    """
     import functools
+    import os
 
     from codegraft.errors import CodegraftError
 
@@ -90,6 +101,14 @@ def _guard(func):  # type: ignore[no-untyped-def]
             return func(*args, **kwargs)
         except CodegraftError as error:
             _fail(str(error))
+        except (typer.Exit, typer.Abort, KeyboardInterrupt):
+            raise
+        except Exception as error:
+            if os.environ.get("CODEGRAFT_DEBUG"):
+                raise
+            _error_line(f"internal error (a bug in codegraft; CODEGRAFT_DEBUG=1 shows where): "
+                        f"{type(error).__name__}: {error}")
+            raise typer.Exit(code=3) from None
 
     return wrapper
 
@@ -329,6 +348,7 @@ def _progress_bar() -> Iterator[Callable[[str, int, int], None]]:
 
 
 @app.command("backends")
+@_guard
 def backends_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print as JSON.")] = False,
 ) -> None:
@@ -348,8 +368,30 @@ def backends_command(
 
 
 def main() -> None:
-    """Console-script entry point."""
-    app()
+    """Console-script entry point: usage errors, too, are one line (not click's box)."""
+    import sys
+
+    usage_errors: tuple[type[Exception], ...] = (typer.TyperException,)  # typer >= 0.20 vendors click
+    aborts: tuple[type[BaseException], ...] = (typer.Abort,)
+    try:
+        import click
+
+        usage_errors, aborts = (*usage_errors, click.ClickException), (*aborts, click.Abort)
+    except ImportError:
+        pass
+    try:
+        code = app(standalone_mode=False)
+    except usage_errors as error:
+        ctx = getattr(error, "ctx", None)
+        hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
+        message = error.format_message()  # type: ignore[attr-defined]
+        if message:  # empty when the help was shown instead (no arguments at all)
+            _error_line(message + hint)
+        code = getattr(error, "exit_code", 2)
+    except aborts:
+        _error_line("aborted")
+        code = 1
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

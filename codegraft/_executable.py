@@ -194,7 +194,11 @@ class Executable:
         for spec in self.inputs:
             if spec.name not in feeds:
                 raise InputError(f"missing input {spec.name!r}: expected {spec.describe()}")
-            array = _to_numpy(feeds[spec.name])
+            try:
+                array = _to_numpy(feeds[spec.name])
+            except (ValueError, TypeError) as error:  # a ragged list, or an object numpy cannot hold
+                text = " ".join(str(error).split())
+                raise InputError(f"input {spec.name!r} is not an array ({text}): expected {spec.describe()}") from None
             if spec.dtype and array.dtype != np.dtype(spec.dtype):
                 raise InputError(
                     f"input {spec.name!r} has dtype {array.dtype}, expected {spec.dtype} ({spec.describe()})"

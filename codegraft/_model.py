@@ -12,6 +12,8 @@ from typing import Any
 
 import onnx
 import onnx_ir as ir
+from google.protobuf.descriptor import FieldDescriptor
+from google.protobuf.message import Message
 from onnx_ir.passes import common as common_passes
 
 from codegraft.errors import ModelError
@@ -24,22 +26,75 @@ def import_model(source: ModelSource, *, example_inputs: Sequence[Any] | None = 
     """Read, check and normalise a model; see the module docstring for what is accepted."""
     proto = _to_proto(source, example_inputs)
     where = _describe(source)
-    try:
-        onnx.checker.check_model(proto)
-    except onnx.checker.ValidationError as error:
-        raise ModelError(f"{where} is not a valid ONNX model: {_first_line(error)}") from None
+    check_model_proto(proto, where)
     try:
         proto = onnx.shape_inference.infer_shapes(proto, strict_mode=True)
     except Exception as error:  # onnx raises several internal error types here
-        raise ModelError(f"{where}: shape inference failed: {_first_line(error)}") from None
-    model = ir.from_proto(proto)
-    for pass_ in (
-        common_passes.NameFixPass(),
-        common_passes.LiftConstantsToInitializersPass(lift_all_constants=True, size_limit=0),
-        common_passes.RemoveInitializersFromInputsPass(),
-    ):
-        pass_(model)
+        raise ModelError(f"{where}: shape inference failed: {one_line(error)}") from None
+    try:
+        model = ir.from_proto(proto)
+        for pass_ in (
+            common_passes.NameFixPass(),
+            common_passes.LiftConstantsToInitializersPass(lift_all_constants=True, size_limit=0),
+            common_passes.RemoveInitializersFromInputsPass(),
+        ):
+            pass_(model)
+    except Exception as error:  # the checker passed, so this is a model onnx-ir cannot represent
+        raise ModelError(f"{where} cannot be read into the IR: {type(error).__name__}: {one_line(error)}") from None
+    _drop_repeated_outputs(model)
     return model
+
+
+def check_model_proto(proto: onnx.ModelProto, where: str) -> None:
+    """Refuse, naming the problem, what the onnx checker lets through but nothing can run.
+
+    Invalid UTF-8 in any text (the protobuf runtime hands it over as bytes), an opset newer
+    than the installed onnx knows (``opset 99``), a graph without outputs (onnxruntime refuses
+    it too), and then everything the onnx checker refuses, on one line, node name kept.
+    """
+    _check_text(proto, "model", where)
+    known = onnx.defs.onnx_opset_version()
+    for opset in proto.opset_import:
+        if opset.domain in ("", "ai.onnx") and not 1 <= opset.version <= known:
+            raise ModelError(
+                f"{where} imports opset {opset.version} of the default domain; this onnx knows opsets 1 to {known}"
+            )
+    if not proto.graph.output:
+        raise ModelError(f"{where}: the graph has no outputs (nothing to compute)")
+    try:
+        onnx.checker.check_model(proto)
+    except Exception as error:  # ValidationError, and whatever the C++ checker lets escape
+        raise ModelError(f"{where} is not a valid ONNX model: {one_line(error)}") from None
+
+
+_TEXT = FieldDescriptor.TYPE_STRING
+_MESSAGE = FieldDescriptor.TYPE_MESSAGE
+_TENSOR_TEXT = ("name", "doc_string", "external_data", "metadata_props")
+
+
+def _check_text(message: Message, path: str, where: str) -> None:
+    """Every string field decodes as UTF-8 (checked per field; tensor payloads are not visited)."""
+    if isinstance(message, onnx.TensorProto):  # not ListFields: it would copy the weights
+        fields = [(message.DESCRIPTOR.fields_by_name[name], getattr(message, name)) for name in _TENSOR_TEXT]
+    else:
+        fields = list(message.ListFields())
+    for field, value in fields:
+        items = list(value) if field.is_repeated else [value]
+        for index, item in enumerate(items):
+            here = f"{path}.{field.name}" + (f"[{index}]" if field.is_repeated else "")
+            if field.type == _TEXT and not isinstance(item, str):
+                raise ModelError(f"{where}: {here} is not valid UTF-8 text ({bytes(item)[:40]!r})")
+            if field.type == _MESSAGE:
+                _check_text(item, here, where)
+
+
+def _drop_repeated_outputs(model: ir.Model) -> None:
+    """A graph may list one output twice (onnxruntime runs it); ``run`` returns it once."""
+    outputs = model.graph.outputs
+    names = [value.name for value in outputs]
+    for index in reversed(range(len(outputs))):
+        if names.index(names[index]) != index:
+            outputs.pop(index)
 
 
 def _to_proto(source: ModelSource, example_inputs: Sequence[Any] | None) -> onnx.ModelProto:
@@ -51,7 +106,7 @@ def _to_proto(source: ModelSource, example_inputs: Sequence[Any] | None) -> onnx
         try:
             return onnx.load_from_string(bytes(source))
         except Exception as error:
-            raise ModelError(f"the given bytes are not an ONNX model: {_first_line(error)}") from None
+            raise ModelError(f"the given bytes are not an ONNX model: {one_line(error)}") from None
     if isinstance(source, str | os.PathLike):
         path = os.fspath(source)
         if not os.path.exists(path):
@@ -59,7 +114,7 @@ def _to_proto(source: ModelSource, example_inputs: Sequence[Any] | None) -> onnx
         try:
             return onnx.load(path)
         except Exception as error:
-            raise ModelError(f"{path} is not an ONNX model: {_first_line(error)}") from None
+            raise ModelError(f"{path} is not an ONNX model: {one_line(error)}") from None
     if is_torch_module(source):
         return export_module(source, example_inputs).proto
     raise ModelError(
@@ -74,6 +129,8 @@ def _describe(source: ModelSource) -> str:
     return f"the {type(source).__name__} model"
 
 
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
+def one_line(error: BaseException) -> str:
+    """A dependency's multi-line message as one line, nothing dropped (the onnx checker puts
+    the node name on its "==> Context:" line)."""
+    text = " ".join(str(error).split())
+    return text.replace(" ==> Context: ", "; ") if text else type(error).__name__

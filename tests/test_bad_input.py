@@ -1,0 +1,147 @@
+"""Bad input found by fuzzing (issue 11): one clear codegraft error, never a dependency's traceback.
+
+Models the onnx checker lets through, feeds numpy cannot hold, saves that cannot be written,
+and the CLI's error lines (one line each, not wrapped when piped).
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import codegraft as cg
+
+
+def relu_model(*, opset: int = 17, name: str = "relu0", outputs: int = 1) -> onnx.ModelProto:
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"], name=name)], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])] * outputs,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def _with_bytes(model: onnx.ModelProto, marker: bytes, replacement: bytes) -> bytes:
+    data = model.SerializeToString()
+    assert marker in data
+    return data.replace(marker, replacement)
+
+
+@pytest.fixture(scope="module")
+def exe() -> cg.Executable:
+    return cg.compile(relu_model(), targets=["c"])
+
+
+def test_invalid_utf8_in_the_doc_string_is_named() -> None:
+    model = relu_model()
+    model.doc_string = "DOCDOC"
+    with pytest.raises(cg.ModelError, match=r"model\.doc_string is not valid UTF-8"):
+        cg.compile(_with_bytes(model, b"DOCDOC", b"DO\xff\xfeOC"), targets=["c"])
+
+
+def test_invalid_utf8_in_a_node_name_is_named(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "bad.onnx"
+    path.write_bytes(_with_bytes(relu_model(name="NODENAME"), b"NODENAME", b"NODE\xffAME"))
+    with pytest.raises(cg.ModelError, match=r"bad\.onnx: model\.graph\.node\[0\]\.name is not valid UTF-8"):
+        cg.compile(path, targets=["c"])
+
+
+def test_an_output_listed_twice_runs_like_onnxruntime() -> None:
+    exe = cg.compile(relu_model(outputs=2), targets=["c"])
+    x = np.array([[-1, 2, -3], [4, -5, 6]], np.float32)
+    out = exe.run({"x": x})
+    assert list(out) == ["y"]
+    np.testing.assert_array_equal(out["y"], np.maximum(x, 0))
+
+
+def test_empty_graph_is_refused() -> None:
+    model = helper.make_model(helper.make_graph([], "g", [], []), opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(cg.ModelError, match="no outputs"):
+        cg.compile(model)
+
+
+@pytest.mark.parametrize("opset", [99, 0])
+def test_unknown_opset_is_refused(opset: int) -> None:
+    with pytest.raises(cg.ModelError, match=f"opset {opset} of the default domain"):
+        cg.compile(relu_model(opset=opset), targets=["c", "openvino"])
+
+
+def test_checker_message_keeps_the_node_name() -> None:
+    model = relu_model(name="my_relu")
+    model.graph.node[0].attribute.append(helper.make_attribute("alpha", 1.0))
+    with pytest.raises(cg.ModelError) as caught:
+        cg.compile(model)
+    message = str(caught.value)
+    assert "Unrecognized attribute: alpha" in message and "my_relu" in message and "\n" not in message
+
+
+def test_ragged_list_feed_is_an_input_error(exe: cg.Executable) -> None:
+    with pytest.raises(cg.InputError, match=r"input 'x' is not an array .*expected float32\[2, 3\]"):
+        exe.run({"x": [[1.0, 2.0, 3.0], [1.0, 2.0]]})
+
+
+def test_save_into_a_missing_folder_or_onto_a_directory(exe: cg.Executable, tmp_path: pathlib.Path) -> None:
+    with pytest.raises(cg.ArtifactError, match="No such file or directory"):
+        exe.save(tmp_path / "missing" / "model.cgx")
+    with pytest.raises(cg.ArtifactError, match="it is a directory"):
+        exe.save(tmp_path)
+    assert list(tmp_path.iterdir()) == []  # no temporary file left behind
+
+
+def test_string_initializer_runs() -> None:
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["s"], ["y"]), helper.make_node("Relu", ["x"], ["z"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.STRING, [2]),
+         helper.make_tensor_value_info("z", TensorProto.FLOAT, [2])],
+        initializer=[numpy_helper.from_array(np.array(["a", "b"], dtype=object), "s")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    out = cg.compile(model, targets=["c"]).run({"x": np.array([-1, 1], np.float32)})
+    assert out["y"].tolist() in (["a", "b"], [b"a", b"b"])
+    np.testing.assert_array_equal(out["z"], [0, 1])
+
+
+# -- the command line, as a user runs it: a subprocess whose stderr is a pipe ---------------
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "COLUMNS": "40"}
+    return subprocess.run([sys.executable, "-m", "codegraft._cli", *args], capture_output=True, text=True, env=env,
+                          timeout=600)
+
+
+def _one_error_line(done: subprocess.CompletedProcess[str]) -> str:
+    assert done.returncode != 0
+    assert "Traceback" not in done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("error: ")
+    return lines[0]
+
+
+def test_cli_error_is_one_unwrapped_line(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "a-model-with-a-long-enough-name-to-wrap-at-forty-columns.onnx"
+    path.write_bytes(_with_bytes(relu_model(name="NODENAME"), b"NODENAME", b"NODE\xffAME"))
+    line = _one_error_line(_cli("compile", str(path), "-t", "c", "-o", str(tmp_path / "m.cgx")))
+    assert str(path) in line and "not valid UTF-8" in line
+
+
+def test_cli_compile_into_a_missing_folder(tmp_path: pathlib.Path) -> None:
+    model = tmp_path / "m.onnx"
+    onnx.save(relu_model(), model)
+    line = _one_error_line(_cli("compile", str(model), "-o", str(tmp_path / "no" / "m.cgx")))
+    assert "cannot write artifact" in line
+    line = _one_error_line(_cli("compile", str(model), "-o", str(tmp_path)))
+    assert "it is a directory" in line
+
+
+def test_cli_usage_error_is_one_line() -> None:
+    line = _one_error_line(_cli("run", "--no-such-option"))
+    assert "--no-such-option" in line and "run --help" in line
