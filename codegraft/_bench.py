@@ -15,16 +15,19 @@ is also given as a ratio to the best peer, the number a user compares against.
 
 from __future__ import annotations
 
+import functools
 import gc
+import json
+import math
 import os
-import statistics
-import time
+import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import numpy as np
 import onnx
 
+from codegraft._latency import Latency, time_calls
 from codegraft.backend import Backend
 
 # progress(label, done, total): called after each step of the measurement.
@@ -46,6 +49,10 @@ class BenchRow:
     ratio: float  # median / the best peer's median; < 1 is faster than every peer
     max_rel_error: float  # against onnxruntime with optimisations off
     error: str = ""
+    p90_ms: float = float("nan")
+    p99_ms: float = float("nan")
+    throughput: float = float("nan")  # inferences per second
+    runs: int = 0  # timed calls the figures are of
 
 
 @dataclass(frozen=True)
@@ -57,28 +64,47 @@ class BenchTable:
     runs: int
     rows: tuple[BenchRow, ...]
     placement: str = ""  # what measured placement chose, with its numbers
+    duration: float | None = None  # seconds per configuration, when timed by duration
+    concurrency: int = 1  # concurrent requests per configuration
+    inputs: tuple[str, ...] = ()  # what was fed
 
     def best_peer(self) -> BenchRow | None:
         peers = [r for r in self.rows if r.peer and not r.error]
-        return min(peers, key=lambda r: r.median_ms) if peers else None
+        key = (lambda r: -r.throughput) if self.concurrency > 1 else (lambda r: r.median_ms)
+        return min(peers, key=key) if peers else None
 
     def row(self, config: str) -> BenchRow | None:
         return next((r for r in self.rows if r.config == config), None)
 
+    def to_json(self) -> str:
+        """The table as JSON (NaN, for a configuration that failed, as null)."""
+        data = asdict(self)
+        for row in data["rows"]:
+            for key, value in row.items():
+                if isinstance(value, float) and math.isnan(value):
+                    row[key] = None
+        return json.dumps(data, indent=1)
+
     def render(self) -> str:
         """A plain-text table (also valid Markdown)."""
+        measured = f"{self.duration:g} s" if self.duration is not None else f"{self.runs} runs"
+        mode = f", {self.concurrency} concurrent requests" if self.concurrency > 1 else ""
+        versus = "throughput vs best peer" if self.concurrency > 1 else "vs best peer"
         lines = [
-            f"{self.model}: median of {self.runs} runs, {self.threads} thread(s)",
+            f"{self.model}: {measured} per configuration{mode}, {self.threads} thread(s)",
+            *([f"inputs: {'; '.join(self.inputs)}"] if self.inputs else []),
             "",
-            "| configuration | median ms | min ms | vs best peer | max rel. error |",
-            "|---|---:|---:|---:|---:|",
+            "| configuration | runs | median ms | p90 ms | p99 ms | min ms | inferences/s "
+            f"| {versus} | max rel. error |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
         ]
         for r in self.rows:
             if r.error:
-                lines.append(f"| {r.config} | - | - | - | failed: {r.error} |")
+                lines.append(f"| {r.config} | - | - | - | - | - | - | - | failed: {r.error} |")
             else:
                 lines.append(
-                    f"| {r.config} | {r.median_ms:.3f} | {r.min_ms:.3f} | {r.ratio:.2f}x | {r.max_rel_error:.1e} |"
+                    f"| {r.config} | {r.runs} | {r.median_ms:.3f} | {r.p90_ms:.3f} | {r.p99_ms:.3f} | {r.min_ms:.3f} "
+                    f"| {r.throughput:.1f} | {r.ratio:.2f}x | {r.max_rel_error:.1e} |"
                 )
         if self.placement:
             lines += ["", f"measured placement: {self.placement}"]
@@ -103,43 +129,58 @@ def compare(
     measured: bool = True,
     progress: Progress | None = None,
     name: str | None = None,
+    duration: float | None = None,
+    concurrency: int = 1,
+    feeds: Mapping[str, np.ndarray] | None = None,
+    inputs: Sequence[str] = (),
 ) -> BenchTable:
     """Time ``model`` under the peers and under codegraft with each target, host only, and
     (``measured``, with at least one target) measured placement over all targets.
+
+    ``runs`` timed calls per configuration, or (``duration``) as many as fit in that many
+    seconds; ``concurrency`` requests at once (throughput mode, see :mod:`codegraft._latency`).
+    ``feeds`` defaults to random inputs of the declared shapes.
 
     Example::
 
         table = compare("model.onnx", ["openvino"], runs=20, threads=2)
         print(table.render())
     """
+    from codegraft._latency import check_mode
     from codegraft._options import check_at_least
     from codegraft.testing import random_feeds, run_onnxruntime
 
-    check_at_least("runs", runs, 1)
+    check_mode(None if duration is not None else runs, duration, concurrency)
     check_at_least("threads", threads, 1)
     check_at_least("warmup", warmup, 0)
     check_at_least("rounds", rounds, 1)
     proto = _load(model)
-    feeds = random_feeds(proto)
+    feeds = dict(feeds) if feeds is not None else random_feeds(proto)
     reference = run_onnxruntime(proto, feeds)
     notes: dict[str, str] = {}
-    configs = _configs(proto, targets, threads, measured, notes)
-    total = len(configs) * (len(_blocks(runs, rounds)) * (1 + warmup) + runs)
+    configs = _configs(proto, targets, threads, measured, notes, concurrency)
+    blocks = _blocks(runs, rounds) if duration is None else [0] * rounds
+    per_block = [1 + warmup + (block if duration is None else 1) for block in blocks]
+    total = len(configs) * sum(per_block)
     done = 0
+    lock = threading.Lock()
 
-    def tick(label: str) -> None:
+    def tick(label: str, steps: int = 1) -> None:
         nonlocal done
-        done += 1
+        with lock:
+            done += steps
+            now = done
         if progress is not None:
-            progress(label, done, total)
+            progress(label, now, total)
 
     errors: dict[str, str] = {}
     accuracy: dict[str, float] = {}
     samples: dict[str, list[float]] = {c.name: [] for c in configs}
-    for block in _blocks(runs, rounds):
+    walls: dict[str, float] = {c.name: 0.0 for c in configs}
+    for block, units in zip(blocks, per_block, strict=True):
         for config in configs:
             if config.name in errors:
-                done += 1 + warmup + block
+                tick(f"skip {config.name}", units)
                 continue
             try:
                 runner = config.build()
@@ -147,43 +188,52 @@ def compare(
                     accuracy[config.name] = _max_rel_error(runner(feeds), reference)
             except Exception as error:  # noqa: BLE001 - a configuration that cannot run is a result, not a crash
                 errors[config.name] = f"{type(error).__name__}: {str(error).splitlines()[0][:200]}"
-                done += warmup + block
-                tick(f"compile {config.name}")
+                tick(f"compile {config.name}", units)
                 continue
             tick(f"compile {config.name}")
             for _ in range(warmup):
                 runner(feeds)
                 tick(f"warm-up {config.name}")
-            for _ in range(block):
-                start = time.perf_counter()
-                runner(feeds)
-                samples[config.name].append((time.perf_counter() - start) * 1e3)
-                tick(f"run {config.name}")
-            del runner  # its thread pools must not compete with the next configuration's
+            label = f"run {config.name}"
+            call = functools.partial(runner, feeds)
+            on_call = functools.partial(tick, label) if duration is None else None
+            times, wall = time_calls(
+                call,
+                runs=block if duration is None else None,
+                duration=duration / rounds if duration is not None else None,
+                concurrency=concurrency,
+                on_call=on_call,
+            )
+            if duration is not None:
+                tick(label)
+            samples[config.name] += times
+            walls[config.name] += wall
+            del runner, call  # its thread pools must not compete with the next configuration's
             gc.collect()
 
-    medians = {n: statistics.median(s) for n, s in samples.items() if s}
-    peer_medians = [medians[c.name] for c in configs if c.peer and c.name in medians]
-    best = min(peer_medians) if peer_medians else float("nan")
+    stats = {n: Latency.of(s, walls[n], concurrency) for n, s in samples.items() if s}
+    peers = [stats[c.name] for c in configs if c.peer and c.name in stats]
     rows = []
     for config in configs:
-        if config.name in errors:
+        if config.name in errors or config.name not in stats:
             nan = float("nan")
-            rows.append(BenchRow(config.name, config.peer, nan, nan, nan, nan, errors[config.name]))
+            rows.append(BenchRow(config.name, config.peer, nan, nan, nan, nan, errors.get(config.name, "no runs")))
             continue
-        median = medians[config.name]
+        latency = stats[config.name]
+        if concurrency > 1:  # throughput mode: the best peer is the one with the most inferences/s
+            ratio = max(p.throughput for p in peers) / latency.throughput if peers else float("nan")
+        else:
+            ratio = latency.p50_ms / min(p.p50_ms for p in peers) if peers else float("nan")
         rows.append(
             BenchRow(
-                config.name,
-                config.peer,
-                median,
-                min(samples[config.name]),
-                median / best,
-                accuracy[config.name],
+                config.name, config.peer, latency.p50_ms, latency.min_ms, ratio, accuracy[config.name],
+                p90_ms=latency.p90_ms, p99_ms=latency.p99_ms, throughput=latency.throughput, runs=latency.runs,
             )
         )
     placement = notes.get("codegraft[measured]", "")
-    return BenchTable(name or _model_name(model), threads, runs, tuple(rows), placement)
+    return BenchTable(
+        name or _model_name(model), threads, runs, tuple(rows), placement, duration, concurrency, tuple(inputs)
+    )
 
 
 def _blocks(runs: int, rounds: int) -> list[int]:
@@ -193,12 +243,17 @@ def _blocks(runs: int, rounds: int) -> list[int]:
 
 
 def _configs(
-    proto: onnx.ModelProto, targets: Sequence[str], threads: int, measured: bool, notes: dict[str, str]
+    proto: onnx.ModelProto,
+    targets: Sequence[str],
+    threads: int,
+    measured: bool,
+    notes: dict[str, str],
+    concurrency: int = 1,
 ) -> list[_Config]:
     data = proto.SerializeToString()
     configs = [_Config(PEER_ORT, True, lambda: _onnxruntime_peer(data, threads))]
     if _openvino_installed():
-        configs.append(_Config(PEER_OPENVINO, True, lambda: _openvino_peer(data, threads)))
+        configs.append(_Config(PEER_OPENVINO, True, lambda: _openvino_peer(data, threads, concurrency)))
     for target in targets:
         configs.append(_Config(f"codegraft[{target}]", False, _codegraft(proto, [target], threads, "first", notes)))
     configs.append(_Config("codegraft[host]", False, _codegraft(proto, [], threads, "first", notes)))
@@ -224,16 +279,21 @@ def _onnxruntime_peer(model: bytes, threads: int) -> RunFn:
     return run
 
 
-def _openvino_peer(model: bytes, threads: int) -> RunFn:
+def _openvino_peer(model: bytes, threads: int, concurrency: int = 1) -> RunFn:
     import openvino
 
     core = openvino.Core()
-    config = {"INFERENCE_NUM_THREADS": threads, "INFERENCE_PRECISION_HINT": "f32"}
+    config: dict[str, object] = {"INFERENCE_NUM_THREADS": threads, "INFERENCE_PRECISION_HINT": "f32"}
+    if concurrency > 1:  # as benchmark_app does for concurrent requests: streams to serve them
+        config["NUM_STREAMS"] = concurrency
     compiled = core.compile_model(core.read_model(model, b""), "CPU", config)
-    request = compiled.create_infer_request()
     outputs = [(port, port.get_any_name()) for port in compiled.outputs]
+    local = threading.local()  # an infer request serves one call at a time: one per thread
 
     def run(feeds: Mapping[str, np.ndarray]) -> Mapping[str, np.ndarray]:
+        request = getattr(local, "request", None)
+        if request is None:
+            request = local.request = compiled.create_infer_request()
         result = request.infer(dict(feeds))
         return {name: np.array(result[port]) for port, name in outputs}
 

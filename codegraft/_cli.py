@@ -162,12 +162,17 @@ def run_command(
         Optional[pathlib.Path],  # noqa: UP045
         typer.Option("--save", help="Folder to write each output as <name>.npy."),
     ] = None,
-    profile: Annotated[bool, typer.Option(help="Also time it: latency percentiles and time per partition.")] = False,
+    profile: Annotated[
+        bool, typer.Option(help="Also time it: latency percentiles, time per partition and (where the backend's "
+                           "profiler can tell) per op."),
+    ] = False,
     runs: Annotated[int, typer.Option(help="Timed runs for --profile.")] = 20,
+    as_json: Annotated[bool, typer.Option("--json", help="Print outputs (and the profile) as JSON.")] = False,
 ) -> None:
     """Run an artifact on random inputs, .npy files or a saved .npz."""
     import codegraft as cg
     from codegraft._feeds import save_inputs as write_inputs
+    from codegraft._options import check_at_least
 
     with err_console.status(f"loading {artifact}"):
         exe = cg.load_executable(artifact)
@@ -176,23 +181,46 @@ def run_command(
         err_console.print("inputs: " + "; ".join(chosen), highlight=False)
     if save_inputs is not None:
         err_console.print(f"wrote {write_inputs(save_inputs, feeds)}", highlight=False)
+    if profile:
+        check_at_least("runs", runs, 1)
     with err_console.status("running"):
         outputs = exe.run(feeds)
+    result = None
+    if profile:
+        with err_console.status(f"profiling: {runs} runs, then per op"):
+            result = exe.profile(feeds, repeat=runs, ops=True)
+    if as_json:
+        summary = {name: _summary(value) for name, value in outputs.items()}
+        profiled = json.loads(result.to_json()) if result is not None else None
+        typer.echo(json.dumps({"inputs": chosen, "outputs": summary, "profile": profiled}, indent=1))
+        _save_outputs(outputs, save_outputs)
+        return
     table = Table(title=f"outputs of {artifact}")
     for column in ("output", "dtype", "shape", "min", "max", "mean"):
         table.add_column(column)
     for name, value in outputs.items():
-        numeric = value.size and np.issubdtype(value.dtype, np.number)
-        stats = (f"{value.min():.4g}", f"{value.max():.4g}", f"{value.mean():.4g}") if numeric else ("", "", "")
-        table.add_row(name, str(value.dtype), str(list(value.shape)), *stats)
-        if save_outputs is not None:
-            save_outputs.mkdir(parents=True, exist_ok=True)
-            np.save(save_outputs / f"{name.replace('/', '_')}.npy", value, allow_pickle=False)
+        stats = _summary(value)
+        table.add_row(name, str(value.dtype), str(list(value.shape)),
+                      *(f"{stats[k]:.4g}" if k in stats else "" for k in ("min", "max", "mean")))
     console.print(table)
-    if profile:
-        with err_console.status(f"profiling: {runs} runs"):
-            result = exe.profile(feeds, repeat=runs)
-        console.print(str(result), highlight=False)
+    _save_outputs(outputs, save_outputs)
+    if result is not None:
+        typer.echo(str(result))
+
+
+def _summary(value: np.ndarray) -> dict[str, object]:
+    stats: dict[str, object] = {"dtype": str(value.dtype), "shape": list(value.shape)}
+    if value.size and np.issubdtype(value.dtype, np.number):
+        stats.update(min=float(value.min()), max=float(value.max()), mean=float(value.mean()))
+    return stats
+
+
+def _save_outputs(outputs: dict[str, np.ndarray], folder: pathlib.Path | None) -> None:
+    if folder is None:
+        return
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, value in outputs.items():
+        np.save(folder / f"{name.replace('/', '_')}.npy", value, allow_pickle=False)
 
 
 def _feeds(  # type: ignore[no-untyped-def]
@@ -266,24 +294,37 @@ def inspect_command(
 def bench_command(
     model: Annotated[pathlib.Path, typer.Argument(help="The ONNX model.")],
     targets: TargetsOption = None,
-    runs: Annotated[int, typer.Option(help="Timed runs per configuration (median reported).")] = 20,
+    runs: Annotated[int, typer.Option(help="Timed runs per configuration.")] = 20,
+    duration: Annotated[
+        Optional[float],  # noqa: UP045
+        typer.Option(help="Time each configuration for this many seconds instead of a count of runs."),
+    ] = None,
+    concurrency: Annotated[
+        int, typer.Option(help="Concurrent requests (threads calling run): >1 measures throughput."),
+    ] = 1,
     threads: Annotated[int, typer.Option(help="Threads for every configuration alike.")] = 2,
     measured: Annotated[bool, typer.Option(help="Also time measured placement over all targets.")] = True,
+    shapes: ShapesOption = None,
+    load_inputs: LoadInputsOption = None,
+    seed: SeedOption = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the results as JSON.")] = False,
 ) -> None:
-    """Time MODEL under onnxruntime alone, OpenVINO alone and codegraft with each target."""
-    from rich.markup import escape
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
+    """Time MODEL under onnxruntime alone, OpenVINO alone and codegraft with each target:
+    latency percentiles, min and throughput."""
     from codegraft._bench import compare
+    from codegraft._feeds import model_input_specs
+    from codegraft._latency import check_mode
+    from codegraft._model import _to_proto
 
-    with Progress(TextColumn("{task.description:<40}"), BarColumn(), TimeElapsedColumn(), console=err_console) as bar:
-        task = bar.add_task("measuring", total=1)
-
-        def progress(label: str, done: int, total: int) -> None:
-            bar.update(task, description=escape(label), completed=done, total=total)
-
-        table = compare(str(model), targets or [], runs=runs, threads=threads, measured=measured, progress=progress)
-    typer.echo(table.render())
+    check_mode(None if duration is not None else runs, duration, concurrency)  # bad values: one line, now
+    proto = _to_proto(str(model), None)
+    feeds, chosen = _feeds(model_input_specs(proto), True, [], shapes or [], load_inputs, seed)
+    with _progress_bar() as progress:
+        table = compare(
+            proto, targets or [], runs=runs, threads=threads, measured=measured, progress=progress, name=model.name,
+            duration=duration, concurrency=concurrency, feeds=feeds, inputs=chosen,
+        )
+    typer.echo(table.to_json() if as_json else table.render())
 
 
 @app.command("compare")

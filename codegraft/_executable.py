@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import os
 import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from codegraft._latency import Latency
 from codegraft._report import Report
-from codegraft.backend import Backend, Composite, Runnable
+from codegraft.backend import Backend, Composite, OpTime, ProfilingRunnable, Runnable
 from codegraft.errors import BackendError, CodegraftError, InputError
 
 Dim = int | str | None
@@ -58,18 +60,63 @@ class Step:
 
 @dataclass(frozen=True)
 class Profile:
-    """Time per partition of one ``profile`` call (median over repeats, in milliseconds)."""
+    """One ``profile`` call: end-to-end latency percentiles over ``runs`` runs, the median
+    time per partition (ms), and, for partitions whose backend can tell, per op."""
 
-    partitions: tuple[tuple[str, str, float], ...]  # (partition, backend, ms)
-    total_ms: float
+    partitions: tuple[tuple[str, str, float], ...]  # (partition, backend, median ms)
+    total_ms: float  # sum of the partition medians
+    runs: int = 0
+    latency: Latency | None = None  # end to end, each run from the feeds to the last partition
+    ops: tuple[tuple[str, OpTime], ...] = ()  # (partition, its op's mean time) from backend profilers
+
+    # How many ops ``str`` lists (the slowest); ``ops`` and ``to_json`` have them all.
+    SHOWN_OPS = 15
 
     def __str__(self) -> str:
-        lines = [f"{'partition':<24} {'backend':<12} {'ms':>9} {'share':>6}"]
+        lines = []
+        if self.latency is not None:
+            lines += [f"end to end: {self.latency.describe()}", ""]
+        lines.append(f"median of {self.runs} runs per partition (after 1 warm-up):")
+        lines.append(f"{'partition':<24} {'backend':<12} {'ms':>9} {'share':>6}")
         for name, backend, ms in self.partitions:
             share = 100 * ms / self.total_ms if self.total_ms else 0.0
             lines.append(f"{name:<24} {backend:<12} {ms:9.3f} {share:5.1f}%")
         lines.append(f"{'total':<24} {'':<12} {self.total_ms:9.3f}")
+        if self.ops:
+            backend_of = {name: backend for name, backend, _ in self.partitions}
+            profiled = Counter(backend_of.get(p, "?") for p in dict.fromkeys(p for p, _ in self.ops))
+            where = "; ".join(f"{b}: {_plural(n, 'partition')}" for b, n in profiled.items())
+            lines += ["", f"per op, from the backends' own profilers ({where}), slowest first:"]
+            lines.append(f"{'partition':<24} {'op':<32} {'type':<20} {'ms':>9} {'share':>6}")
+            part_ms = {name: ms for name, _, ms in self.partitions}
+            for partition, op in sorted(self.ops, key=lambda item: -item[1].ms)[: self.SHOWN_OPS]:
+                # the profiler's own sum, not the partition's wall time, so shares add up to 100%
+                inside = sum(o.ms for p, o in self.ops if p == partition) or part_ms.get(partition, 0.0)
+                share = 100 * op.ms / inside if inside else 0.0
+                lines.append(f"{partition:<24} {op.name[:32]:<32} {op.op_type[:20]:<20} {op.ms:9.3f} {share:5.1f}%")
+            if len(self.ops) > self.SHOWN_OPS:
+                lines.append(f"... {len(self.ops) - self.SHOWN_OPS} more ops")
         return "\n".join(lines)
+
+    def to_json(self) -> str:
+        """The profile as JSON: latency, partitions and ops."""
+        import json
+        from dataclasses import asdict
+
+        return json.dumps(
+            {
+                "runs": self.runs,
+                "latency": asdict(self.latency) if self.latency is not None else None,
+                "partitions": [{"partition": n, "backend": b, "median_ms": ms} for n, b, ms in self.partitions],
+                "total_ms": self.total_ms,
+                "ops": [{"partition": p, **asdict(op)} for p, op in self.ops],
+            },
+            indent=1,
+        )
+
+
+def _plural(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 class Executable:
@@ -165,10 +212,22 @@ class Executable:
             computed.update(zip(step.outputs, results, strict=True))
         return computed
 
-    def profile(self, feeds: Mapping[str, object], *, repeat: int = 10) -> Profile:
-        """Time each partition on ``feeds``: median of ``repeat`` runs after one warm-up."""
+    def profile(self, feeds: Mapping[str, object], *, repeat: int = 10, ops: bool = False) -> Profile:
+        """Time ``repeat`` runs on ``feeds`` after one warm-up: end-to-end percentiles and each
+        partition's median; with ``ops``, also per op for partitions whose runnable is a
+        :class:`~codegraft.backend.ProfilingRunnable` (``repeat`` more runs of each).
+
+        Example: ``print(exe.profile({"x": x}, repeat=50, ops=True))``.
+        """
+        from codegraft._options import check_at_least
+
+        check_at_least("repeat", repeat, 1)
         samples: list[list[float]] = [[] for _ in self.steps]
-        for _ in range(repeat + 1):
+        totals: list[float] = []
+        wall = 0.0
+        env: dict[str, np.ndarray] = {}
+        for run in range(repeat + 1):
+            began = time.perf_counter()
             env = self._validated(feeds)
             env.update(self.constants)
             for index, (step, runnable) in enumerate(zip(self.steps, self._runnables, strict=True)):
@@ -176,9 +235,18 @@ class Executable:
                 results = runnable.run([env[name] for name in step.inputs])
                 samples[index].append(time.perf_counter() - start)
                 env.update(zip(step.outputs, results, strict=True))
+            if run:  # the first is the warm-up
+                totals.append((time.perf_counter() - began) * 1e3)
+                wall += totals[-1] / 1e3
         medians = [float(np.median(s[1:])) * 1e3 for s in samples]
         rows = tuple((s.name, s.backend, ms) for s, ms in zip(self.steps, medians, strict=True))
-        return Profile(rows, sum(medians))
+        per_op: list[tuple[str, OpTime]] = []
+        if ops:
+            for step, runnable in zip(self.steps, self._runnables, strict=True):
+                if isinstance(runnable, ProfilingRunnable):
+                    timed = runnable.profile_ops([env[name] for name in step.inputs], repeat)
+                    per_op += [(step.name, op) for op in timed]
+        return Profile(rows, sum(medians), repeat, Latency.of(totals, wall), tuple(per_op))
 
     def _validated(self, feeds: Mapping[str, object]) -> dict[str, np.ndarray]:
         if not isinstance(feeds, Mapping):

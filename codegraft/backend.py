@@ -140,6 +140,38 @@ class Runnable(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class OpTime:
+    """One op's time inside a partition as the backend's own profiler measured it (mean ms)."""
+
+    name: str
+    op_type: str
+    ms: float
+
+
+@runtime_checkable
+class ProfilingRunnable(Protocol):
+    """Optional: a :class:`Runnable` that can say where its time goes, per op.
+
+    ``codegraft run --profile`` and ``Executable.profile(ops=True)`` call it for partitions
+    whose runnable has it (onnxruntime's and OpenVINO's profilers do); others are profiled
+    per partition only.
+
+    Example::
+
+        class MyRunnable:
+            def run(self, inputs): ...
+            def profile_ops(self, inputs, repeat):
+                return [OpTime("conv1", "Conv", 0.42), ...]
+    """
+
+    def run(self, inputs: Sequence[np.ndarray]) -> Sequence[np.ndarray]: ...
+
+    def profile_ops(self, inputs: Sequence[np.ndarray], repeat: int) -> Sequence[OpTime]:
+        """Run ``repeat`` times on ``inputs``; each op's mean time, in execution order."""
+        ...
+
+
 # A check on a pattern match: yes, or why not.  Receives the named captures.
 CompositeCheck = Callable[[dict[str, "ir.Value | ir.Node"]], Support]
 
@@ -191,8 +223,10 @@ __all__ = [
     "CompositeCheck",
     "CompositeRule",
     "Layout",
+    "OpTime",
     "Partition",
     "Precision",
+    "ProfilingRunnable",
     "Runnable",
     "Support",
     "backend_patterns",

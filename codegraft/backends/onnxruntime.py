@@ -6,6 +6,7 @@ and reused (sessions are safe to run from several threads).
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Sequence
 
@@ -13,7 +14,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
-from codegraft.backend import Capabilities, Partition, Runnable, Support
+from codegraft.backend import Capabilities, OpTime, Partition, Runnable, Support
 from codegraft.errors import BackendError
 
 
@@ -92,3 +93,39 @@ class OnnxRuntimeRunnable:
         session = self._ensure_session()
         feeds = dict(zip(self._input_names, inputs, strict=True))
         return session.run(self._output_names, feeds)  # type: ignore[attr-defined, no-any-return]
+
+    def profile_ops(self, inputs: Sequence[np.ndarray], repeat: int) -> list[OpTime]:
+        """Each node's mean kernel time from onnxruntime's profiler, over ``repeat`` runs.
+
+        A separate session with profiling on (the profiler is a session option), so the
+        shared session is not slowed; one warm-up run is left out of the means.
+        """
+        import json
+        import tempfile
+
+        import onnxruntime as ort
+
+        self._ensure_session()
+        with tempfile.TemporaryDirectory(prefix="codegraft-ort-profile-") as folder:
+            options = ort.SessionOptions()
+            options.intra_op_num_threads = self._threads
+            options.log_severity_level = 3
+            options.enable_profiling = True
+            options.profile_file_prefix = os.path.join(folder, "profile")
+            session = ort.InferenceSession(self._model_bytes, options, providers=["CPUExecutionProvider"])
+            feeds = dict(zip(self._input_names, inputs, strict=True))
+            for _ in range(repeat + 1):
+                session.run(self._output_names, feeds)
+            with open(session.end_profiling(), encoding="utf-8") as file:
+                events = json.load(file)
+        times: dict[str, list[float]] = {}  # in execution order of each node's first run
+        kinds: dict[str, str] = {}
+        for event in events:
+            name = event.get("name", "")
+            if event.get("cat") != "Node" or not name.endswith("_kernel_time"):
+                continue
+            node = name[: -len("_kernel_time")]
+            times.setdefault(node, []).append(float(event["dur"]) / 1e3)
+            kinds[node] = event.get("args", {}).get("op_name", "")
+        # Events are in time order: each node's first is the warm-up run.
+        return [OpTime(node, kinds[node], float(np.mean(ms[1:] or ms))) for node, ms in times.items()]
