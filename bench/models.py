@@ -6,7 +6,7 @@ Run from the repository root::
     .venv/bin/python -m bench.models --models mlp transformer --runs 10
 
 Not a test: it prints and writes numbers, it asserts nothing.  The measurement itself is
-:func:`codegraft._bench.compare` (also behind ``codegraft bench``); this script runs it over
+:func:`codegraft.cli.bench.compare` (also behind ``codegraft bench``); this script runs it over
 the zoo and renders the results.
 """
 
@@ -21,7 +21,7 @@ import sys
 import tempfile
 
 from bench import boundary, zoo
-from codegraft._bench import BenchTable, compare
+from codegraft.cli.bench import BenchTable, compare
 
 HERE = pathlib.Path(__file__).resolve().parent
 

@@ -15,9 +15,9 @@ import time
 
 import onnx_ir as ir
 
-from codegraft._annotate import annotate
-from codegraft._extract import plan_partitions
-from codegraft._partition import partition_units
+from codegraft.plan.annotate import annotate
+from codegraft.plan.extract import plan_partitions
+from codegraft.plan.partition import partition_units
 from codegraft.testing import SubsetBackend
 
 

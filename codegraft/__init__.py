@@ -13,13 +13,10 @@ The public API::
 Vendors implement :class:`Backend` (see :mod:`codegraft.backend`).
 """
 
-from codegraft._artifact import load_executable
-from codegraft._compiler import compile
-from codegraft._executable import Executable, Profile, TensorSpec
-from codegraft._options import CompileOptions
-from codegraft._report import NodeReport, PartitionReport, Report
 from codegraft.backend import Backend, Capabilities, Composite, CompositeRule, Partition, Runnable, Support
 from codegraft.backends import BackendInfo, get_backend, list_backends
+from codegraft.compiler.driver import compile
+from codegraft.core.options import CompileOptions
 from codegraft.errors import (
     ArtifactError,
     BackendError,
@@ -29,6 +26,9 @@ from codegraft.errors import (
     ModelError,
     OptionError,
 )
+from codegraft.report.report import NodeReport, PartitionReport, Report
+from codegraft.runtime.artifact import load_executable
+from codegraft.runtime.executable import Executable, Profile, TensorSpec
 
 __version__ = "0.1.0"
 

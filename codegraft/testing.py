@@ -121,7 +121,7 @@ def random_feeds(
     model: onnx.ModelProto, *, seed: int = 0, dim_values: Mapping[str, int] | None = None
 ) -> dict[str, np.ndarray]:
     """Random inputs for every graph input; symbolic dims take ``dim_values`` or 1."""
-    from codegraft._dtypes import numpy_dtype_of_onnx
+    from codegraft.core.dtypes import numpy_dtype_of_onnx
 
     rng = np.random.default_rng(seed)
     init_names = {t.name for t in model.graph.initializer}

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import codegraft as cg
-from codegraft._artifact import FORMAT_VERSION, MAGIC
+from codegraft.runtime.artifact import FORMAT_VERSION, MAGIC
 from codegraft.testing import SubsetBackend, assert_close, light_model, random_feeds, run_onnxruntime
 
 

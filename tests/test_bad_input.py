@@ -113,7 +113,7 @@ def test_string_initializer_runs() -> None:
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "COLUMNS": "40"}
-    return subprocess.run([sys.executable, "-m", "codegraft._cli", *args], capture_output=True, text=True, env=env,
+    return subprocess.run([sys.executable, "-m", "codegraft.cli.main", *args], capture_output=True, text=True, env=env,
                           timeout=600)
 
 

@@ -7,7 +7,7 @@ import pathlib
 import pytest
 
 from bench import boundary, zoo  # noqa: E402
-from codegraft._bench import compare  # noqa: E402
+from codegraft.cli.bench import compare  # noqa: E402
 
 
 def test_compare_lists_every_configuration(monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path) -> None:

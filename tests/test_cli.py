@@ -9,7 +9,7 @@ import numpy as np
 import onnx
 from typer.testing import CliRunner
 
-from codegraft._cli import app
+from codegraft.cli.main import app
 from codegraft.testing import light_model, light_model_path
 
 runner = CliRunner()

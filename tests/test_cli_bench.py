@@ -12,8 +12,8 @@ import pytest
 from typer.testing import CliRunner
 
 import codegraft as cg
-from codegraft._cli import app
-from codegraft._latency import Latency, measure
+from codegraft.cli.main import app
+from codegraft.runtime.latency import Latency, measure
 from tests.cli_util import save_small_net, small_net
 
 runner = CliRunner()

@@ -10,8 +10,8 @@ import onnx
 import pytest
 from typer.testing import CliRunner
 
-from codegraft._cli import app
 from codegraft.backends import BUILTIN_BACKENDS
+from codegraft.cli.main import app
 from codegraft.testing import SubsetBackend
 from tests.cli_util import save_small_net
 

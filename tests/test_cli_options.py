@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 import codegraft as cg
-from codegraft._cli import app
+from codegraft.cli.main import app
 from tests.cli_util import save_small_net, small_net
 
 runner = CliRunner()
@@ -56,7 +56,7 @@ def test_bench_runs_zero_is_a_clear_error(small: tuple[pathlib.Path, pathlib.Pat
     assert result.exit_code == 2, result.output
     assert "runs must be an integer >= 1, got 0" in result.output and "Traceback" not in result.output
     with pytest.raises(cg.OptionError, match="runs must be an integer >= 1"):
-        from codegraft._bench import compare
+        from codegraft.cli.bench import compare
 
         compare(small_net(), [], runs=0)
 
@@ -98,8 +98,8 @@ def test_bad_option_values_are_rejected_in_python(keyword: str, value: object, m
 
 
 def test_drawing_ids_are_the_report_names(small: tuple[pathlib.Path, pathlib.Path], tmp_path: pathlib.Path) -> None:
-    from codegraft._draw import draw_inspection
-    from codegraft._inspect import inspect_model
+    from codegraft.report.draw import draw_inspection
+    from codegraft.report.inspect import inspect_model
 
     model, _ = small
     result = runner.invoke(app, ["inspect", str(model), "-t", "numpy_example", "--json"])

@@ -11,8 +11,9 @@ import onnx.parser
 import onnx_ir as ir
 import pytest
 
-from codegraft import _draw
-from codegraft._draw import (
+from codegraft.errors import CodegraftError
+from codegraft.report import draw as _draw
+from codegraft.report.draw import (
     HOST_COLOUR,
     PALETTE,
     DrawNode,
@@ -25,8 +26,7 @@ from codegraft._draw import (
     write_html,
     write_svg,
 )
-from codegraft._report import NodeReport, Report
-from codegraft.errors import CodegraftError
+from codegraft.report.report import NodeReport, Report
 
 needs_dot = pytest.mark.skipif(
     shutil.which("dot") is None, reason="Graphviz's dot is not installed (apt-get install graphviz)"

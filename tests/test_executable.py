@@ -7,7 +7,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import codegraft as cg
-from codegraft._executable import Step, _last_uses
+from codegraft.runtime.executable import Step, _last_uses
 from codegraft.testing import SubsetBackend
 
 

@@ -10,7 +10,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import codegraft as cg
-from codegraft._model import import_model
+from codegraft.frontend.model import import_model
 from codegraft.testing import light_model, light_model_path
 
 

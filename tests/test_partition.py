@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from codegraft._partition import Group, demote_small_groups, partition_units
+from codegraft.plan.partition import Group, demote_small_groups, partition_units
 
 
 def _check(groups: list[Group], backends: list[str], preds: list[list[int]]) -> None:

@@ -239,7 +239,7 @@ def test_random_graphs_keep_outputs(data: st.DataObject, options: PassOptions) -
 
 def test_constant_of_shape_weights_become_initializers() -> None:
     """The light models compute weights with ConstantOfShape; backends need them constant."""
-    from codegraft._model import import_model
+    from codegraft.frontend.model import import_model
     from codegraft.passes import PassOptions, run_common_passes
     from codegraft.testing import light_model_path
 

@@ -17,17 +17,17 @@ import pytest
 from onnx import TensorProto, helper
 
 import codegraft as cg
-from codegraft._annotate import annotate
-from codegraft._compiler import CompileOptions
-from codegraft._model import import_model
-from codegraft._placement import (
+from codegraft.backend import Capabilities, Partition, Support
+from codegraft.compiler.driver import CompileOptions
+from codegraft.frontend.model import import_model
+from codegraft.plan.annotate import annotate
+from codegraft.plan.placement import (
     MeasurementCache,
     default_cache_dir,
     find_regions,
     measure_placement,
 )
-from codegraft._report import PlacementReport
-from codegraft.backend import Capabilities, Partition, Support
+from codegraft.report.report import PlacementReport
 from codegraft.testing import assert_close, random_feeds, run_onnxruntime
 
 SLEEP_S = 0.003
@@ -173,7 +173,7 @@ def test_compile_with_measured_placement_is_correct(monkeypatch: pytest.MonkeyPa
 
 
 def test_chain_keeps_a_region_with_its_neighbours_when_crossing_costs_more() -> None:
-    from codegraft._placement import _cheapest_chain
+    from codegraft.plan.placement import _cheapest_chain
 
     overhead = {"a": 10.0, "b": 10.0}.__getitem__
     # The middle element is 5 us faster on b, but leaving a and coming back costs two calls.

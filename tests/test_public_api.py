@@ -14,4 +14,6 @@ def test_facade_exports_exist_and_are_documented() -> None:
 def test_facade_is_curated() -> None:
     public = {n for n in dir(cg) if not n.startswith("_")}
     modules = {"backend", "backends", "errors", "frontend", "patterns", "passes", "testing"}
-    assert public - set(cg.__all__) - modules == set()
+    # The other stage folders are visible as submodules once imported; their contents are not the API.
+    stages = {"core", "plan", "lower", "runtime", "report", "compiler", "cli"}
+    assert public - set(cg.__all__) - modules - stages == set()

@@ -32,14 +32,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
-from codegraft._dtypes import dtype_name
+from codegraft.core.dtypes import dtype_name
 from codegraft.errors import CodegraftError
 
 if TYPE_CHECKING:
     import onnx_ir as ir
 
-    from codegraft._inspect import Inspection
-    from codegraft._report import Report
+    from codegraft.report.inspect import Inspection
+    from codegraft.report.report import Report
 
 HOST_COLOUR = "#d9d9d9"
 HOST_BORDER = "#999999"  # the host's fill is too pale to outline a box

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 
 import onnx_ir as ir
 
-from codegraft._dtypes import dtype_name
-from codegraft._gcpause import without_gc
-from codegraft._graphinfo import NodeInfo, node_infos
 from codegraft.backend import Backend, Composite, Support, backend_patterns
+from codegraft.core.dtypes import dtype_name
+from codegraft.core.gcpause import without_gc
+from codegraft.core.graphinfo import NodeInfo, node_infos
 
 CONTROL_FLOW_REASON = "control flow runs on the host with its bodies"
 QDQ_OPS = frozenset({"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear"})

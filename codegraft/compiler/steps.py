@@ -14,15 +14,15 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
-from codegraft._annotate import Annotation
-from codegraft._control import CONTROL_BACKEND, ControlGroupRunnable, compile_control_nodes, control_blob
-from codegraft._executable import Executable, Step
-from codegraft._extract import PartitionPlan, partition_proto
-from codegraft._lower import LoweringRequest, ShapeSpecialisingRunnable, compile_blob, load_runnable
-from codegraft._options import CompileOptions
-from codegraft._report import PartitionReport
 from codegraft.backend import Backend, Partition, Runnable
+from codegraft.core.options import CompileOptions
 from codegraft.errors import BackendError, CodegraftError
+from codegraft.lower.lowering import LoweringRequest, ShapeSpecialisingRunnable, compile_blob, load_runnable
+from codegraft.plan.annotate import Annotation
+from codegraft.plan.extract import PartitionPlan, partition_proto
+from codegraft.report.report import PartitionReport
+from codegraft.runtime.control import CONTROL_BACKEND, ControlGroupRunnable, compile_control_nodes, control_blob
+from codegraft.runtime.executable import Executable, Step
 
 log = logging.getLogger("codegraft")
 

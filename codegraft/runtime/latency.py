@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from codegraft._options import check_at_least
+from codegraft.core.options import check_at_least
 from codegraft.errors import OptionError
 
 

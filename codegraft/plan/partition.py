@@ -18,7 +18,7 @@ from collections import deque
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
-from codegraft._gcpause import without_gc
+from codegraft.core.gcpause import without_gc
 
 
 @dataclass(frozen=True)

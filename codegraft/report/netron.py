@@ -10,8 +10,8 @@ from __future__ import annotations
 import onnx
 import onnx_ir as ir
 
-from codegraft._annotate import Annotation
-from codegraft._extract import Plan, partition_proto
+from codegraft.plan.annotate import Annotation
+from codegraft.plan.extract import Plan, partition_proto
 
 PARTITION_DOMAIN = "codegraft.partition"
 

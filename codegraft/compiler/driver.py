@@ -11,21 +11,21 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
-from codegraft._annotate import Annotation, annotate
-from codegraft._control import CONTROL_BACKEND, mark_control_units
-from codegraft._dtypes import numpy_dtype
-from codegraft._executable import Executable, Step, TensorSpec
-from codegraft._extract import Plan, plan_partitions
-from codegraft._model import ModelSource, import_model
-from codegraft._options import CompileOptions
-from codegraft._partition import demote_small_groups, partition_units
-from codegraft._report import NodeReport, PartitionReport, PassReport, PlacementReport, Report
-from codegraft._steps import lower_control, lower_partition
 from codegraft.backend import Backend, Runnable
 from codegraft.backends import get_backend
 from codegraft.backends.onnxruntime import OnnxRuntimeBackend
+from codegraft.compiler.steps import lower_control, lower_partition
+from codegraft.core.dtypes import numpy_dtype
+from codegraft.core.options import CompileOptions
 from codegraft.errors import BackendError, ModelError, OptionError
+from codegraft.frontend.model import ModelSource, import_model
 from codegraft.frontend.torch_export import DynamicShapes, export_module, is_torch_module
+from codegraft.plan.annotate import Annotation, annotate
+from codegraft.plan.extract import Plan, plan_partitions
+from codegraft.plan.partition import demote_small_groups, partition_units
+from codegraft.report.report import NodeReport, PartitionReport, PassReport, PlacementReport, Report
+from codegraft.runtime.control import CONTROL_BACKEND, mark_control_units
+from codegraft.runtime.executable import Executable, Step, TensorSpec
 
 Target = str | Backend
 
@@ -77,7 +77,7 @@ def compile(  # noqa: A001 - the public name the README promises
     annotation, plan, placements = plan_model(ir_model, backends, host, options)
     _check_host_can_run(annotation, plan, host)
     if export_onnx is not None:
-        from codegraft._netron import partitioned_onnx
+        from codegraft.report.netron import partitioned_onnx
 
         onnx.save(partitioned_onnx(ir_model, annotation, plan), os.fspath(export_onnx))
     host.spin = len(plan.partitions) == 1  # see OnnxRuntimeBackend
@@ -145,7 +145,7 @@ def plan_model(
     unit_backends = [unit.backend for unit in annotation.units]
     mark_control_units(annotation, unit_backends, backends)
     if options.placement == "measured" and backends:  # the host is always a candidate too
-        from codegraft._placement import measure_placement
+        from codegraft.plan.placement import measure_placement
 
         unit_backends, placements = measure_placement(ir_model, annotation, backends, host, options)
     plan = _partition(ir_model, annotation, unit_backends, host.name, backends, options)

@@ -22,8 +22,8 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import onnx
 
-from codegraft._executable import TensorSpec
 from codegraft.errors import InputError
+from codegraft.runtime.executable import TensorSpec
 
 
 def parse_shapes(specs: Sequence[str]) -> dict[str, tuple[int, ...]]:
@@ -45,7 +45,7 @@ def parse_shapes(specs: Sequence[str]) -> dict[str, tuple[int, ...]]:
 
 def model_input_specs(model: onnx.ModelProto) -> tuple[TensorSpec, ...]:
     """The graph inputs that are not initializers, as :class:`TensorSpec`."""
-    from codegraft._dtypes import numpy_dtype_of_onnx
+    from codegraft.core.dtypes import numpy_dtype_of_onnx
 
     initializers = {t.name for t in model.graph.initializer}
     specs = []

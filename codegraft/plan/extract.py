@@ -14,10 +14,10 @@ from dataclasses import dataclass
 import onnx
 import onnx_ir as ir
 
-from codegraft._annotate import Annotation
-from codegraft._gcpause import without_gc
-from codegraft._partition import Group
 from codegraft.backend import Composite
+from codegraft.core.gcpause import without_gc
+from codegraft.plan.annotate import Annotation
+from codegraft.plan.partition import Group
 
 # Initializers up to this many elements are copied into each partition that reads them.
 TINY_CONSTANT_ELEMENTS = 64

@@ -16,10 +16,10 @@ from typing import Any
 
 import numpy as np
 
-from codegraft._latency import Latency
-from codegraft._report import Report
 from codegraft.backend import Backend, Composite, OpTime, ProfilingRunnable, Runnable
 from codegraft.errors import BackendError, CodegraftError, InputError
+from codegraft.report.report import Report
+from codegraft.runtime.latency import Latency
 
 Dim = int | str | None
 
@@ -219,7 +219,7 @@ class Executable:
 
         Example: ``print(exe.profile({"x": x}, repeat=50, ops=True))``.
         """
-        from codegraft._options import check_at_least
+        from codegraft.core.options import check_at_least
 
         check_at_least("repeat", repeat, 1)
         samples: list[list[float]] = [[] for _ in self.steps]
@@ -283,7 +283,7 @@ class Executable:
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the one-file artifact; :func:`codegraft.load_executable` reads it back."""
-        from codegraft._artifact import write_artifact
+        from codegraft.runtime.artifact import write_artifact
 
         write_artifact(path, self)
 

@@ -28,14 +28,14 @@ from typing import Any
 
 import numpy as np
 
-from codegraft._control import CONTROL_BACKEND, load_control_blob
-from codegraft._executable import Executable, Step, TensorSpec
-from codegraft._lower import LoweringRequest, ShapeSpecialisingRunnable, load_runnable
-from codegraft._report import Report
 from codegraft.backend import Backend, Composite, Runnable
 from codegraft.backends import get_backend
 from codegraft.backends.onnxruntime import OnnxRuntimeBackend
 from codegraft.errors import ArtifactError, BackendError
+from codegraft.lower.lowering import LoweringRequest, ShapeSpecialisingRunnable, load_runnable
+from codegraft.report.report import Report
+from codegraft.runtime.control import CONTROL_BACKEND, load_control_blob
+from codegraft.runtime.executable import Executable, Step, TensorSpec
 
 MAGIC = b"CODEGRAFT\x00CGX\n"
 FORMAT_VERSION = 1

@@ -20,9 +20,9 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
-from codegraft._annotate import Annotation, check_node
-from codegraft._executable import Executable
 from codegraft.backend import Backend
+from codegraft.plan.annotate import Annotation, check_node
+from codegraft.runtime.executable import Executable
 
 CONTROL_BACKEND = "codegraft.control"
 CONTROL_OPS = frozenset({"If", "Loop"})
@@ -205,7 +205,7 @@ def _run_loop(node: ControlNode, env: dict[str, np.ndarray]) -> list[np.ndarray]
 
 def control_blob(nodes: Sequence[ControlNode], inputs: Sequence[str], outputs: Sequence[str]) -> bytes:
     """Serialise a control group; bodies nest as artifacts."""
-    from codegraft._artifact import artifact_bytes
+    from codegraft.runtime.artifact import artifact_bytes
 
     chunks: list[bytes] = []
     offset = 0

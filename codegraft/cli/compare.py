@@ -148,7 +148,7 @@ def compare_configs(
 ) -> Comparison:
     """Compile and run ``model`` once per configuration (a list of targets) and compare every
     output (and, with ``boundaries``, every partition boundary value) with onnxruntime."""
-    from codegraft._options import check_at_least
+    from codegraft.core.options import check_at_least
     from codegraft.testing import run_onnxruntime
 
     if rtol < 0 or atol < 0:
@@ -252,9 +252,9 @@ class _OptimisedReference:
     def __init__(self, proto: onnx.ModelProto) -> None:
         import onnx_ir as ir
 
-        from codegraft._compiler import _run_common_passes
-        from codegraft._model import import_model
-        from codegraft._options import CompileOptions
+        from codegraft.compiler.driver import _run_common_passes
+        from codegraft.core.options import CompileOptions
+        from codegraft.frontend.model import import_model
 
         model = import_model(proto)
         _run_common_passes(model, CompileOptions())
@@ -283,7 +283,7 @@ class _OptimisedReference:
 
 
 def _load(path: str | os.PathLike[str]) -> onnx.ModelProto:
-    from codegraft._model import _to_proto
+    from codegraft.frontend.model import _to_proto
 
     return _to_proto(path, None)
 

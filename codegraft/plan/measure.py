@@ -1,6 +1,6 @@
 """Timing pieces of a model on backends, and remembering the timings on disk.
 
-NOTE: what :mod:`codegraft._placement` decides with, kept apart from the deciding.  A *piece*
+NOTE: what :mod:`codegraft.plan.placement` decides with, kept apart from the deciding.  A *piece*
 is a standalone ONNX model cut from the graph (a region, a chunk, a stretch, a whole plan's
 partition); the :class:`Timer` compiles it on a backend, runs it on real intermediate values
 and caches the median time under a hash of the piece's ONNX and input shapes, the backend's
@@ -25,14 +25,14 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
-from codegraft._annotate import Annotation
-from codegraft._extract import PartitionPlan, partition_proto
-from codegraft._lower import LoweringRequest, compile_blob, load_runnable, specialise
 from codegraft.backend import Backend, Composite, Runnable, backend_version
 from codegraft.errors import BackendError
+from codegraft.lower.lowering import LoweringRequest, compile_blob, load_runnable, specialise
+from codegraft.plan.annotate import Annotation
+from codegraft.plan.extract import PartitionPlan, partition_proto
 
 if TYPE_CHECKING:
-    from codegraft._options import CompileOptions
+    from codegraft.core.options import CompileOptions
 
 CACHE_ENV = "CODEGRAFT_CACHE_DIR"
 # Timing: warm-up runs, then timed runs until both limits are reached (whichever is later).

@@ -9,13 +9,13 @@ from dataclasses import dataclass
 import onnx
 import onnx_ir as ir
 
-from codegraft._annotate import Annotation
-from codegraft._compiler import Target, _resolve_targets, _run_common_passes, plan_model
-from codegraft._extract import Plan
-from codegraft._model import ModelSource, import_model
-from codegraft._options import CompileOptions
-from codegraft._report import NodeReport, PartitionReport, Report
 from codegraft.backends.onnxruntime import OnnxRuntimeBackend
+from codegraft.compiler.driver import Target, _resolve_targets, _run_common_passes, plan_model
+from codegraft.core.options import CompileOptions
+from codegraft.frontend.model import ModelSource, import_model
+from codegraft.plan.annotate import Annotation
+from codegraft.plan.extract import Plan
+from codegraft.report.report import NodeReport, PartitionReport, Report
 
 
 @dataclass(frozen=True)
@@ -28,8 +28,8 @@ class Inspection:
     plan: Plan
 
     def partitioned_onnx(self) -> onnx.ModelProto:
-        """The partitioned model for Netron (see :mod:`codegraft._netron`)."""
-        from codegraft._netron import partitioned_onnx
+        """The partitioned model for Netron (see :mod:`codegraft.report.netron`)."""
+        from codegraft.report.netron import partitioned_onnx
 
         return partitioned_onnx(self.model, self.annotation, self.plan)
 
@@ -60,6 +60,6 @@ def inspect_model(model: ModelSource, targets: Sequence[Target], *, min_partitio
 
 def draw_report(inspection: Inspection, path: pathlib.Path, *, fmt: str, collapse: bool | None) -> None:
     """Draw the partitioned graph as SVG or HTML (needs graphviz's ``dot``)."""
-    from codegraft import _draw
+    from codegraft.report import draw as _draw
 
     _draw.draw_inspection(inspection, path, fmt=fmt, collapse=collapse)

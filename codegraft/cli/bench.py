@@ -27,8 +27,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import onnx
 
-from codegraft._latency import Latency, time_calls
 from codegraft.backend import Backend
+from codegraft.runtime.latency import Latency, time_calls
 
 # progress(label, done, total): called after each step of the measurement.
 Progress = Callable[[str, int, int], None]
@@ -138,7 +138,7 @@ def compare(
     (``measured``, with at least one target) measured placement over all targets.
 
     ``runs`` timed calls per configuration, or (``duration``) as many as fit in that many
-    seconds; ``concurrency`` requests at once (throughput mode, see :mod:`codegraft._latency`).
+    seconds; ``concurrency`` requests at once (throughput mode, see :mod:`codegraft.runtime.latency`).
     ``feeds`` defaults to random inputs of the declared shapes.
 
     Example::
@@ -146,8 +146,8 @@ def compare(
         table = compare("model.onnx", ["openvino"], runs=20, threads=2)
         print(table.render())
     """
-    from codegraft._latency import check_mode
-    from codegraft._options import check_at_least
+    from codegraft.core.options import check_at_least
+    from codegraft.runtime.latency import check_mode
     from codegraft.testing import random_feeds, run_onnxruntime
 
     check_mode(None if duration is not None else runs, duration, concurrency)

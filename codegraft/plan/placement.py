@@ -46,8 +46,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 import onnx_ir as ir
 
-from codegraft._annotate import Annotation, check_node
-from codegraft._measure import (
+from codegraft.backend import Backend
+from codegraft.plan.annotate import Annotation, check_node
+from codegraft.plan.measure import (
     MeasurementCache,
     Piece,
     Timer,
@@ -56,12 +57,11 @@ from codegraft._measure import (
     intermediates,
     sample_feeds,
 )
-from codegraft._partition import partition_units
-from codegraft._report import PlacementReport
-from codegraft.backend import Backend
+from codegraft.plan.partition import partition_units
+from codegraft.report.report import PlacementReport
 
 if TYPE_CHECKING:
-    from codegraft._options import CompileOptions
+    from codegraft.core.options import CompileOptions
 
 # Added to each change of backend on top of the new backend's call overhead: runtimes run
 # back to back disturb each other (worker threads still spinning, caches), which timing
