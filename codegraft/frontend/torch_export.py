@@ -104,10 +104,24 @@ def _export_dynamo(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # FutureWarnings from torch internals; our errors say what matters
         program = torch.onnx.export(
-            module, args, dynamo=True, dynamic_shapes=_by_name(dynamic_shapes, names, module),
+            module, args, dynamo=True, dynamic_shapes=_for_torch_export(dynamic_shapes, names, module),
             verbose=False, report=False,
         )
     return program.model_proto
+
+
+def _for_torch_export(dynamic_shapes: DynamicShapes | None, names: list[str], module: Any) -> Any:
+    """torch.export wants one entry per parameter of ``forward``: a ``*inputs`` one takes a tuple."""
+    by_name = _by_name(dynamic_shapes, names, module)
+    if by_name is None:
+        return None
+    try:
+        kinds = [p.kind for p in inspect.signature(module.forward).parameters.values()]
+    except (TypeError, ValueError):
+        kinds = []
+    if kinds and kinds[0] == inspect.Parameter.VAR_POSITIONAL:
+        return (tuple(by_name.get(name) for name in names),)
+    return by_name
 
 
 def _export_legacy(
