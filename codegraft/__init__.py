@@ -25,10 +25,12 @@ from codegraft.errors import (
     InputError,
     ModelError,
     OptionError,
+    SignatureError,
 )
 from codegraft.report.report import NodeReport, PartitionReport, Report
 from codegraft.runtime.artifact import load_executable
 from codegraft.runtime.executable import Executable, Profile, TensorSpec
+from codegraft.runtime.signature import generate_key
 
 __version__ = "0.1.0"
 
@@ -53,9 +55,11 @@ __all__ = [
     "Profile",
     "Report",
     "Runnable",
+    "SignatureError",
     "Support",
     "TensorSpec",
     "compile",
+    "generate_key",
     "get_backend",
     "list_backends",
     "load_executable",

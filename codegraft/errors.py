@@ -26,6 +26,11 @@ class ArtifactError(CodegraftError):
     """An artifact file is truncated, corrupted, of another format version, or unloadable."""
 
 
+class SignatureError(ArtifactError):
+    """An artifact is unsigned, signed by a key not trusted, or changed after it was signed
+    (raised only when trusted keys are given; nothing in the file has been used by then)."""
+
+
 class BackendError(CodegraftError):
     """A backend is unknown, unavailable, or failed while ``strict=True``."""
 

@@ -13,6 +13,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from codegraft.cli.sign import SignOption, TrustedKeysOption, keygen_command, sign_command, verify_command
+
 app = typer.Typer(
     name="codegraft",
     help="Partition ONNX models across accelerator backends; onnxruntime runs the rest.",
@@ -130,6 +132,7 @@ def compile_command(
         Optional[pathlib.Path],  # noqa: UP045
         typer.Option("--onnx", help="Also write the partitioned model as ONNX (open it in Netron)."),
     ] = None,
+    sign: SignOption = None,
 ) -> None:
     """Compile MODEL for the targets and write one artifact file."""
     import codegraft as cg
@@ -139,7 +142,7 @@ def compile_command(
         placement=placement, strict=strict, export_onnx=onnx_out,
     )
     output = output if output is not None else pathlib.Path(model.stem + ".cgx")
-    exe.save(output)
+    exe.save(output, signing_key=sign)
     for table in exe.report().tables():
         console.print(table)
     console.print(f"wrote {output} ({output.stat().st_size / 1e6:.2f} MB)")
@@ -168,6 +171,7 @@ def run_command(
     ] = False,
     runs: Annotated[int, typer.Option(help="Timed runs for --profile.")] = 20,
     as_json: Annotated[bool, typer.Option("--json", help="Print outputs (and the profile) as JSON.")] = False,
+    trusted_keys: TrustedKeysOption = None,
 ) -> None:
     """Run an artifact on random inputs, .npy files or a saved .npz."""
     import codegraft as cg
@@ -175,7 +179,7 @@ def run_command(
     from codegraft.core.options import check_at_least
 
     with err_console.status(f"loading {artifact}"):
-        exe = cg.load_executable(artifact)
+        exe = cg.load_executable(artifact, trusted_keys=trusted_keys or None)
     feeds, chosen = _feeds(exe.inputs, random, inputs or [], shapes or [], load_inputs, seed)
     if chosen:
         err_console.print("inputs: " + "; ".join(chosen), highlight=False)
@@ -216,11 +220,17 @@ def _summary(value: np.ndarray) -> dict[str, object]:
 
 
 def _save_outputs(outputs: dict[str, np.ndarray], folder: pathlib.Path | None) -> None:
+    from codegraft.errors import CodegraftError
+
     if folder is None:
         return
-    folder.mkdir(parents=True, exist_ok=True)
-    for name, value in outputs.items():
-        np.save(folder / f"{name.replace('/', '_')}.npy", value, allow_pickle=False)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        for name, value in outputs.items():
+            np.save(folder / f"{name.replace('/', '_')}.npy", value, allow_pickle=False)
+    except (OSError, ValueError) as error:
+        reason = getattr(error, "strerror", None) or error
+        raise CodegraftError(f"cannot write the outputs into {folder}: {reason}") from None
 
 
 def _feeds(  # type: ignore[no-untyped-def]
@@ -406,6 +416,10 @@ def backends_command(
     for info in infos:
         table.add_row(info.name, info.origin, "yes" if info.available else "no", info.reason)
     console.print(table)
+
+
+for _name, _command in (("keygen", keygen_command), ("sign", sign_command), ("verify", verify_command)):
+    app.command(_name)(_guard(_command))
 
 
 def main() -> None:

@@ -34,8 +34,17 @@ from codegraft.backends.onnxruntime import OnnxRuntimeBackend
 from codegraft.errors import ArtifactError, BackendError
 from codegraft.lower.lowering import LoweringRequest, ShapeSpecialisingRunnable, load_runnable
 from codegraft.report.report import Report
+from codegraft.runtime.artifact_schema import validate_header
 from codegraft.runtime.control import CONTROL_BACKEND, load_control_blob
 from codegraft.runtime.executable import Executable, Step, TensorSpec
+from codegraft.runtime.signature import (
+    KeySource,
+    load_public_keys,
+    sign_artifact,
+    split_signature,
+    trusted_keys_from_env,
+    verify_artifact,
+)
 
 MAGIC = b"CODEGRAFT\x00CGX\n"
 FORMAT_VERSION = 1
@@ -62,16 +71,23 @@ class _PayloadWriter:
         return entry
 
 
-def write_artifact(path: str | os.PathLike[str], exe: Executable) -> None:
-    """Serialise ``exe`` to ``path`` (written to a temporary file, then renamed).
+def write_artifact(path: str | os.PathLike[str], exe: Executable, *, signing_key: KeySource | None = None) -> None:
+    """Serialise ``exe`` to ``path`` (written to a temporary file, then renamed), signed with
+    ``signing_key`` (an Ed25519 private key: PEM file or bytes) when given.
 
     Whatever stops the write (a missing folder, a directory in the way, a full disk) is an
     :class:`ArtifactError` naming the path; no temporary file is left behind.
     """
-    where = os.fspath(path)
+    data = artifact_bytes(exe)
+    if signing_key is not None:
+        data = sign_artifact(data, signing_key)
+    write_file(os.fspath(path), data)
+
+
+def write_file(where: str, data: bytes) -> None:
+    """Write ``data`` to ``where`` through a temporary file; errors are :class:`ArtifactError`."""
     if os.path.isdir(where):
         raise ArtifactError(f"cannot write artifact {where}: it is a directory")
-    data = artifact_bytes(exe)
     tmp = f"{where}.tmp"
     try:
         with open(tmp, "wb") as handle:
@@ -133,19 +149,48 @@ def load_executable(
     *,
     backends: Sequence[Backend] = (),
     strict: bool = False,
+    trusted_keys: Sequence[KeySource] | None = None,
 ) -> Executable:
     """Load an artifact written by ``Executable.save``; no recompilation, no original model.
 
     Backends are found by name among the installed ones; pass ``backends=`` to supply
     instances (for example a vendor backend that is not installed as a package).
+
+    ``trusted_keys`` (Ed25519 public keys: PEM files or bytes; default: the files listed in
+    ``$CODEGRAFT_TRUSTED_KEYS``): when there are any, the artifact must be signed by one of
+    them, checked before anything in the file is parsed or loaded; an unsigned artifact, one
+    signed by another key or one changed after signing raises :class:`SignatureError`.
+    Without keys a signature is not checked (see the README's trust model).
+
+    Example::
+
+        exe = codegraft.load_executable("model.cgx", trusted_keys=["release.pub"])
     """
     where = os.fspath(path)
+    data = read_artifact_file(where)
+    keys = trusted_keys_from_env() if trusted_keys is None else load_public_keys(list(trusted_keys))
+    if keys:
+        data, _ = verify_artifact(data, trusted=keys, where=where)
+    else:
+        data, _ = split_signature(data)
+    return executable_from_bytes(data, where=where, backends=backends, strict=strict)
+
+
+def read_artifact_file(where: str) -> bytes:
+    """The bytes of an artifact file; an unreadable one is an :class:`ArtifactError`."""
+    if os.path.isdir(where):
+        raise ArtifactError(f"cannot read artifact {where}: it is a directory")
     try:
         with open(where, "rb") as handle:
-            data = handle.read()
+            return handle.read()
     except OSError as error:
-        raise ArtifactError(f"cannot read artifact {where}: {error.strerror}") from None
-    return executable_from_bytes(data, where=where, backends=backends, strict=strict)
+        raise ArtifactError(f"cannot read artifact {where}: {error.strerror or error}") from None
+
+
+def check_artifact(data: bytes, where: str) -> Mapping[str, Any]:
+    """The validated header of an (unsigned) artifact, without loading anything it holds."""
+    header, _ = _parse(data, where)
+    return header
 
 
 def executable_from_bytes(
@@ -177,10 +222,15 @@ def executable_from_bytes(
 
 def _parse(data: bytes, where: str) -> tuple[Mapping[str, Any], memoryview]:
     minimum = len(MAGIC) + _PREFIX.size + _DIGEST_SIZE
-    if len(data) < minimum or not data.startswith(MAGIC):
-        if data.startswith(MAGIC[:4]) or len(data) < len(MAGIC):
+    if not data.startswith(MAGIC):
+        if len(data) < len(MAGIC) and MAGIC.startswith(data):
             raise ArtifactError(f"{where} is truncated ({len(data)} bytes)")
-        raise ArtifactError(f"{where} is not a codegraft artifact (bad magic bytes)")
+        raise ArtifactError(
+            f"{where} is not a codegraft artifact (its first bytes are {bytes(data[:len(MAGIC)])!r}, "
+            f"not {MAGIC!r})"
+        )
+    if len(data) < minimum:
+        raise ArtifactError(f"{where} is truncated ({len(data)} bytes)")
     version, header_size = _PREFIX.unpack_from(data, len(MAGIC))
     if version != FORMAT_VERSION:
         raise ArtifactError(
@@ -196,7 +246,11 @@ def _parse(data: bytes, where: str) -> tuple[Mapping[str, Any], memoryview]:
         header = json.loads(bytes(data[header_start : header_start + header_size]))
     except ValueError as error:
         raise ArtifactError(f"{where}: unreadable header: {error}") from None
-    return header, memoryview(body)[header_start + header_size :]
+    except RecursionError:
+        raise ArtifactError(f"{where}: unreadable header: nested too deeply") from None
+    payload = memoryview(body)[header_start + header_size :]
+    validate_header(header, payload_size=len(payload), where=where, control_backend=CONTROL_BACKEND)
+    return header, payload
 
 
 def _bytes(entry: Mapping[str, Any], payload: memoryview, where: str, what: str) -> bytes:

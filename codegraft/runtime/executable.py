@@ -162,15 +162,7 @@ class Executable:
         env = self._validated(feeds)
         env.update(self.constants)
         for step, runnable, drop in zip(self.steps, self._runnables, self._drop_after, strict=True):
-            try:
-                results = runnable.run([env[name] for name in step.inputs])
-            except CodegraftError:
-                raise
-            except Exception as error:  # name the partition, not a frame deep in a runtime
-                raise BackendError(
-                    f"partition {step.name} on {step.backend} failed: {type(error).__name__}: {error}"
-                ) from error
-            env.update(zip(step.outputs, results, strict=True))
+            env.update(_run_step(step, runnable, env))
             for name in drop:
                 del env[name]
         outputs = {name: env[name] for name in self.outputs}
@@ -207,9 +199,9 @@ class Executable:
         env.update(self.constants)
         computed: dict[str, np.ndarray] = {}
         for step, runnable in zip(self.steps, self._runnables, strict=True):
-            results = runnable.run([env[name] for name in step.inputs])
-            env.update(zip(step.outputs, results, strict=True))
-            computed.update(zip(step.outputs, results, strict=True))
+            results = _run_step(step, runnable, env)
+            env.update(results)
+            computed.update(results)
         return computed
 
     def profile(self, feeds: Mapping[str, object], *, repeat: int = 10, ops: bool = False) -> Profile:
@@ -232,9 +224,9 @@ class Executable:
             env.update(self.constants)
             for index, (step, runnable) in enumerate(zip(self.steps, self._runnables, strict=True)):
                 start = time.perf_counter()
-                results = runnable.run([env[name] for name in step.inputs])
+                results = _run_step(step, runnable, env)
                 samples[index].append(time.perf_counter() - start)
-                env.update(zip(step.outputs, results, strict=True))
+                env.update(results)
             if run:  # the first is the warm-up
                 totals.append((time.perf_counter() - began) * 1e3)
                 wall += totals[-1] / 1e3
@@ -281,15 +273,43 @@ class Executable:
         """Which node went where and why not elsewhere; ``print(exe.report())`` for tables."""
         return self._report
 
-    def save(self, path: str | os.PathLike[str]) -> None:
-        """Write the one-file artifact; :func:`codegraft.load_executable` reads it back."""
+    def save(self, path: str | os.PathLike[str], *, signing_key: str | os.PathLike[str] | bytes | None = None) -> None:
+        """Write the one-file artifact; :func:`codegraft.load_executable` reads it back.
+
+        ``signing_key``: an Ed25519 private key (PEM file or bytes, e.g. from
+        ``codegraft keygen``) to sign the artifact with, so a loader given the public key can
+        refuse any other file.
+
+        Example::
+
+            exe.save("model.cgx", signing_key="release.key")
+        """
         from codegraft.runtime.artifact import write_artifact
 
-        write_artifact(path, self)
+        write_artifact(path, self, signing_key=signing_key)
 
     def __repr__(self) -> str:
         backends = ", ".join(f"{s.name}:{s.backend}" for s in self.steps)
         return f"<codegraft.Executable inputs={[s.name for s in self.inputs]} partitions=[{backends}]>"
+
+
+def _run_step(step: Step, runnable: Runnable, env: Mapping[str, Any]) -> dict[str, Any]:
+    """One partition's outputs by name; whatever goes wrong names the partition, not a frame
+    deep in a runtime (and a partition returning another number of outputs than the schedule
+    lists, e.g. from an edited artifact, is an error, not a silent mismatch)."""
+    try:
+        results = list(runnable.run([env[name] for name in step.inputs]))
+    except CodegraftError:
+        raise
+    except Exception as error:
+        message = f"partition {step.name} on {step.backend} failed: {type(error).__name__}: {error}"
+        raise BackendError(message) from error
+    if len(results) != len(step.outputs):
+        raise BackendError(
+            f"partition {step.name} on {step.backend} returned {len(results)} output(s); the schedule lists "
+            f"{len(step.outputs)}: {list(step.outputs)}"
+        )
+    return dict(zip(step.outputs, results, strict=True))
 
 
 def _check_shape(spec: TensorSpec, shape: tuple[int, ...], bound: dict[str, tuple[int, str]]) -> None:
