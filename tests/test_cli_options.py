@@ -125,3 +125,26 @@ def test_compile_names_the_artifact_after_the_model(tmp_path: pathlib.Path, monk
     result = runner.invoke(app, ["compile", str(model)])
     assert result.exit_code == 0, result.output
     assert (tmp_path / "resnet_like.cgx").exists() and "wrote resnet_like.cgx" in result.output
+
+
+def test_slow_load_and_run_say_how_long(small: Small, monkeypatch: pytest.MonkeyPatch) -> None:
+    from codegraft.cli import main as cli_main
+
+    _, artifact = small
+    monkeypatch.setattr(cli_main, "SLOW_STEP_S", 0.0)
+    result = runner.invoke(app, ["run", str(artifact), "--random"])
+    assert result.exit_code == 0, result.output
+    assert re.search(rf"loading {re.escape(str(artifact))}: \d+\.\d s", result.output)
+    assert re.search(r"running: \d+\.\d s", result.output)
+
+
+@pytest.mark.skipif(__import__("shutil").which("dot") is None, reason="Graphviz's dot is not installed")
+def test_inspect_svg_ids_tooltips_and_edge_shapes(small: Small, tmp_path: pathlib.Path) -> None:
+    model, _ = small
+    svg_path = tmp_path / "m.svg"
+    result = runner.invoke(app, ["inspect", str(model), "-t", "numpy_example", "--svg", str(svg_path)])
+    assert result.exit_code == 0, result.output
+    svg = svg_path.read_text()
+    assert 'id="conv0"' in svg and "<title>conv0</title>" in svg
+    assert "in: x float32[batch, 3, 16, 16]" in svg and "not numpy_example: Conv not implemented" in svg
+    assert ">batchx8x16x16<" in svg

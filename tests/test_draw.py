@@ -173,3 +173,24 @@ def test_draw_writes_dot_by_suffix(tmp_path: pathlib.Path) -> None:
 def test_draw_html_from_a_report(tmp_path: pathlib.Path) -> None:
     page = draw(_report(), _model(), tmp_path / "model.html", collapse=True).read_text()
     assert "<svg" in page and "mine</td><td>2</td><td>2</td>" in page
+
+
+def test_big_models_are_drawn_collapsed_by_default(tmp_path: pathlib.Path) -> None:
+    from codegraft.report.draw import COLLAPSE_ABOVE
+
+    def chain(n: int) -> tuple[Report, ir.Model]:
+        body = "\n".join(f"  v{i + 1} = Relu(v{i})" for i in range(n))
+        proto = onnx.parser.parse_model(
+            f'<ir_version: 8, opset_import: ["" : 18]>\ng (float[1,4] v0) => (float[1,4] v{n}) {{\n{body}\n}}'
+        )
+        for i, node in enumerate(proto.graph.node):
+            node.name = f"r{i}"
+        nodes = tuple(NodeReport(f"r{i}", "Relu", "mine", f"p{i // 100}") for i in range(n))
+        return Report(("mine",), "onnxruntime", nodes, ()), ir.from_proto(proto)
+
+    big = draw(*chain(COLLAPSE_ABOVE + 1), tmp_path / "big.dot").read_text()
+    assert "cluster" not in big and '"p3\\nmine\\n1 node"' in big
+    small = draw(*chain(COLLAPSE_ABOVE), tmp_path / "small.dot").read_text()
+    assert "subgraph cluster_p0" in small and 'label="1x4"' in small
+    expanded = draw(*chain(COLLAPSE_ABOVE + 1), tmp_path / "x.dot", collapse=False).read_text()
+    assert "subgraph cluster_p0" in expanded

@@ -178,7 +178,7 @@ def run_command(
     from codegraft.cli.feeds import save_inputs as write_inputs
     from codegraft.core.options import check_at_least
 
-    with err_console.status(f"loading {artifact}"):
+    with _step(f"loading {artifact}"):
         exe = cg.load_executable(artifact, trusted_keys=trusted_keys or None)
     feeds, chosen = _feeds(exe.inputs, random, inputs or [], shapes or [], load_inputs, seed)
     if chosen:
@@ -187,11 +187,11 @@ def run_command(
         err_console.print(f"wrote {write_inputs(save_inputs, feeds)}", highlight=False)
     if profile:
         check_at_least("runs", runs, 1)
-    with err_console.status("running"):
+    with _step("running"):
         outputs = exe.run(feeds)
     result = None
     if profile:
-        with err_console.status(f"profiling: {runs} runs, then per op"):
+        with _step(f"profiling: {runs} runs, then per op"):
             result = exe.profile(feeds, repeat=runs, ops=True)
     if as_json:
         summary = {name: _summary(value) for name, value in outputs.items()}
@@ -381,6 +381,28 @@ def compare_command(
     typer.echo(result.to_json() if as_json else result.render())
     if not result.ok:
         raise typer.Exit(code=1)
+
+
+# A step that took longer than this says so when it ends (vgg19 loads in ~5 s).
+SLOW_STEP_S = 1.0
+
+
+@contextlib.contextmanager
+def _step(label: str) -> Iterator[None]:
+    """A spinner with the elapsed time while ``label`` runs (on a terminal), and one line
+    saying how long it took when that was more than :data:`SLOW_STEP_S`."""
+    import time
+
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    start = time.perf_counter()
+    columns = (SpinnerColumn(), TextColumn("{task.description}", markup=False), TimeElapsedColumn())
+    with Progress(*columns, console=err_console, transient=True) as bar:
+        bar.add_task(label, total=None)
+        yield
+    took = time.perf_counter() - start
+    if took > SLOW_STEP_S:
+        err_console.print(f"{label}: {took:.1f} s", highlight=False)
 
 
 @contextlib.contextmanager
