@@ -21,13 +21,14 @@ header, a JSON description and the two payloads; nothing is pickled.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
 import queue
 import struct
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -181,9 +182,10 @@ class OpenVINOBackend:
 
     def supports(self, node: ir.Node) -> Support:
         """Yes, or what OpenVINO said about this node (see the module note)."""
-        known_wrong = _known_wrong(node)
-        if known_wrong is not None:
-            return known_wrong
+        for check in (_known_wrong, _strings):
+            verdict = check(node)
+            if verdict is not None:
+                return verdict
         with self._lock:
             if node in self._prepared_yes:
                 return Support.yes()
@@ -220,7 +222,11 @@ class OpenVINOBackend:
     # --- compile and load ------------------------------------------------------------
     def compile(self, partition: Partition) -> bytes:
         """Compile with OpenVINO and export; the blob also keeps the partition's ONNX
-        (unless ``keep_onnx`` is off)."""
+        (unless ``keep_onnx`` is off).  OpenVINO's errors come out on one line."""
+        with _one_line_errors():
+            return self._compile(partition)
+
+    def _compile(self, partition: Partition) -> bytes:
         onnx_bytes = _model_bytes(partition.model)
         hint = _PRECISION_HINTS.get(partition.precision, "f32")
         header = _BlobHeader(
@@ -237,6 +243,10 @@ class OpenVINOBackend:
 
     def load(self, blob: bytes) -> Runnable:
         """Import the exported model; recompile from the kept ONNX when that is not possible."""
+        with _one_line_errors():
+            return self._load(blob)
+
+    def _load(self, blob: bytes) -> Runnable:
         header, exported, onnx_bytes = unpack_blob(blob)
         compiled = None
         if header.openvino_version == self.version:
@@ -308,6 +318,10 @@ class OpenVINORunnable:
 
     def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         """Take the partition inputs in order; return its outputs in order."""
+        with _one_line_errors():
+            return self._run(inputs)
+
+    def _run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         try:
             request = self._idle.get_nowait()
         except queue.Empty:
@@ -315,6 +329,8 @@ class OpenVINORunnable:
         try:
             for port, dtype, array in zip(self._input_index, self._input_dtypes, inputs, strict=True):
                 data = np.ascontiguousarray(array, dtype=dtype)  # no copy when already so
+                if not data.flags.writeable:  # OpenVINO shares only writable memory
+                    data = data.copy()
                 request.set_input_tensor(port, self._tensor(data, shared_memory=True))
             if self._static_outputs is None:
                 request.infer()
@@ -389,6 +405,31 @@ def _model_bytes(model: ir.Model) -> bytes:
 def _compute_ops(ov_model: ov.Model) -> list[Any]:
     """Operations that need a kernel (not parameters, results or constants)."""
     return [o for o in ov_model.get_ops() if o.get_type_name() not in ("Parameter", "Result", "Constant")]
+
+
+def _strings(node: ir.Node) -> Support | None:
+    """OpenVINO converts string tensors, but its CPU plugin then refuses them at run time (they
+    cannot be shared, only copied): declined up front, so the host runs them."""
+    for value in (*node.inputs, *node.outputs):
+        if value is not None and value.dtype == ir.DataType.STRING:
+            return Support.no(f"{value.name!r} is a string tensor; OpenVINO's CPU plugin cannot run it here")
+    return None
+
+
+def one_line(message: str) -> str:
+    """An OpenVINO error on one line: its ``Exception from <file>:<line>:`` frames dropped,
+    the rest joined (they span five lines and more, innermost last)."""
+    lines = [ln.strip(" -") for ln in message.splitlines()]
+    useful = [ln for ln in lines if ln and not ln.startswith("Exception from")]
+    return "; ".join(useful) if useful else " ".join(message.split())
+
+
+@contextlib.contextmanager
+def _one_line_errors() -> Iterator[None]:
+    try:
+        yield
+    except RuntimeError as error:
+        raise RuntimeError(one_line(str(error))) from None
 
 
 def _known_wrong(node: ir.Node) -> Support | None:
