@@ -32,6 +32,7 @@ lint: $(VENV)/.dev
 	$(PY) -m mypy codegraft
 
 bench: $(VENV)/.dev
+	$(PY) -m pytest -q -m heavy
 	$(PY) bench/partition_scale.py
 	$(PY) -m bench.models
 	$(PY) -m bench.c_models --write bench/C_RESULTS.md

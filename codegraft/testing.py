@@ -148,9 +148,12 @@ def run_onnxruntime(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> 
     """Outputs of plain onnxruntime (CPU, all optimisations off) on ``model``: the reference."""
     import onnxruntime as ort
 
+    from codegraft.core.irversion import readable_by_runtime
+
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     options.log_severity_level = 3
+    model = readable_by_runtime(model)  # onnx may write a newer IR version than onnxruntime reads
     session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
     names = [o.name for o in session.get_outputs()]
     return dict(zip(names, session.run(names, dict(feeds)), strict=True))

@@ -1,7 +1,8 @@
 """Bringing a model in: a path, bytes, ``onnx.ModelProto``, ``onnx_ir.Model`` or a torch module.
 
 Whatever comes in leaves as one normalised onnx-ir model: checked, shapes inferred, every
-value named, constants lifted to initializers, initializers no longer doubling as graph inputs.
+value named, constants lifted to initializers, initializers no longer doubling as graph inputs,
+written at the IR version the installed onnxruntime reads (:mod:`codegraft.core.irversion`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 from onnx_ir.passes import common as common_passes
 
+from codegraft.core.irversion import ir_version_for
 from codegraft.errors import ModelError
 from codegraft.frontend.torch_export import export_module, is_torch_module
 
@@ -42,6 +44,9 @@ def import_model(source: ModelSource, *, example_inputs: Sequence[Any] | None = 
     except Exception as error:  # the checker passed, so this is a model onnx-ir cannot represent
         raise ModelError(f"{where} cannot be read into the IR: {type(error).__name__}: {one_line(error)}") from None
     _drop_repeated_outputs(model)
+    # Initializers are no longer inputs, which IR 3 required; and an IR version newer than the
+    # installed onnxruntime reads would make every partition unloadable (see core.irversion).
+    model.ir_version = ir_version_for(model)
     return model
 
 

@@ -40,6 +40,9 @@ _WARMUP = 2
 _MIN_RUNS = 9
 _MIN_SECONDS = 0.15
 _MAX_RUNS = 50
+# Candidates within this fraction of the fastest are re-timed alternately, this many rounds.
+CLOSE_FRACTION = 0.25
+ALTERNATE_ROUNDS = 5
 
 
 # --- the cache ------------------------------------------------------------------------------
@@ -127,8 +130,9 @@ class Timer:
                     proto = specialise(proto, [self.values[name].shape for name in piece.inputs])
                 blob = self._blobs[(piece.key, backend_name)] = compile_blob(backend, proto, request)[0]
             return load_runnable(backend, blob, request.name)
-        except BackendError as error:
-            self.failures[(piece.key, backend_name)] = str(error)
+        except Exception as error:  # noqa: BLE001 - any failure makes this candidate untimeable, not the compile
+            reason = str(error) if isinstance(error, BackendError) else f"{type(error).__name__}: {error}"
+            self.failures[(piece.key, backend_name)] = _first_line(reason)
             return None
 
     def _measure(self, pieces: Sequence[Piece], assignment: Sequence[str]) -> list[float] | None:
@@ -145,6 +149,10 @@ class Timer:
         finally:
             del calls, runnables
             gc.collect()
+
+    def failure(self, piece: Piece, backend_name: str) -> str | None:
+        """Why ``piece`` could not be timed on the backend, if it could not."""
+        return self.failures.get((piece.key, backend_name))
 
     def time_us(self, piece: Piece, backend_name: str) -> float | None:
         """Microseconds of one call of ``piece`` alone, or ``None`` if it cannot run there."""
@@ -173,6 +181,35 @@ class Timer:
         for key, microseconds, piece in zip(keys, times, pieces, strict=True):
             self.cache.put(key, microseconds, f"in chain: {piece.proto.graph.name}")
         return times
+
+    def alternate_us(
+        self, options: Sequence[tuple[Sequence[Piece], Sequence[str]]], rounds: int = ALTERNATE_ROUNDS
+    ) -> list[float] | None:
+        """Total microseconds of each option (its pieces run in a chain on its backends), timed
+        in ``rounds`` alternating rounds, the order rotated each round; the median per option.
+
+        Options timed minutes apart see different loads on a shared machine; alternating
+        them puts each under the same conditions.  Each option is loaded for its own turn
+        only (an idle loaded runtime slows whatever runs next).
+        """
+        key = content_hash(
+            "alternate", rounds, *((*(self._key(b, p.key) for p, b in zip(*o, strict=True)),) for o in options)
+        )
+        keys = [content_hash(key, index) for index in range(len(options))]
+        cached = [self.cache.get(k) for k in keys]
+        if all(c is not None for c in cached):
+            return [float(c) for c in cached if c is not None]
+        totals: list[list[float]] = [[] for _ in options]
+        for round_ in range(rounds):
+            for index in [(round_ + k) % len(options) for k in range(len(options))]:
+                times = self._measure(*options[index])
+                if times is None:
+                    return None
+                totals[index].append(sum(times))
+        medians = [float(np.median(t)) for t in totals]
+        for k, microseconds in zip(keys, medians, strict=True):
+            self.cache.put(k, microseconds, "alternating re-timing")
+        return medians
 
     def overhead_us(self, backend_name: str) -> float:
         """The fixed cost of one partition call on this backend (an Identity of 16 floats)."""
@@ -318,6 +355,11 @@ def _threads(backend: Backend) -> int | None:
     return None
 
 
+def _first_line(text: str) -> str:
+    lines = text.strip().splitlines()
+    return lines[0] if lines else text
+
+
 def content_hash(*parts: object) -> str:
     digest = hashlib.sha256()
     for part in parts:
@@ -327,7 +369,9 @@ def content_hash(*parts: object) -> str:
 
 
 __all__ = [
+    "ALTERNATE_ROUNDS",
     "CACHE_ENV",
+    "CLOSE_FRACTION",
     "MeasurementCache",
     "Piece",
     "Timer",

@@ -49,6 +49,8 @@ import onnx_ir as ir
 from codegraft.backend import Backend
 from codegraft.plan.annotate import Annotation, check_node
 from codegraft.plan.measure import (
+    ALTERNATE_ROUNDS,
+    CLOSE_FRACTION,
     MeasurementCache,
     Piece,
     Timer,
@@ -135,23 +137,31 @@ def measure_placement(
     # includes them, so the chain must count their time the same way.
     choices: list[list[_Option]] = [[] for _ in sequence]
     whole_us: dict[str, dict[str, float]] = {}
+    excluded: dict[str, tuple[tuple[str, str], ...]] = {}
+    margins: dict[str, tuple[float | None, str]] = {}
     for index, region in enumerate(sequence):
-        try:
-            piece = cut_piece(model, annotation, region.units, region.name)
-        except Exception:  # noqa: BLE001 - a region that cannot stand alone keeps its default, timed 0
-            piece = None
-        times = {b: t for b in region.candidates if piece and (t := timer.time_us(piece, b)) is not None}
+        piece, why_not = _cut(model, annotation, region.units, region.name)
+        times: dict[str, float] = {}
+        failed: list[tuple[str, str]] = []
+        for backend in region.candidates:
+            measured = timer.time_us(piece, backend) if piece else None
+            if measured is None:
+                failed.append((backend, why_not or (piece and timer.failure(piece, backend)) or "not timed"))
+            else:
+                times[backend] = measured
+        excluded[region.name] = tuple(failed)
+        if piece and len(sequence) == 1:  # one region: these timings decide, so close ones are re-timed
+            times, margins[region.name] = _retime_close(timer, times, {b: ([piece], [b]) for b in times})
+        # A region no candidate could run keeps its default placement, timed 0.
         whole_us[region.name] = times or {region.candidates[0]: 0.0}
         choices[index].extend(_Option(index + 1, b, t) for b, t in whole_us[region.name].items())
     # A backend able to run a stretch of several regions may run it better as one partition
     # (fusions across the regions' borders): each maximal stretch is measured as one option.
-    merged: dict[tuple[int, int, str], float] = {}
     for start, end, backend in _stretches(sequence):
         units = [u for r in sequence[start:end] for u in r.units]
-        piece = cut_piece(model, annotation, units, f"{sequence[start].name}..{sequence[end - 1].name}")
-        measured = timer.time_us(piece, backend)
+        piece, _ = _cut(model, annotation, units, f"{sequence[start].name}..{sequence[end - 1].name}")
+        measured = timer.time_us(piece, backend) if piece else None
         if measured is not None:
-            merged[(start, end, backend)] = measured
             choices[start].append(_Option(end, backend, measured))
     path = _cheapest_path(choices, timer.overhead_us)
     estimated = [option.backend for start, option in path for _ in range(start, option.end)]
@@ -170,6 +180,10 @@ def measure_placement(
         if before == backend or backend in after:
             continue  # part of a larger partition: no split of its own
         decision = decide_region(model, annotation, region, timer, whole_us[region.name], backend)
+        margin, note = margins.get(region.name, (None, ""))
+        decision = _with_note(decision, note) if note else decision
+        record = replace(decision.record, excluded=excluded[region.name], margin=margin)
+        decision = Decision(decision.unit_backends, record)
         for unit, chosen in decision.unit_backends.items():
             unit_backends[unit] = chosen
         records.append(decision.record)
@@ -192,20 +206,69 @@ def _verify_plan(
         if plan not in plans.values():
             plans[f"all possible on {backend}"] = plan
     measured: dict[str, float] = {}
+    runs: dict[str, tuple[list[Piece], list[str]]] = {}
+    failed: list[tuple[str, str]] = []
     for label, plan in plans.items():
-        pieces, backends = _plan_pieces(model, annotation, sequence, plan)
+        try:
+            pieces, backends = _plan_pieces(model, annotation, sequence, plan)
+        except Exception as error:  # noqa: BLE001 - a plan that cannot be cut is left out, with the reason
+            failed.append((label, f"{type(error).__name__}: {error}".splitlines()[0]))
+            continue
         times = timer.chain_us(pieces, backends) if len(plans) > 1 else [0.0]
-        if times is not None:
-            measured[label] = sum(times)
+        if times is None:
+            why = next((w for p, b in zip(pieces, backends, strict=True) if (w := timer.failure(p, b))), "not timed")
+            failed.append((label, why))
+        else:
+            measured[label], runs[label] = sum(times), (pieces, backends)
     if not measured:
-        return estimated, PlacementReport("model", _describe(estimated), (), "no plan could be measured")
+        record = PlacementReport("model", _describe(estimated), (), "no plan could be measured", tuple(failed))
+        return estimated, record
+    measured, (margin, note) = _retime_close(timer, measured, runs)
     # The estimate wins ties: it is what the per-region numbers support.
     best = min(measured, key=lambda label: (measured[label], label != "estimated best"))
     chosen = plans[best]
     detail = f"{len(sequence)} regions; plan '{best}' measured fastest end to end: {_describe(chosen)}"
-    return chosen, PlacementReport(
-        "model", _describe(chosen), tuple((k, round(v, 1)) for k, v in measured.items()), detail
-    )
+    if note:
+        detail += f"; {note}"
+    timings = tuple((k, round(v, 1)) for k, v in measured.items())
+    return chosen, PlacementReport("model", _describe(chosen), timings, detail, tuple(failed), margin)
+
+
+def _retime_close(
+    timer: Timer, measured: Mapping[str, float], runs: Mapping[str, tuple[Sequence[Piece], Sequence[str]]]
+) -> tuple[dict[str, float], tuple[float | None, str]]:
+    """Re-time alternately the options within :data:`CLOSE_FRACTION` of the fastest.
+
+    Options timed one after another see different loads on a shared machine: a choice
+    between two within noise of each other flipped from run to run, landing up to 1.2x off
+    the faster one.  Returns the times (re-timed ones replaced by their alternating medians)
+    and (the runner-up's time over the fastest's, a note for the report).
+    """
+    times = dict(measured)
+    if len(times) < 2:
+        return times, (None, "")
+    fastest = min(times.values())
+    close = [label for label, t in times.items() if t <= fastest * (1 + CLOSE_FRACTION)]
+    retimed = False
+    if len(close) > 1:
+        medians = timer.alternate_us([runs[label] for label in close])
+        if medians is not None:
+            times.update(zip(close, medians, strict=True))
+            retimed = True
+    first, second = sorted(times, key=times.__getitem__)[:2]
+    margin = times[second] / times[first] if times[first] > 0 else None
+    note = f"{first} {margin:.2f}x faster than {second}" if margin else ""
+    if retimed and note:
+        note += f" (re-timed alternately, {ALTERNATE_ROUNDS} rounds)"
+    return times, (margin, note)
+
+
+def _cut(model: ir.Model, annotation: Annotation, units: Sequence[int], name: str) -> tuple[Piece | None, str]:
+    """The units as a standalone piece, or ``None`` and why they cannot stand alone."""
+    try:
+        return cut_piece(model, annotation, units, name), ""
+    except Exception as error:  # noqa: BLE001 - such a region keeps its default placement, reported
+        return None, f"cannot be cut as a model of its own: {type(error).__name__}: {error}".splitlines()[0]
 
 
 def _plan_pieces(

@@ -63,6 +63,8 @@ class PlacementReport:
     chosen: str
     timings_us: tuple[tuple[str, float], ...]
     detail: str = ""
+    excluded: tuple[tuple[str, str], ...] = ()  # (candidate, why it could not be timed): left out of the choice
+    margin: float | None = None  # the runner-up's time over the chosen one's, after re-timing close candidates
 
 
 @dataclass(frozen=True)
@@ -111,7 +113,13 @@ class Report:
             ),
             passes=tuple(PassReport(**p) for p in data.get("passes", ())),
             placements=tuple(
-                PlacementReport(**{**p, "timings_us": tuple(tuple(t) for t in p["timings_us"])})
+                PlacementReport(
+                    **{
+                        **p,
+                        "timings_us": tuple(tuple(t) for t in p["timings_us"]),
+                        "excluded": tuple(tuple(e) for e in p.get("excluded", ())),
+                    }
+                )
                 for p in data.get("placements", ())
             ),
             notes=tuple(data.get("notes", ())),
@@ -181,7 +189,8 @@ class Report:
         if self.placements:
             placed = _table("measured placement", "region", "chosen", "timings (us)", "detail")
             for d in self.placements:
-                placed.add_row(d.region, d.chosen, ", ".join(f"{b}: {t:.1f}" for b, t in d.timings_us), d.detail)
+                detail = "; ".join([d.detail, *(f"{b} not timed: {why}" for b, why in d.excluded)])
+                placed.add_row(d.region, d.chosen, ", ".join(f"{b}: {t:.1f}" for b, t in d.timings_us), detail)
             tables.append(placed)
         if self.notes:
             notes = _table("notes", "note")
