@@ -120,7 +120,8 @@ def _drop_final_softmax(graph: onnx.GraphProto) -> None:
 def random_feeds(
     model: onnx.ModelProto, *, seed: int = 0, dim_values: Mapping[str, int] | None = None
 ) -> dict[str, np.ndarray]:
-    """Random inputs for every graph input; symbolic dims take ``dim_values`` or 1."""
+    """Random inputs for every graph input; symbolic (and negative, "any size") dims take
+    ``dim_values`` or 1."""
     from codegraft.core.dtypes import numpy_dtype_of_onnx
 
     rng = np.random.default_rng(seed)
@@ -131,7 +132,7 @@ def random_feeds(
             continue
         tensor_type = value.type.tensor_type
         shape = [
-            d.dim_value if d.HasField("dim_value") else (dim_values or {}).get(d.dim_param, 1)
+            d.dim_value if d.HasField("dim_value") and d.dim_value >= 0 else (dim_values or {}).get(d.dim_param, 1)
             for d in tensor_type.shape.dim
         ]
         dtype = numpy_dtype_of_onnx(tensor_type.elem_type)

@@ -99,3 +99,50 @@ def test_a_node_nobody_can_run_is_named_at_compile_time() -> None:
     )
     with pytest.raises(cg.ModelError, match=r"node 'frob' \(vendor.x::Frobnicate\) can run nowhere: the host"):
         cg.compile(model, targets=[SubsetBackend("acc", {"Relu"})])
+
+
+def _negative_dim_model() -> onnx.ModelProto:
+    """``float32[-1, 3, ?, ?]`` in, ``[-1, 2]`` out: how an OCR direction classifier declares them."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    weight = helper.make_tensor("w", TensorProto.FLOAT, [2, 3, 3, 3], rng.standard_normal(54).astype("float32"))
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [-1, 3, "h", "w"])
+    x.type.tensor_type.shape.dim[2].Clear()  # "?": neither a size nor a name
+    x.type.tensor_type.shape.dim[3].Clear()
+    graph = helper.make_graph(
+        [
+            helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+            helper.make_node("Relu", ["c"], ["r"]),
+            helper.make_node("GlobalAveragePool", ["r"], ["g"]),
+            helper.make_node("Flatten", ["g"], ["y"]),
+        ],
+        "negative_dims",
+        [x],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [-1, 2])],
+        [weight],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def test_a_negative_dim_value_is_an_unknown_size() -> None:
+    import numpy as np
+
+    from codegraft.testing import assert_close, run_onnxruntime
+
+    proto = _negative_dim_model()
+    model = import_model(proto)
+    assert not isinstance(model.graph.inputs[0].shape[0], int)  # unknown, not -1
+    assert proto.graph.input[0].type.tensor_type.shape.dim[0].dim_value == -1  # the caller's model is untouched
+    exe = cg.compile(proto, targets=["c", "openvino"])
+    for shape in [(1, 3, 48, 192), (2, 3, 16, 24)]:
+        feeds = {"x": np.random.default_rng(1).standard_normal(shape).astype("float32")}
+        assert_close(exe.run(feeds), run_onnxruntime(proto, feeds))
+    with pytest.raises(cg.InputError, match="has size 4 on axis 1"):
+        exe.run({"x": np.zeros((1, 4, 8, 8), "float32")})
+
+
+def test_random_feeds_read_a_negative_dim_as_unknown() -> None:
+    from codegraft.testing import random_feeds
+
+    assert random_feeds(_negative_dim_model())["x"].shape == (1, 3, 1, 1)

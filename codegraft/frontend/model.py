@@ -26,7 +26,7 @@ ModelSource = str | os.PathLike[str] | bytes | onnx.ModelProto | ir.Model | Any
 
 def import_model(source: ModelSource, *, example_inputs: Sequence[Any] | None = None) -> ir.Model:
     """Read, check and normalise a model; see the module docstring for what is accepted."""
-    proto = _to_proto(source, example_inputs)
+    proto = _negative_dims_unknown(_to_proto(source, example_inputs))
     where = _describe(source)
     check_model_proto(proto, where)
     try:
@@ -100,6 +100,46 @@ def _drop_repeated_outputs(model: ir.Model) -> None:
     for index in reversed(range(len(outputs))):
         if names.index(names[index]) != index:
             outputs.pop(index)
+
+
+def _negative_dims_unknown(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """``proto``, or a copy in which every negative ``dim_value`` is an unknown dimension.
+
+    Some exporters write ``-1`` for "any size" (``float32[-1, 3, ?, ?]``); onnxruntime reads it
+    as unknown, so must everything that reads shapes after import.
+    """
+    if not any(_negative_dims(graph) for graph in _graphs(proto.graph)):
+        return proto
+    copy = onnx.ModelProto()
+    copy.CopyFrom(proto)
+    for graph in _graphs(copy.graph):
+        for dim in _negative_dims(graph):
+            dim.Clear()
+    return copy
+
+
+def _negative_dims(graph: onnx.GraphProto) -> list[onnx.TensorShapeProto.Dimension]:
+    return [
+        dim
+        for info in (*graph.input, *graph.output, *graph.value_info)
+        if info.type.HasField("tensor_type")
+        for dim in info.type.tensor_type.shape.dim
+        if dim.HasField("dim_value") and dim.dim_value < 0
+    ]
+
+
+def _graphs(graph: onnx.GraphProto) -> list[onnx.GraphProto]:
+    """``graph`` and every subgraph in it (If branches, Loop and Scan bodies), recursively."""
+    found, pending = [], [graph]
+    while pending:
+        current = pending.pop()
+        found.append(current)
+        for node in current.node:
+            for attribute in node.attribute:
+                if attribute.HasField("g"):
+                    pending.append(attribute.g)
+                pending.extend(attribute.graphs)
+    return found
 
 
 def _to_proto(source: ModelSource, example_inputs: Sequence[Any] | None) -> onnx.ModelProto:

