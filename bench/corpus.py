@@ -274,7 +274,8 @@ def table(results: list[CorpusResult]) -> str:
             continue
         share = [f"{r.share.get(b, 0.0):.0%}" for b in ("c", "openvino", "onnxruntime")]
         ours = r.times_ms.get("codegraft")
-        ratios = [f"{ours / r.times_ms[p]:.2f}x" if ours and p in r.times_ms else "-" for p in ("onnxruntime", "openvino")]
+        peers = ("onnxruntime", "openvino")
+        ratios = [f"{ours / r.times_ms[p]:.2f}x" if ours and p in r.times_ms else "-" for p in peers]
         lines.append(f"| {r.model.name} | {r.model.family} | {r.nodes} | {' | '.join(share)} | {r.error:.1e} | "
                      f"{' | '.join(ratios)} |")
     return "\n".join(lines)
@@ -296,7 +297,9 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     for model in chosen:
         result = check(model, runs=args.runs, threads=args.threads)
-        status = result.failure or f"error {result.error:.1e}" + (f", fallbacks {result.fallbacks}" if result.fallbacks else "")
+        status = result.failure or f"error {result.error:.1e}"
+        if result.fallbacks:
+            status += f", fallbacks {result.fallbacks}"
         print(f"{model.name}: {status}", file=sys.stderr, flush=True)
         results.append(result)
     print(table(results))

@@ -6,6 +6,7 @@ import pathlib
 
 import numpy as np
 import onnx
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import codegraft as cg
@@ -115,3 +116,36 @@ def test_bodies_no_target_wants_stay_whole_on_the_host() -> None:
     for sign in (1.0, -1.0):
         feeds = {"x": sign * np.arange(1, 5, dtype=np.float32)}
         assert_close(exe.run(feeds), run_onnxruntime(model, feeds))
+
+
+def _if_returning_outer_identities() -> onnx.ModelProto:
+    """Each branch returns ``Identity`` of an outer-scope value, as exported recurrent state
+    does (Silero VAD): Identity removal must not make the outer value a branch output."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])
+    cond = helper.make_tensor_value_info("cond", TensorProto.BOOL, [])
+
+    def branch(name: str, outer: str) -> onnx.GraphProto:
+        identity = helper.make_node("Identity", [outer], [f"{name}_out"])
+        out = helper.make_tensor_value_info(f"{name}_out", TensorProto.FLOAT, [2, 4])
+        return helper.make_graph([identity], name, [], [out])
+
+    nodes = [
+        helper.make_node("Relu", ["x"], ["outer_r"]),
+        helper.make_node("Sigmoid", ["x"], ["outer_s"]),
+        helper.make_node("If", ["cond"], ["chosen"], then_branch=branch("then", "outer_r"),
+                         else_branch=branch("else", "outer_s")),
+        helper.make_node("Tanh", ["chosen"], ["t"]),
+        helper.make_node("Add", ["t", "outer_r"], ["y"]),
+    ]
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])
+    graph = helper.make_graph(nodes, "if_outer", [x, cond], [y])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("targets", [[], ["c", "openvino"]])
+@pytest.mark.parametrize("condition", [True, False])
+def test_if_branches_returning_outer_scope_identities(targets: list[str], condition: bool) -> None:
+    proto = _if_returning_outer_identities()
+    feeds = {"x": np.random.default_rng(0).standard_normal((2, 4)).astype(np.float32), "cond": np.array(condition)}
+    exe = cg.compile(proto, targets=targets)
+    assert_close(exe.run(feeds), run_onnxruntime(proto, feeds))

@@ -22,11 +22,27 @@ _FENCE_DOMAIN = "codegraft.fence"
 
 @contextlib.contextmanager
 def outputs_fenced(model: ir.Model) -> Iterator[None]:
-    """Run the body with every graph output behind a fence; output names survive it."""
-    graph = model.graph
+    """Run the body with every graph output behind a fence; output names survive it.
+
+    Subgraphs (If branches, Loop and Scan bodies) are fenced too: a branch that returns
+    ``Identity(outer)`` would otherwise have the Identity removed and the outer-scope value
+    made an output of the branch as well, which onnx-ir refuses ("already an output of a
+    different graph") and onnxruntime cannot load.
+    """
+    fenced_graphs = [(graph, _fence(graph)) for graph in (model.graph, *_subgraphs(model.graph))]
+    model.opset_imports[_FENCE_DOMAIN] = 1
+    try:
+        yield
+    finally:
+        for graph, fences in fenced_graphs:
+            _remove_fences(graph, fences)
+        model.opset_imports.pop(_FENCE_DOMAIN, None)
+
+
+def _fence(graph: ir.Graph) -> list[tuple[int, ir.Node, ir.Value]]:
     fences: list[tuple[int, ir.Node, ir.Value]] = []
     for index, output in enumerate(list(graph.outputs)):
-        if output.is_graph_input() or output.is_initializer():
+        if (output.is_graph_input() or output.is_initializer()) and output.graph is graph:
             continue  # passes do not rename these, and their names must not change
         name = output.name
         # the index keeps CSE from merging two fences of one value
@@ -38,17 +54,29 @@ def outputs_fenced(model: ir.Model) -> Iterator[None]:
         fenced.name = name
         graph.outputs[index] = fenced
         fences.append((index, fence, output))
-    model.opset_imports[_FENCE_DOMAIN] = 1
-    try:
-        yield
-    finally:
-        _remove_fences(graph, fences)
-        model.opset_imports.pop(_FENCE_DOMAIN, None)
+    return fences
+
+
+def _subgraphs(graph: ir.Graph) -> list[ir.Graph]:
+    found = []
+    for node in ir.traversal.RecursiveGraphIterator(graph):
+        for attribute in node.attributes.values():
+            if attribute.type == ir.AttributeType.GRAPH:
+                found.append(attribute.as_graph())
+            elif attribute.type == ir.AttributeType.GRAPHS:
+                found.extend(attribute.as_graphs())
+    return found
 
 
 def _remove_fences(graph: ir.Graph, fences: list[tuple[int, ir.Node, ir.Value]]) -> None:
     named: set[ir.Value] = set(graph.outputs)
     for index, fence, original in fences:
+        if fence.graph is not graph:
+            # a pass moved the fence (constant folding inlined its If branch) or removed it:
+            # where it still is, it is a plain Identity
+            fence.domain = ""
+            fence.attributes.pop("output", None)
+            continue
         source, fenced = fence.inputs[0], fence.outputs[0]
         assert source is not None
         name = fenced.name
@@ -58,7 +86,12 @@ def _remove_fences(graph: ir.Graph, fences: list[tuple[int, ir.Node, ir.Value]])
             # constant folding through an Identity): keep the original rather than add a copy
             source = original
         ours = source.name == f"{name}__fenced"  # the output's own value, maybe folded
-        if source.is_graph_input() or source in named or (source.is_initializer() and not ours):
+        if (
+            source.is_graph_input()
+            or source in named
+            or (source.is_initializer() and not ours)
+            or source.graph is not graph  # an outer-scope value: a subgraph must produce its outputs itself
+        ):
             # inputs and the user's initializers keep their names (renaming an initializer
             # renames the TensorProto it wraps), and a value carries one output name only
             fence.domain = ""
