@@ -17,7 +17,9 @@ import onnx_ir as ir
 
 from codegraft.backends.c import _graph as g
 from codegraft.backends.c._support import (
+    FOLDABLE,
     NHWC_DOMAIN,
+    SHAPE_OPS,
     attr_float,
     attr_int,
     attr_ints,
@@ -60,6 +62,11 @@ class _Lowerer:
         array = np.asarray(array, dtype=np.float32)
         return g.Tensor(self.fresh(hint), tuple(array.shape), const=array)
 
+    def folded(self, array: np.ndarray) -> g.Tensor:
+        """A constant computed at compile time, its dtype kept (shape arithmetic is int64)."""
+        array = np.asarray(array)
+        return g.Tensor(self.fresh("folded"), tuple(array.shape), const=array)
+
     def new(self, shape: tuple[int, ...], hint: str = "t") -> g.Tensor:
         return g.Tensor(self.fresh(hint), tuple(int(d) for d in shape))
 
@@ -96,6 +103,11 @@ def lower(model: ir.Model) -> g.Graph:
         lowerer.bind(value, tensor)
         inputs.append(tensor)
     for node in model.graph:
+        try:
+            if _fold(lowerer, node):
+                continue
+        except LoweringError as error:
+            raise LoweringError(f"{node.op_type} ({node.name}): {error}") from None
         lower_one = _LOWERINGS.get(node.op_type)
         if lower_one is None:
             raise LoweringError(f"{node.op_type} ({node.name}) is not supported")
@@ -104,7 +116,61 @@ def lower(model: ir.Model) -> g.Graph:
         except LoweringError as error:
             raise LoweringError(f"{node.op_type} ({node.name}): {error}") from None
     outputs = [lowerer.tensor(v) for v in model.graph.outputs]
+    for value, tensor in zip(model.graph.outputs, outputs, strict=True):
+        if tensor.const is not None and tensor.const.dtype != np.float32:
+            raise LoweringError(f"output {value.name!r} is a {tensor.const.dtype} constant; outputs are float32")
     return g.Graph(inputs, outputs, lowerer.ops)
+
+
+def _fold(lw: _Lowerer, node: ir.Node) -> bool:
+    """Evaluate ``node`` now when it can be: shapes are concrete, and ops on constants only.
+
+    onnx's reference evaluator computes the folded ops, so their semantics are the spec's.
+    """
+    if node.domain not in ("", "ai.onnx"):
+        return False
+    if node.op_type in SHAPE_OPS:
+        x = lw.tensor(node.inputs[0])
+        if node.op_type == "Size":
+            value = np.array(x.size, np.int64)
+        else:
+            end = node.attributes.get("end")
+            value = np.array(x.shape[attr_int(node, "start", 0) : None if end is None else end.as_int()], np.int64)
+        lw.bind(node.outputs[0], lw.folded(value))
+        return True
+    if node.op_type not in FOLDABLE:
+        return False
+    inputs = [None if v is None else lw.tensor(v) for v in node.inputs]
+    if any(t is not None and t.const is None for t in inputs):
+        return False
+    results = _evaluate(node, [None if t is None else t.const for t in inputs])
+    for output, array in zip(node.outputs, results, strict=True):
+        lw.bind(output, lw.folded(array))
+    return True
+
+
+def _evaluate(node: ir.Node, arrays: list[np.ndarray | None]) -> list[np.ndarray]:
+    import onnx
+    from onnx.reference import ReferenceEvaluator
+
+    proto = ir.serde.serialize_node(node)
+    names = [f"in{i}" if a is not None else "" for i, a in enumerate(arrays)]
+    outs = [f"out{i}" for i in range(len(node.outputs))]
+    del proto.input[:], proto.output[:]
+    proto.input.extend(names)
+    proto.output.extend(outs)
+    graph = onnx.helper.make_graph(
+        [proto], "fold",
+        [onnx.helper.make_tensor_value_info(n, onnx.helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
+         for n, a in zip(names, arrays, strict=True) if a is not None],
+        [onnx.helper.make_tensor_value_info(n, onnx.TensorProto.UNDEFINED, None) for n in outs],
+    )
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", opset_of(node))])
+    try:
+        results = ReferenceEvaluator(model).run(None, {n: a for n, a in zip(names, arrays, strict=True) if n})
+    except Exception as error:
+        raise LoweringError(f"cannot evaluate it at compile time: {type(error).__name__}: {error}") from None
+    return [np.asarray(r) for r in results]
 
 
 # -- per-op lowerings ------------------------------------------------------------------------
@@ -435,7 +501,12 @@ def _concat(lw: _Lowerer, node: ir.Node) -> None:
 
 def _reshape(lw: _Lowerer, node: ir.Node) -> None:
     x = lw.tensor(node.inputs[0])
-    target = [int(d) for d in lw.tensor(node.inputs[1]).const.reshape(-1)]  # type: ignore[union-attr]
+    shape_input = lw.tensor(node.inputs[1]).const
+    if shape_input is None:
+        raise LoweringError("the shape is not known at compile time")
+    target = [int(d) for d in shape_input.reshape(-1)]
+    if attr_int(node, "allowzero", 0) and 0 in target:
+        raise LoweringError("allowzero=1 with a 0 in the shape (an empty tensor) is not supported")
     shape = [x.shape[i] if d == 0 else d for i, d in enumerate(target)]
     if -1 in shape:
         known = math.prod(d for d in shape if d != -1)
@@ -473,6 +544,9 @@ def _constant(lw: _Lowerer, node: ir.Node) -> None:
             continue
         if name == "value":
             array = np.asarray(attr.as_tensor().numpy())
+            if array.dtype != np.float32:  # shape arithmetic: kept as it is
+                lw.bind(node.outputs[0], lw.folded(array))
+                return
         elif name == "value_float":
             array = np.asarray(attr.as_float(), np.float32)
         else:
@@ -567,7 +641,65 @@ def _transpose(lw: _Lowerer, node: ir.Node) -> None:
     lw.bind(node.outputs[0], out)
 
 
+def _compile_time(lw: _Lowerer, value: ir.Value | None, what: str) -> np.ndarray:
+    const = lw.tensor(value).const
+    if const is None:
+        raise LoweringError(f"the {what} is not known at compile time")
+    return const
+
+
+def _gather(lw: _Lowerer, node: ir.Node) -> None:
+    """Gather with indices known at compile time: one slice per index, concatenated."""
+    x = lw.tensor(node.inputs[0])
+    indices = _compile_time(lw, node.inputs[1], "indices").astype(np.int64)
+    rank = len(x.shape)
+    axis = attr_int(node, "axis", 0) % rank
+    dim = x.shape[axis]
+    flat = [int(i) + dim if i < 0 else int(i) for i in indices.reshape(-1)]
+    if any(not 0 <= i < dim for i in flat):
+        raise LoweringError(f"indices {indices.reshape(-1).tolist()} are out of range for axis {axis} of size {dim}")
+    if len(flat) > _MAX_GATHER_INDICES:
+        raise LoweringError(f"{len(flat)} indices (at most {_MAX_GATHER_INDICES} are taken as slices)")
+    parts = [_slice_op(lw, x, {axis: (i, i + 1, 1)}) for i in flat]
+    y = parts[0]
+    if len(parts) > 1:
+        shape = list(x.shape)
+        shape[axis] = len(parts)
+        y = lw.new(tuple(shape))
+        lw.ops.append(g.Concat(parts, y, axis=axis))
+    lw.bind(node.outputs[0], lw.view(y, (*x.shape[:axis], *indices.shape, *x.shape[axis + 1 :])))
+
+
+_MAX_GATHER_INDICES = 64
+
+
+def _where(lw: _Lowerer, node: ir.Node) -> None:
+    condition = _compile_time(lw, node.inputs[0], "condition")
+    x, y = lw.tensor(node.inputs[1]), lw.tensor(node.inputs[2])
+    mask = lw.const(condition.astype(np.float32))
+    lw.bind(node.outputs[0], lw.elementwise("where", [mask, x, y]))
+
+
+def _expand(lw: _Lowerer, node: ir.Node) -> None:
+    x = lw.tensor(node.inputs[0])
+    target = tuple(int(d) for d in _compile_time(lw, node.inputs[1], "shape").reshape(-1))
+    try:
+        shape = np.broadcast_shapes(x.shape, target)
+    except ValueError:
+        raise LoweringError(f"shape {x.shape} does not expand to {target}") from None
+    lw.bind(node.outputs[0], lw.view(x, x.shape) if shape == x.shape else _broadcast_to(lw, x, shape))
+
+
+def _cast(lw: _Lowerer, node: ir.Node) -> None:
+    x = lw.tensor(node.inputs[0])  # float32 to float32: the data is unchanged
+    lw.bind(node.outputs[0], lw.view(x, x.shape))
+
+
 _LOWERINGS: dict[str, Callable[[_Lowerer, ir.Node], None]] = {
+    "Gather": _gather,
+    "Where": _where,
+    "Expand": _expand,
+    "Cast": _cast,
     "Conv": _conv,
     "MaxPool": _pool,
     "AveragePool": _pool,

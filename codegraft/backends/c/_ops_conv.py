@@ -139,10 +139,17 @@ def emit_matmul(ctx: Context, kernel: Kernel, variants: _Kernels) -> None:
     rows, cols = out.shape[-2], out.shape[-1]
     depth = a.shape[-2] if mm.trans_a else a.shape[-1]
     batch = out.shape[:-2]
+    if batch and not mm.trans_a and math.prod(b.shape[:-2]) == 1 and a.shape[:-2] == batch:
+        # Every batch multiplies the same B: one GEMM over all rows, not a batch of small ones
+        # (a sequence-first [S, 1, K] input would otherwise be S row-vector products).
+        rows, batch = rows * math.prod(batch), ()
     nbatch = math.prod(batch)
     # Which A / B batch each output batch reads (numpy broadcasting of the batch axes).
-    a_index = np.broadcast_to(np.arange(math.prod(a.shape[:-2])).reshape(a.shape[:-2] or ()), batch).reshape(-1)
-    b_index = np.broadcast_to(np.arange(math.prod(b.shape[:-2])).reshape(b.shape[:-2] or ()), batch).reshape(-1)
+    if batch:
+        a_index = np.broadcast_to(np.arange(math.prod(a.shape[:-2])).reshape(a.shape[:-2] or ()), batch).reshape(-1)
+        b_index = np.broadcast_to(np.arange(math.prod(b.shape[:-2])).reshape(b.shape[:-2] or ()), batch).reshape(-1)
+    else:
+        a_index, b_index = np.zeros(1, np.int64), np.zeros(1, np.int64)
     nv, p = choose_tile(cols, rows, ctx.target.vector_floats)
     width = nv * ctx.target.vector_floats
     nmb = -(-cols // width)

@@ -40,6 +40,8 @@ def expression(step: Step, args: list[str]) -> str:
     binary = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
     if kind in binary:
         return f"{a} {binary[kind]} {args[1]}"
+    if kind == "where":  # Where(condition as 0/1, x, y)
+        return f"({a} != 0.0f ? {args[1]} : {args[2]})"
     if kind in ("max", "min", "prelu"):
         b = args[1]
         forms = {

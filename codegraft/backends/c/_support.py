@@ -70,6 +70,39 @@ def rank_of(value: ir.Value | None) -> int | None:
     return None if value is None or value.shape is None else len(value.shape)
 
 
+# Evaluated at compile time when every input is (ops on shapes and constants: exporters' shape
+# arithmetic).  The backend compiles per concrete input shape, so ``Shape`` is always a constant.
+SHAPE_OPS = frozenset({"Shape", "Size"})
+FOLDABLE = frozenset(
+    {"Gather", "Slice", "Concat", "Squeeze", "Unsqueeze", "Reshape", "Cast", "Add", "Sub", "Mul", "Div", "Mod",
+     "Neg", "Abs", "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "Not", "And", "Or", "Where",
+     "Expand", "ConstantOfShape", "Range", "Identity", "Min", "Max", "Transpose", "ReduceProd", "ReduceSum"}
+)
+
+
+def compile_time(value: ir.Value | None, _seen: dict[int, bool] | None = None) -> bool:
+    """Whether ``value`` is known when the partition is compiled: a constant, or computed from
+    shapes and constants only.
+
+    NOTE: this looks at producers, not only at the node: a partition holding the consumer but
+    not the producers fails to lower and runs on the host instead (logged, in the report).
+    """
+    if value is None or _const(value):
+        return True
+    seen = {} if _seen is None else _seen
+    key = id(value)
+    if key not in seen:
+        seen[key] = False  # a cycle cannot happen in a graph; this only bounds the walk
+        producer = value.producer()
+        if producer is None or producer.domain not in ("", "ai.onnx"):
+            seen[key] = False
+        elif producer.op_type in SHAPE_OPS or producer.op_type == "Constant":
+            seen[key] = True
+        else:
+            seen[key] = producer.op_type in FOLDABLE and all(compile_time(v, seen) for v in producer.inputs)
+    return seen[key]
+
+
 def supports(node: ir.Node) -> Support:
     """Yes, or ``"<op>: <reason>"``."""
     op = node.op_type
@@ -78,6 +111,8 @@ def supports(node: ir.Node) -> Support:
             return Support.no(f"{op}: not implemented in the {NHWC_DOMAIN} domain")
     elif node.domain not in ("", "ai.onnx"):
         return Support.no(f"{op}: domain {node.domain!r} is not supported")
+    elif op in SHAPE_OPS or (op in FOLDABLE and all(compile_time(v) for v in node.inputs)):
+        return Support.yes()  # folded to a constant at compile time, whatever its dtype
     check = _CHECKS.get(op)
     if check is None:
         return Support.no(f"{op}: not implemented by the C backend")
@@ -104,6 +139,9 @@ _NON_DATA_INPUTS: dict[str, frozenset[int]] = {
     "Slice": frozenset({1, 2, 3, 4}),
     "Split": frozenset({1}),
     "Pad": frozenset({1, 3}),
+    "Gather": frozenset({1}),
+    "Where": frozenset({0}),
+    "Expand": frozenset({1}),
 }
 
 
@@ -241,12 +279,39 @@ def _check_gelu(node: ir.Node) -> str:
 
 
 def _check_reshape(node: ir.Node) -> str:
+    if not compile_time(present(node, 1)):
+        return "the shape input must be a constant or computed from shapes"
     if not _const(present(node, 1)):
-        return "the shape input must be a constant"
+        return ""  # allowzero with a 0 in a computed shape is refused when it is lowered
     shape = present(node, 1).const_value.numpy()  # type: ignore[union-attr]
     if attr_int(node, "allowzero", 0) != 0 and (shape == 0).any():
         # allowzero=1 makes a 0 an empty dimension, not "copy the input's": empty tensors are not supported
         return "allowzero=1 with a 0 in the shape (an empty tensor) is not supported"
+    return ""
+
+
+def _check_gather(node: ir.Node) -> str:
+    if not compile_time(present(node, 1)):
+        return "the indices must be a constant or computed from shapes"
+    return ""
+
+
+def _check_where(node: ir.Node) -> str:
+    if not compile_time(present(node, 0)):
+        return "the condition must be a constant or computed from shapes"
+    return ""
+
+
+def _check_expand(node: ir.Node) -> str:
+    if not compile_time(present(node, 1)):
+        return "the shape must be a constant or computed from shapes"
+    return ""
+
+
+def _check_cast(node: ir.Node) -> str:
+    to = attr_int(node, "to", 0)
+    if to != ir.DataType.FLOAT:
+        return f"a cast to {ir.DataType(to).name.lower()} is not supported (only float32 data)"
     return ""
 
 
@@ -341,6 +406,10 @@ _CHECKS: dict[str, Callable[[ir.Node], str]] = {
     "Clip": _check_clip,
     "Gelu": _check_gelu,
     "Reshape": _check_reshape,
+    "Gather": _check_gather,
+    "Where": _check_where,
+    "Expand": _check_expand,
+    "Cast": _check_cast,
     "Squeeze": _check_axes_input,
     "Unsqueeze": _check_axes_input,
     "Dropout": _check_dropout,

@@ -1,0 +1,111 @@
+"""C backend: what torch's exporter emits for transformer blocks, against onnxruntime.
+
+Shape arithmetic (Shape, then Slice/Concat/Gather/... on int64) is folded at compile time,
+since the backend compiles per concrete shape; Gather, Where and Expand take indices,
+conditions and shapes known then; a [..., M, K] @ [K, N] MatMul is one GEMM.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+import pytest
+from c_backend_util import check, make_model, needs_compiler
+from onnx import helper
+
+from codegraft.backends.c import CBackend
+
+pytestmark = needs_compiler
+RNG = np.random.default_rng(0)
+I64 = np.int64
+
+
+def rand(*shape: int) -> np.ndarray:
+    return RNG.uniform(-1, 1, size=shape).astype(np.float32)
+
+
+def test_shape_arithmetic_feeds_a_reshape() -> None:
+    # the attention-scaling subgraph of torch's exporter: [B*H, S, D] -> [B*H, D, S] via computed shapes
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"]),
+        helper.make_node("Slice", ["s", "zero", "one"], ["bh"]),
+        helper.make_node("Slice", ["s", "one", "two"], ["seq"]),
+        helper.make_node("Slice", ["s", "minus_one", "big"], ["d"]),
+        helper.make_node("Concat", ["bh", "seq", "d"], ["shape"], axis=0),
+        helper.make_node("Reshape", ["x", "shape"], ["r"]),
+        helper.make_node("Transpose", ["r"], ["t"], perm=[0, 2, 1]),
+        helper.make_node("Concat", ["bh", "d", "seq"], ["shape2"], axis=0),
+        helper.make_node("Reshape", ["t", "shape2"], ["y"], allowzero=1),
+    ]
+    inits = {"zero": np.array([0], I64), "one": np.array([1], I64), "two": np.array([2], I64),
+             "minus_one": np.array([-1], I64), "big": np.array([2**62], I64)}
+    check(make_model(nodes, {"x": (8, 16, 12)}, ["y"], inits))
+
+
+def test_gather_with_constant_indices() -> None:
+    for indices, axis in ((np.array(1, I64), 0), (np.array([2, 0, -1], I64), 1), (np.array([[0, 1], [1, 0]], I64), 2)):
+        node = helper.make_node("Gather", ["x", "i"], ["y"], axis=axis)
+        check(make_model([node], {"x": (3, 4, 5)}, ["y"], {"i": indices}))
+
+
+def test_gather_of_a_shape_and_expand_to_it() -> None:
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"]),
+        helper.make_node("Gather", ["s", "zero"], ["batch"], axis=0),
+        helper.make_node("Unsqueeze", ["batch", "zero1"], ["b1"]),
+        helper.make_node("Concat", ["b1", "rest"], ["shape"], axis=0),
+        helper.make_node("Expand", ["row", "shape"], ["e"]),
+        helper.make_node("Add", ["x", "e"], ["y"]),
+    ]
+    inits = {"zero": np.array(0, I64), "zero1": np.array([0], I64), "rest": np.array([3, 4], I64),
+             "row": rand(1, 1, 4)}
+    check(make_model(nodes, {"x": (5, 3, 4)}, ["y"], inits))
+
+
+def test_where_with_a_mask_computed_from_constants() -> None:
+    # a causal mask: Range, Less, Where(-inf), as exporters write it
+    nodes = [
+        helper.make_node("Range", ["start", "limit", "delta"], ["r"]),
+        helper.make_node("Unsqueeze", ["r", "ax1"], ["col"]),
+        helper.make_node("Unsqueeze", ["r", "ax0"], ["row"]),
+        helper.make_node("Less", ["col", "row"], ["future"]),
+        helper.make_node("Where", ["future", "neg_inf", "x"], ["masked"]),
+        helper.make_node("Softmax", ["masked"], ["y"], axis=-1),
+    ]
+    inits = {"start": np.array(0, I64), "limit": np.array(6, I64), "delta": np.array(1, I64),
+             "ax0": np.array([0], I64), "ax1": np.array([1], I64), "neg_inf": np.array(-np.inf, np.float32)}
+    check(make_model(nodes, {"x": (2, 6, 6)}, ["y"], inits))
+
+
+def test_cast_to_float_and_a_folded_cast() -> None:
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"]),
+        helper.make_node("Cast", ["s"], ["sf"], to=1),
+        helper.make_node("ReduceProd", ["sf"], ["n"], keepdims=0),
+        helper.make_node("Div", ["x", "n"], ["d"]),
+        helper.make_node("Cast", ["d"], ["y"], to=1),
+    ]
+    check(make_model(nodes, {"x": (2, 3, 4)}, ["y"], opset=17))
+
+
+@pytest.mark.parametrize(("a", "b"), [((128, 1, 32), (32, 48)), ((3, 5, 16), (16, 40)), ((2, 3, 5, 8), (8, 4))])
+def test_matmul_of_many_rows_by_one_matrix_with_an_epilogue(a: tuple, b: tuple) -> None:
+    nodes = [helper.make_node("MatMul", ["a", "w"], ["m"]), helper.make_node("Add", ["m", "bias"], ["g"]),
+             helper.make_node("Gelu", ["g"], ["y"])]
+    check(make_model(nodes, {"a": a}, ["y"], {"w": rand(*b), "bias": rand(b[1])}, opset=20))
+
+
+def test_runtime_indices_conditions_and_casts_are_declined_with_the_reason() -> None:
+    def verdict(nodes: list, inputs: dict, inits: dict | None = None) -> str:
+        model = ir.from_proto(make_model(nodes, inputs, ["y"], inits))
+        answer = CBackend().supports(list(model.graph)[-1])
+        assert not answer
+        return answer.reason
+
+    gather = helper.make_node("Gather", ["x", "i"], ["y"])
+    model = make_model([gather], {"x": (3, 4)}, ["y"])
+    model.graph.input.append(helper.make_tensor_value_info("i", 7, [2]))
+    answer = CBackend().supports(next(iter(ir.from_proto(model).graph)))
+    assert not answer and "indices must be a constant or computed from shapes" in answer.reason
+    cast = helper.make_node("Cast", ["x"], ["y"], to=7)
+    assert "a cast to int64 is not supported" in verdict([cast], {"x": (3,)})
