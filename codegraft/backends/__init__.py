@@ -7,6 +7,10 @@ ships a backend as its own package with an entry point::
 
     [project.entry-points."codegraft.backends"]
     mybackend = "my_package:make_backend"      # a class or a function returning a Backend
+
+A name may carry options after a colon, ``"iree:cuda:sm_80"``: the part after the first colon
+goes to the factory's ``spec`` argument (only factories that take one accept options), and
+the backend's own ``name`` is that full spelling, so an artifact names exactly what it needs.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from importlib import metadata
 from codegraft.backend import Backend
 from codegraft.errors import BackendError, BackendUnavailable
 
-BackendFactory = Callable[[], Backend]
+BackendFactory = Callable[..., Backend]  # () -> Backend, or (spec: str | None) -> Backend
 
 
 def _onnxruntime() -> Backend:
@@ -45,11 +49,22 @@ def _c() -> Backend:
     return backend
 
 
+def _iree(spec: str | None = None) -> Backend:
+    try:
+        from codegraft.backends.iree import make_backend
+    except ImportError as error:
+        raise BackendUnavailable(f"IREE is not installed ({error}): pip install 'codegraft[iree]'") from None
+    return make_backend(spec)
+
+
 BUILTIN_BACKENDS: dict[str, BackendFactory] = {
     "onnxruntime": _onnxruntime,
     "openvino": _openvino,
     "c": _c,
+    "iree": _iree,
 }
+# Spellings with options that ``codegraft backends`` lists too, so users find them.
+SHOWN_VARIANTS = ("iree:cuda",)
 ENTRY_POINT_GROUP = "codegraft.backends"
 
 
@@ -63,8 +78,8 @@ class BackendInfo:
     reason: str = ""
 
 
-def _factories() -> dict[str, tuple[str, Callable[[], object]]]:
-    found: dict[str, tuple[str, Callable[[], object]]] = {
+def _factories() -> dict[str, tuple[str, Callable[..., object]]]:
+    found: dict[str, tuple[str, Callable[..., object]]] = {
         name: ("built-in", factory) for name, factory in BUILTIN_BACKENDS.items()
     }
     for entry in metadata.entry_points(group=ENTRY_POINT_GROUP):
@@ -85,13 +100,16 @@ def _entry_point_factory(entry: metadata.EntryPoint) -> Callable[[], object]:
 
 
 def get_backend(name: str) -> Backend:
-    """Create the backend called ``name``; a clear error if unknown or unavailable."""
+    """Create the backend called ``name`` (``"base:options"`` passes options); a clear error if it cannot."""
     factories = _factories()
-    if name not in factories:
-        raise BackendError(f"unknown backend {name!r}; installed: {', '.join(sorted(factories))}")
-    origin, factory = factories[name]
+    base, _, spec = name.partition(":")
+    if base not in factories:
+        raise BackendError(f"unknown backend {base!r}; installed: {', '.join(sorted(factories))}")
+    origin, factory = factories[base]
+    if spec and not _takes_spec(factory):
+        raise BackendError(f"backend {base!r} takes no options (got {name!r})")
     try:
-        backend = factory()
+        backend = factory(spec) if spec else factory()
     except BackendUnavailable as error:
         raise BackendUnavailable(f"backend {name!r} is unavailable: {error}") from None
     except Exception as error:
@@ -101,14 +119,27 @@ def get_backend(name: str) -> Backend:
     return backend
 
 
+def _takes_spec(factory: Callable[..., object]) -> bool:
+    import inspect
+
+    try:
+        return "spec" in inspect.signature(factory).parameters
+    except (TypeError, ValueError):
+        return False
+
+
 def list_backends() -> list[BackendInfo]:
-    """Every installed backend, available or not (with the reason)."""
+    """Every installed backend, available or not (with the reason), and the variants of :data:`SHOWN_VARIANTS`."""
     infos = []
-    for name, (origin, _) in sorted(_factories().items()):
+    factories = _factories()
+    names = sorted([*factories, *(v for v in SHOWN_VARIANTS if v.partition(":")[0] in factories)])
+    for name in names:
+        origin = factories[name.partition(":")[0]][0]
         try:
-            get_backend(name)
+            backend = get_backend(name)
         except BackendError as error:
             infos.append(BackendInfo(name, origin, False, str(error)))
         else:
-            infos.append(BackendInfo(name, origin, True))
+            note = getattr(backend, "availability_note", None)
+            infos.append(BackendInfo(name, origin, True, note() if callable(note) else ""))
     return infos
