@@ -11,6 +11,7 @@ CPU features of a host-CPU module) is checked at load.
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 from collections.abc import Sequence
@@ -22,6 +23,7 @@ from codegraft.backends.iree._blob import IreeBlob
 from codegraft.backends.iree._target import IreeTarget, host_cpu_features, host_machine, simd_features
 from codegraft.errors import BackendError
 
+log = logging.getLogger("codegraft")
 _LOCK = threading.Lock()
 _INSTANCE: Any = None
 _DEVICES: dict[str, Any] = {}
@@ -79,6 +81,8 @@ class IreeRunnable:
         self.unavailable = device_unavailable_reason(self.target)
         if self.unavailable is None:
             self._invoke = self._load()
+        else:
+            log.warning("IREE module for %s kept for another machine: %s", self.target, self.unavailable)
 
     def _load(self) -> Any:
         import iree.runtime as rt

@@ -25,11 +25,20 @@ SUPPORT_FILE = pathlib.Path(__file__).with_name("support.json")
 _CONTROL_FLOW = frozenset({"If", "Loop", "Scan", "SequenceMap"})
 
 
+# Attributes that select a different lowering in IREE (reflect padding fails where constant passes).
+_DISTINGUISHING = {"Pad": "mode", "Resize": "mode"}
+
+
 def op_key(node: ir.Node) -> str:
-    """``"<op>/<rank of the first input>"``, or ``"<op>"`` when that rank is unknown."""
+    """``"<op>[:<mode>]/<rank of the first input>"``; without the rank when it is unknown."""
+    op = node.op_type
+    attribute = _DISTINGUISHING.get(op)
+    if attribute is not None:
+        value = node.attributes.get(attribute)
+        op = f"{op}:{value.as_string() if value is not None else 'default'}"
     first = node.inputs[0] if node.inputs else None
     shape = first.shape if first is not None else None
-    return f"{node.op_type}/{len(shape)}" if shape is not None else node.op_type
+    return f"{op}/{len(shape)}" if shape is not None else op
 
 
 @dataclass(frozen=True)
@@ -60,8 +69,13 @@ def supports(node: ir.Node) -> Support:
         return Support.no(f"{node.op_type}: domain {node.domain!r} is not imported by IREE's ONNX importer")
     if node.op_type in _CONTROL_FLOW:
         return Support.no(f"{node.op_type}: control flow runs in codegraft, its bodies are offered separately")
+    unranked = [v.name for v in node.inputs if v is not None and v.shape is None and v.const_value is None]
+    if unranked:
+        # IREE's lowerings work on ranked tensors; an input of unknown rank fails to legalize.
+        return Support.no(f"{node.op_type}: input {unranked[0]!r} has no known rank (IREE needs ranked tensors)")
     verdicts = _verdicts()
-    key, op = op_key(node), node.op_type
+    key = op_key(node)
+    op = key.split("/")[0]
     if key in verdicts.passed:
         return Support.yes()
     if key in verdicts.failed:
@@ -70,4 +84,4 @@ def supports(node: ir.Node) -> Support:
         return Support.yes()  # this rank untried; a compile failure would fall back to the host
     if op in verdicts.failed:
         return Support.no(f"{op}: fails on IREE ({verdicts.failed[op]})")
-    return Support.no(f"{op}: not covered by the IREE survey (bench/iree_support.py)")
+    return Support.no(f"{node.op_type}: not covered by the IREE survey (bench/iree_support.py)")
