@@ -183,7 +183,7 @@ def test_cross_compiled_cuda_artifact_says_so_here(tmp_path: pathlib.Path) -> No
         cg.load_executable(tmp_path / "gpu.cgx").run(random_feeds(model))
     assert "\n" not in str(caught.value)
     cli = subprocess.run(
-        [sys.executable, "-m", "codegraft._cli", "run", str(tmp_path / "gpu.cgx"), "--random"],
+        [sys.executable, "-m", "codegraft.cli.main", "run", str(tmp_path / "gpu.cgx"), "--random"],
         capture_output=True, text=True, cwd=ROOT,
     )
     assert cli.returncode == 2 and "Traceback" not in cli.stderr
