@@ -114,7 +114,9 @@ def test_a_failing_partition_is_named() -> None:
         def run(self, inputs):  # type: ignore[no-untyped-def]
             raise RuntimeError("device lost")
 
-    exe = cg.compile(_model(), targets=[SubsetBackend("acc", {"Relu"})])
+    # strict: a failure at run time is an error (otherwise the host takes the partition over,
+    # see test_runtime_fallback.py)
+    exe = cg.compile(_model(), targets=[SubsetBackend("acc", {"Relu"})], strict=True)
     exe._runnables = (exe._runnables[0], Broken())  # the accelerator partition breaks at run time
     with pytest.raises(cg.BackendError, match=r"partition p1_acc on acc failed: RuntimeError: device lost"):
         exe.run(_ok())

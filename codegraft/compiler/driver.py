@@ -14,18 +14,18 @@ import onnx_ir as ir
 from codegraft.backend import Backend, Runnable
 from codegraft.backends import get_backend
 from codegraft.backends.onnxruntime import OnnxRuntimeBackend
-from codegraft.compiler.steps import lower_control, lower_partition
+from codegraft.compiler.steps import host_step, lower_control, lower_partition, warn_fallbacks
 from codegraft.core.dtypes import numpy_dtype
 from codegraft.core.options import CompileOptions
 from codegraft.errors import BackendError, ModelError, OptionError
 from codegraft.frontend.model import ModelSource, import_model
 from codegraft.frontend.torch_export import DynamicShapes, export_module, is_torch_module
 from codegraft.plan.annotate import Annotation, annotate
-from codegraft.plan.extract import Plan, plan_partitions
+from codegraft.plan.extract import PartitionPlan, Plan, partition_proto, plan_partitions
 from codegraft.plan.partition import demote_small_groups, partition_units
 from codegraft.report.report import NodeReport, PartitionReport, PassReport, PlacementReport, Report
 from codegraft.runtime.control import CONTROL_BACKEND, mark_control_units
-from codegraft.runtime.executable import Executable, Step, TensorSpec
+from codegraft.runtime.executable import Executable, HostFallback, Step, TensorSpec
 
 Target = str | Backend
 
@@ -90,6 +90,7 @@ def compile(  # noqa: A001 - the public name the README promises
     control_constants: dict[str, np.ndarray] = {}
     target_names = {b.name for b in backends}
     samples = _partition_samples(ir_model, plan, options, host.name)
+    host_fallbacks: dict[str, HostFallback] = {}
     for part in plan.partitions:
         if not part.outputs:  # nothing reads what it computes: nothing to run
             part_reports.append(PartitionReport(part.name, part.backend, len(part.node_indices), part.inputs, (),
@@ -114,6 +115,9 @@ def compile(  # noqa: A001 - the public name the README promises
         steps.append(step)
         runnables.append(runnable)
         part_reports.append(replace(part_report, stored_bytes=len(step.blob or step.template or b"")))
+        if step.backend not in (host.name, CONTROL_BACKEND):
+            host_fallbacks[part.name] = _host_fallback(ir_model, annotation, part, host)
+    warn_fallbacks(part_reports, host.name)
 
     constants = {
         name: ir_model.graph.initializers[name].const_value.numpy()  # type: ignore[union-attr]
@@ -133,7 +137,15 @@ def compile(  # noqa: A001 - the public name the README promises
         constants=constants,
         report=report,
         backends=by_name,
+        host_fallbacks=host_fallbacks,
+        strict=options.strict,
     )
+
+
+def _host_fallback(ir_model: ir.Model, annotation: Annotation, part: PartitionPlan, host: Backend) -> HostFallback:
+    """Builds ``part`` on the host if its backend fails at run time.  The partition's ONNX is
+    cut again only then; until then the model is kept, not a copy of each partition."""
+    return lambda: host_step(part, partition_proto(ir_model, annotation, part), host)
 
 
 def plan_model(

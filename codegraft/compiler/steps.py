@@ -7,7 +7,7 @@ A partition its backend fails to compile or load runs on the host instead (unles
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 import numpy as np
@@ -93,15 +93,39 @@ def lower_control(
 
 
 def host_fallback(part: PartitionPlan, proto: onnx.ModelProto, host: Backend, error: Exception) -> Lowered:
-    """Run ``part`` on the host because its backend failed; the report keeps the error."""
-    log.warning("%s; %s runs %s instead", error, host.name, part.name)
-    blob = host.compile(Partition(part.name, ir.from_proto(proto)))
-    step = Step(part.name, host.name, part.inputs, part.outputs, blob)
+    """Run ``part`` on the host because its backend failed; the report keeps the error.
+
+    Only a debug line per partition: ``compile`` warns once per backend (see
+    :func:`warn_fallbacks`), since one model can make dozens of partitions fail alike.
+    """
+    log.debug("%s; %s runs %s instead", error, host.name, part.name)
+    step, runnable = host_step(part, proto, host)
     report = PartitionReport(
         part.name, host.name, len(part.node_indices), part.inputs, part.outputs,
         requested_backend=part.backend, fallback_error=str(error),
     )
-    return step, host.load(blob), report
+    return step, runnable, report
+
+
+def host_step(part: PartitionPlan, proto: onnx.ModelProto, host: Backend) -> tuple[Step, Runnable]:
+    """``part`` compiled and loaded on the host."""
+    blob = host.compile(Partition(part.name, ir.from_proto(proto)))
+    return Step(part.name, host.name, part.inputs, part.outputs, blob), host.load(blob)
+
+
+def warn_fallbacks(reports: Sequence[PartitionReport], host: str) -> None:
+    """One warning line per backend whose partitions fell back to the host at compile time."""
+    failed: dict[str, list[PartitionReport]] = {}
+    for report in reports:
+        if report.fallback_error and report.requested_backend:
+            failed.setdefault(report.requested_backend, []).append(report)
+    for backend, parts in failed.items():
+        first = parts[0]
+        reason = (first.fallback_error or "").strip().splitlines()[0]
+        log.warning(
+            "%s: %d of its partitions run on %s instead (first, %s: %s); details in the report",
+            backend, len(parts), host, first.name, reason,
+        )
 
 
 def static_inputs(proto: onnx.ModelProto) -> bool:
@@ -113,4 +137,6 @@ def static_inputs(proto: onnx.ModelProto) -> bool:
     )
 
 
-__all__ = ["Lowered", "host_fallback", "lower_control", "lower_partition", "static_inputs"]
+__all__ = [
+    "Lowered", "host_fallback", "host_step", "lower_control", "lower_partition", "static_inputs", "warn_fallbacks",
+]

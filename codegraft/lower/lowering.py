@@ -228,7 +228,7 @@ class ShapeSpecialisingRunnable:
         except BackendError as error:
             if self._strict:
                 raise
-            log.warning("%s; running it on %s instead", error, self._fallback.name)
+            log.warning("%s; running it on %s instead", str(error).strip().splitlines()[0], self._fallback.name)
             self.failures[key] = str(error)
             host_blob = self._fallback.compile(Partition(request.name, ir.from_proto(proto)))
             return self._fallback.load(host_blob)

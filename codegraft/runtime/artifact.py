@@ -27,8 +27,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import onnx
+import onnx_ir as ir
 
-from codegraft.backend import Backend, Composite, Runnable
+from codegraft.backend import Backend, Composite, Partition, Runnable
 from codegraft.backends import get_backend
 from codegraft.backends.onnxruntime import OnnxRuntimeBackend
 from codegraft.errors import ArtifactError, BackendError
@@ -36,7 +38,7 @@ from codegraft.lower.lowering import LoweringRequest, ShapeSpecialisingRunnable,
 from codegraft.report.report import Report
 from codegraft.runtime.artifact_schema import validate_header
 from codegraft.runtime.control import CONTROL_BACKEND, load_control_blob
-from codegraft.runtime.executable import Executable, Step, TensorSpec
+from codegraft.runtime.executable import Executable, HostFallback, Step, TensorSpec
 from codegraft.runtime.signature import (
     KeySource,
     load_public_keys,
@@ -216,8 +218,20 @@ def executable_from_bytes(
         outputs = list(header["outputs"])
     except (KeyError, TypeError, ValueError) as error:
         raise ArtifactError(f"{where}: malformed artifact header ({type(error).__name__}: {error})") from None
+    # A partition kept as ONNX (compiled per shape at run time) can also move to the host if
+    # its backend fails while running; one stored only as its backend's blob cannot.
+    fallbacks = {s.name: _template_on_host(s, host) for s in steps if s.template is not None and s.backend != host.name}
     return Executable(inputs=inputs, outputs=outputs, steps=steps, runnables=runnables,
-                      constants=constants, report=report, backends=resolved)
+                      constants=constants, report=report, backends=resolved, host_fallbacks=fallbacks, strict=strict)
+
+
+def _template_on_host(step: Step, host: Backend) -> HostFallback:
+    def build() -> tuple[Step, Runnable]:
+        assert step.template is not None
+        blob = host.compile(Partition(step.name, ir.from_proto(onnx.ModelProto.FromString(step.template))))
+        return Step(step.name, host.name, step.inputs, step.outputs, blob), host.load(blob)
+
+    return build
 
 
 def _parse(data: bytes, where: str) -> tuple[Mapping[str, Any], memoryview]:

@@ -3,15 +3,22 @@
 ``run`` keeps all per-call state in local variables, so it is safe to call from several
 threads at once (runnables are required to be thread-safe).  Each intermediate is dropped
 right after its last reader has run.
+
+A partition whose backend fails while it *runs* is handed to the host, for that call and every
+call after, when the executable knows how to build the partition there (``host_fallbacks``)
+and was not compiled ``strict``: the failure is logged once and recorded in the report, as a
+failure to compile already is.
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import threading
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -22,6 +29,10 @@ from codegraft.report.report import Report
 from codegraft.runtime.latency import Latency
 
 Dim = int | str | None
+# Builds the host's step and runnable for a partition whose backend failed at run time.
+HostFallback = Callable[[], "tuple[Step, Runnable]"]
+
+log = logging.getLogger("codegraft")
 
 
 @dataclass(frozen=True)
@@ -139,11 +150,17 @@ class Executable:
         constants: Mapping[str, np.ndarray],
         report: Report,
         backends: Mapping[str, Backend],
+        host_fallbacks: Mapping[str, HostFallback] | None = None,
+        strict: bool = False,
     ) -> None:
         self.inputs = tuple(inputs)
         self.outputs = tuple(outputs)
         self.steps = tuple(steps)
         self._runnables = tuple(runnables)
+        self._host_fallbacks = dict(host_fallbacks or {})
+        self._strict = strict
+        self._switch_lock = threading.Lock()
+        self._failed_backends: set[str] = set()
         self.constants = dict(constants)
         self._report = report
         self._backends = dict(backends)
@@ -161,8 +178,8 @@ class Executable:
         feeds, as_torch = self._feeds(inputs)
         env = self._validated(feeds)
         env.update(self.constants)
-        for step, runnable, drop in zip(self.steps, self._runnables, self._drop_after, strict=True):
-            env.update(_run_step(step, runnable, env))
+        for index, drop in enumerate(self._drop_after):
+            env.update(self._run_step_at(index, env))
             for name in drop:
                 del env[name]
         outputs = {name: env[name] for name in self.outputs}
@@ -198,8 +215,8 @@ class Executable:
         env = self._validated(feeds)
         env.update(self.constants)
         computed: dict[str, np.ndarray] = {}
-        for step, runnable in zip(self.steps, self._runnables, strict=True):
-            results = _run_step(step, runnable, env)
+        for index in range(len(self.steps)):
+            results = self._run_step_at(index, env)
             env.update(results)
             computed.update(results)
         return computed
@@ -222,9 +239,9 @@ class Executable:
             began = time.perf_counter()
             env = self._validated(feeds)
             env.update(self.constants)
-            for index, (step, runnable) in enumerate(zip(self.steps, self._runnables, strict=True)):
+            for index in range(len(self.steps)):
                 start = time.perf_counter()
-                results = _run_step(step, runnable, env)
+                results = self._run_step_at(index, env)
                 samples[index].append(time.perf_counter() - start)
                 env.update(results)
             if run:  # the first is the warm-up
@@ -239,6 +256,46 @@ class Executable:
                     timed = runnable.profile_ops([env[name] for name in step.inputs], repeat)
                     per_op += [(step.name, op) for op in timed]
         return Profile(rows, sum(medians), repeat, Latency.of(totals, wall), tuple(per_op))
+
+    def _run_step_at(self, index: int, env: Mapping[str, Any]) -> dict[str, Any]:
+        """Run step ``index``; if its backend fails, hand it to the host (see the module note)."""
+        step, runnable = self.steps[index], self._runnables[index]
+        try:
+            return _run_step(step, runnable, env)
+        except BackendError as error:
+            fallback = self._host_fallbacks.get(step.name)
+            if self._strict or fallback is None:
+                raise
+            with self._switch_lock:
+                if self.steps[index] is step:  # not already switched by another thread
+                    self._switch_to_host(index, fallback, error)
+        return _run_step(self.steps[index], self._runnables[index], env)
+
+    def _switch_to_host(self, index: int, fallback: HostFallback, error: BackendError) -> None:
+        failed = self.steps[index]
+        host_step, host_runnable = fallback()
+        self.steps = (*self.steps[:index], host_step, *self.steps[index + 1 :])
+        self._runnables = (*self._runnables[:index], host_runnable, *self._runnables[index + 1 :])
+        reason = f"failed at run time: {error}"
+        first_line = str(error).strip().splitlines()[0]
+        if failed.backend in self._failed_backends:  # one warning per backend, the rest in the report
+            log.debug("%s failed at run time; %s runs it from now on: %s", failed.name, host_step.backend, first_line)
+        else:
+            self._failed_backends.add(failed.backend)
+            log.warning(
+                "%s failed at run time (%s); %s runs each of its failing partitions from now on "
+                "(details in the report)",
+                failed.backend, first_line, host_step.backend,
+            )
+        partitions = tuple(
+            replace(p, backend=host_step.backend, requested_backend=failed.backend, fallback_error=reason)
+            if p.name == failed.name else p
+            for p in self._report.partitions
+        )
+        nodes = tuple(
+            replace(n, backend=host_step.backend) if n.partition == failed.name else n for n in self._report.nodes
+        )
+        self._report = replace(self._report, partitions=partitions, nodes=nodes)
 
     def _validated(self, feeds: Mapping[str, object]) -> dict[str, np.ndarray]:
         if not isinstance(feeds, Mapping):

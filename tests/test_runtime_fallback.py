@@ -1,0 +1,98 @@
+"""A partition whose backend fails while it runs moves to the host, once, and says so (issue 10).
+
+The failing backend here is made to fail on purpose: it compiles and loads like any other,
+then its runnable raises on the calls chosen by the test.
+"""
+
+from __future__ import annotations
+
+import logging
+import pathlib
+from collections.abc import Sequence
+
+import numpy as np
+import pytest
+
+import codegraft as cg
+from codegraft.testing import SubsetBackend, assert_close, light_model, random_feeds, run_onnxruntime
+
+
+class FailingRunnable:
+    def __init__(self, inner: object, backend: FailsWhenRunning) -> None:
+        self.inner, self.backend = inner, backend
+
+    def run(self, inputs: Sequence[np.ndarray]) -> Sequence[np.ndarray]:
+        self.backend.calls += 1
+        if self.backend.calls > self.backend.good_calls:
+            raise RuntimeError("Can't set the input tensor with index: 2 (simulated device failure)")
+        return self.inner.run(inputs)  # type: ignore[attr-defined, no-any-return]
+
+
+class FailsWhenRunning(SubsetBackend):
+    """Claims ``ops``; every call after the first ``good_calls`` raises."""
+
+    def __init__(self, name: str, ops: set[str], good_calls: int = 0) -> None:
+        super().__init__(name, ops)
+        self.good_calls = good_calls
+        self.calls = 0
+
+    def load(self, blob):  # type: ignore[no-untyped-def]
+        return FailingRunnable(super().load(blob), self)
+
+
+def test_a_partition_failing_at_run_time_runs_on_the_host_from_then_on(caplog: pytest.LogCaptureFixture) -> None:
+    model = light_model("squeezenet")
+    feeds = random_feeds(model)
+    expected = run_onnxruntime(model, feeds)
+    flaky = FailsWhenRunning("flaky", {"Conv", "Relu"}, good_calls=1)
+    exe = cg.compile(model, targets=[flaky], min_partition_size=1)
+    assert exe.report().nodes_per_backend().get("flaky")
+    with caplog.at_level(logging.WARNING, logger="codegraft"):
+        assert_close(exe.run(feeds), expected)  # the first flaky partition works once, the others fail
+        assert_close(exe.run(feeds), expected)  # now the first fails too
+    calls = flaky.calls
+    assert_close(exe.run(feeds), expected)
+    assert flaky.calls == calls  # a partition that failed is not tried again
+    failed = [p for p in exe.report().fallbacks() if "at run time" in (p.fallback_error or "")]
+    assert len(failed) > 1
+    assert all(p.backend == "onnxruntime" and p.requested_backend == "flaky" for p in failed)
+    assert not any(n.backend == "flaky" for n in exe.report().nodes)
+    assert "simulated device failure" in (failed[0].fallback_error or "")
+    assert "fell back from flaky" in str(exe.report())
+    # One line for the backend, however many of its partitions fail.
+    lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("flaky failed at run time (") and "\n" not in lines[0]
+
+
+def test_strict_raises_when_a_partition_fails_at_run_time() -> None:
+    model = light_model("squeezenet")
+    exe = cg.compile(model, targets=[FailsWhenRunning("flaky", {"Conv", "Relu"})], strict=True)
+    with pytest.raises(cg.BackendError, match="partition .* on flaky failed: RuntimeError: .*simulated device failure"):
+        exe.run(random_feeds(model))
+
+
+def test_a_saved_executable_keeps_the_host_placement(tmp_path: pathlib.Path) -> None:
+    model = light_model("squeezenet")
+    feeds = random_feeds(model)
+    flaky = FailsWhenRunning("flaky", {"Conv", "Relu"})
+    exe = cg.compile(model, targets=[flaky])
+    exe.run(feeds)  # every flaky partition fails and moves to the host
+    assert {s.backend for s in exe.steps} == {"onnxruntime"}
+    exe.save(tmp_path / "m.cgx")
+    loaded = cg.load_executable(tmp_path / "m.cgx", backends=[flaky])
+    assert_close(loaded.run(feeds), run_onnxruntime(model, feeds))
+
+
+def test_compile_failures_warn_once_per_backend(caplog: pytest.LogCaptureFixture) -> None:
+    # Every partition holding a Concat fails to compile on "flaky": several partitions, one line.
+    model = light_model("squeezenet")
+    with caplog.at_level(logging.WARNING, logger="codegraft"):
+        exe = cg.compile(model, targets=[SubsetBackend("flaky", {"Conv", "Relu", "Concat"}, fail_on="Concat")],
+                         min_partition_size=1)
+    failed = exe.report().fallbacks()
+    assert len(failed) > 1
+    lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(f"flaky: {len(failed)} of its partitions run on onnxruntime instead (first, ")
+    assert "simulated failure" in lines[0] and "\n" not in lines[0]
