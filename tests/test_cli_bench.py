@@ -118,3 +118,21 @@ def test_openvino_profile_per_op() -> None:
     assert profile.runs == 3 and profile.latency is not None and profile.latency.runs == 3
     assert {op.op_type for _, op in profile.ops} >= {"Convolution"}
     assert all(op.ms >= 0 for _, op in profile.ops)
+
+
+def test_c_profile_per_kernel_names_the_onnx_nodes() -> None:
+    from codegraft.testing import random_feeds
+
+    model = small_net()
+    try:
+        exe = cg.compile(model, targets=["c"], strict=True)
+    except cg.BackendUnavailable as error:
+        pytest.skip(str(error))
+    profile = exe.profile(random_feeds(model), repeat=3, ops=True)
+    ops = [op for _, op in profile.ops]
+    # Kernels are named after the report's nodes (plus the layout transposes at the partition's edges).
+    by_name = {op.name: op.op_type for op in ops}
+    assert by_name["conv0"].startswith("Conv") and by_name["fc"].startswith("MatMul")
+    assert {n.name for n in exe.report().nodes} >= {name for name in by_name if "Transpose" not in name}
+    assert all(op.ms >= 0 for op in ops)
+    assert "per op, from the backends' own profilers (c: 1 partition)" in str(profile)

@@ -15,7 +15,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
-from codegraft.backend import Backend, Composite, Partition, Runnable
+from codegraft.backend import Backend, Composite, OpTime, Partition, ProfilingRunnable, Runnable
 from codegraft.errors import BackendError
 
 log = logging.getLogger("codegraft")
@@ -218,6 +218,12 @@ class ShapeSpecialisingRunnable:
                     runnable = self._build(key)
                     self._runnables[key] = runnable
         return runnable.run(inputs)
+
+    def profile_ops(self, inputs: Sequence[np.ndarray], repeat: int) -> Sequence[OpTime]:
+        """Per-op times of the runnable compiled for these inputs' shapes, if it can tell."""
+        self.run(inputs)  # compiles this shape if it is new
+        runnable = self._runnables[tuple(tuple(int(d) for d in a.shape) for a in inputs)]
+        return runnable.profile_ops(inputs, repeat) if isinstance(runnable, ProfilingRunnable) else []
 
     def _build(self, key: tuple[tuple[int, ...], ...]) -> Runnable:
         proto = specialise(self._template, key)

@@ -38,6 +38,7 @@ from codegraft.backends.c._ops_data import (
 )
 from codegraft.backends.c._ops_elementwise import emit_elementwise
 from codegraft.backends.c._pool import POOL
+from codegraft.backends.c._timers import timer_source
 from codegraft.backends.c._toolchain import Target
 
 
@@ -64,10 +65,12 @@ def generate(model: ir.Model, target: Target) -> Program:
     kernels = fuse(graph)
     ctx = Context(target, graph.inputs, graph.outputs)
     variants = _Kernels()
+    ctx.body.append("  cg_tick_start();")
     for position, kernel in enumerate(kernels):
         ctx.position = position
         ctx.body.append(f"  /* {_describe(kernel)} */")
         _emit(ctx, kernel, variants)
+        ctx.body.append(f"  cg_tick({position});")
     scratch = ctx.plan_scratch()
     source = "\n".join(
         [
@@ -75,6 +78,7 @@ def generate(model: ir.Model, target: Target) -> Program:
             f"#define VW {target.vector_floats}",
             POOL,
             PRELUDE,
+            timer_source([_origin(k) for k in kernels], [_kind(k) for k in kernels]),
             SHUFFLE,
             transpose_block(target.vector_floats),
             *ctx.functions,
@@ -100,9 +104,20 @@ def _refuse_empty(model: ir.Model) -> None:
 
 
 def _describe(kernel: Kernel) -> str:
+    return f"{_kind(kernel)} => {kernel.out.name}".replace("*/", "* /")
+
+
+def _origin(kernel: Kernel) -> str:
+    """The ONNX node a kernel computes (its core op's), for per-op profiles."""
+    made = kernel.core.out if kernel.core is not None else kernel.out
+    return made.origin or kernel.out.origin or f"({made.name}: layout)"
+
+
+def _kind(kernel: Kernel) -> str:
+    """``Conv -> add+relu``: the kernel's core op and the steps fused after it."""
     core = type(kernel.core).__name__ if kernel.core is not None else "elementwise"
     steps = "+".join(s.kind for s in kernel.steps)
-    return f"{core}{' -> ' + steps if steps else ''} => {kernel.out.name}".replace("*/", "* /")
+    return f"{core}{' -> ' + steps if steps else ''}"
 
 
 def _emit(ctx: Context, kernel: Kernel, variants: _Kernels) -> None:

@@ -24,6 +24,7 @@ class Tensor:
     const: np.ndarray | None = None
     perm: tuple[int, ...] = ()
     view_of: Tensor | None = None  # shares the storage of another tensor (same bytes)
+    origin: str = ""  # the ONNX node whose lowering made it (kernel names in per-op profiles)
 
     def __post_init__(self) -> None:
         if not self.perm:

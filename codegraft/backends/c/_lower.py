@@ -111,10 +111,13 @@ def lower(model: ir.Model) -> g.Graph:
         lower_one = _LOWERINGS.get(node.op_type)
         if lower_one is None:
             raise LoweringError(f"{node.op_type} ({node.name}) is not supported")
+        made = len(lowerer.ops)
         try:
             lower_one(lowerer, node)
         except LoweringError as error:
             raise LoweringError(f"{node.op_type} ({node.name}): {error}") from None
+        for op in lowerer.ops[made:]:
+            op.out.origin = op.out.origin or node.name or ""
     outputs = [lowerer.tensor(v) for v in model.graph.outputs]
     for value, tensor in zip(model.graph.outputs, outputs, strict=True):
         if tensor.const is not None and tensor.const.dtype != np.float32:

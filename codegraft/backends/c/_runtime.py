@@ -16,6 +16,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from codegraft.backend import OpTime
 from codegraft.backends.c._blob import Blob
 from codegraft.backends.c._toolchain import CompilerNotFoundError, Toolchain, cpu_features, host_target, store_library
 from codegraft.errors import CodegraftError, InputError
@@ -63,6 +64,37 @@ class CRunnable:
         self._outputs = blob.output_shapes
         self._threads = int(num_threads or 0)
         self._lock = threading.Lock()
+
+    def profile_ops(self, inputs: Sequence[np.ndarray], repeat: int) -> list[OpTime]:
+        """Each generated kernel's mean wall time over ``repeat`` runs, from the library's own
+        timers (see ``_timers.py``); a kernel is an op with what was fused into it."""
+        try:
+            count = self._lib.cg_kernel_count
+        except AttributeError:  # a library built before the timers
+            return []
+        count.restype = ctypes.c_int
+        self._lib.cg_kernel_name.restype = ctypes.c_char_p
+        self._lib.cg_kernel_kind.restype = ctypes.c_char_p
+        self._lib.cg_kernel_time_ns.restype = ctypes.c_double
+        self.run(inputs)  # warm-up, untimed
+        with self._lock:
+            self._lib.cg_set_timing(1)
+        try:
+            for _ in range(repeat):
+                self.run(inputs)
+            with self._lock:
+                times = [float(self._lib.cg_kernel_time_ns(i)) for i in range(count())]
+        finally:
+            with self._lock:
+                self._lib.cg_set_timing(0)
+        return [
+            OpTime(
+                self._lib.cg_kernel_name(i).decode("utf-8", "replace"),
+                self._lib.cg_kernel_kind(i).decode("utf-8", "replace"),
+                ns / 1e6 / max(repeat, 1),
+            )
+            for i, ns in enumerate(times)
+        ]
 
     def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         """Run the partition; safe to call from several threads (calls take turns)."""
