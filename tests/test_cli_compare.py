@@ -104,8 +104,9 @@ def test_random_says_which_shapes(model: pathlib.Path, tmp_path: pathlib.Path) -
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--shape", "x=2x3x8x8"], "--shape x=2x3x8x8: axis 2 is fixed to 16 by the model: float32[batch, 3, 16, 16]"),
-        (["--shape", "x=2x3"], "--shape x=2x3: rank 2, but the model declares rank 4"),
+        (["--shape", "x=2x3x8x8"], "--shape x=2x3x8x8: input 'x' has size 8 on axis 2 (shape [2, 3, 8, 8]), "
+                                   "expected 16: float32[batch, 3, 16, 16]"),
+        (["--shape", "x=2x3"], "--shape x=2x3: input 'x' has rank 2 (shape [2, 3]), expected rank 4"),
         (["--shape", "x=2xbig"], "dimensions must be integers joined by 'x'"),
         (["--shape", "nope=1"], "the model has no input 'nope'; its inputs are: x float32[batch, 3, 16, 16]"),
         (["--load-inputs", "missing.npz"], "--load-inputs missing.npz: cannot read it"),
@@ -122,3 +123,24 @@ def test_load_inputs_rejects_a_single_npy(model: pathlib.Path, tmp_path: pathlib
     result = runner.invoke(app, ["compare", str(model), "--load-inputs", str(tmp_path / "x.npy")])
     assert result.exit_code == 2 and "not an .npz archive" in result.output
     onnx.checker.check_model(onnx.load(model))
+
+
+def test_a_named_dimension_set_by_shape_holds_for_every_input(tmp_path: pathlib.Path) -> None:
+    import onnx.helper as oh
+
+    graph = oh.make_graph(
+        [oh.make_node("Add", ["x", "m"], ["y"], name="add")], "two",
+        [oh.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["batch", 4]),
+         oh.make_tensor_value_info("m", onnx.TensorProto.FLOAT, ["batch", 4])],
+        [oh.make_tensor_value_info("y", onnx.TensorProto.FLOAT, ["batch", 4])],
+    )
+    path = tmp_path / "two.onnx"
+    onnx.save(oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)]), path)
+    result = runner.invoke(app, ["compare", str(path), "--shape", "x=3x4"])
+    assert result.exit_code == 0, result.output
+    assert "inputs: x float32[3, 4] (random, --shape); m float32[3, 4] (random, free dims from --shape or 1)" in (
+        result.output
+    )
+    result = runner.invoke(app, ["compare", str(path), "--shape", "x=3x4", "--shape", "m=2x4"])
+    assert result.exit_code == 2
+    assert "--shape m=2x4: input 'm' axis 0 is batch=2, but input 'x' set batch=3" in result.output

@@ -23,7 +23,7 @@ import numpy as np
 import onnx
 
 from codegraft.errors import InputError
-from codegraft.runtime.executable import TensorSpec
+from codegraft.runtime.executable import TensorSpec, check_shape
 
 
 def parse_shapes(specs: Sequence[str]) -> dict[str, tuple[int, ...]]:
@@ -81,6 +81,9 @@ def make_feeds(
             known = ", ".join(f"{s.name} {s.describe()}" for s in specs)
             raise InputError(f"the model has no input {name!r}; its inputs are: {known}")
     rng = np.random.default_rng(seed)
+    # Named dimensions (batch, seq) set by --shape hold for every input that has them.
+    bound: dict[str, tuple[int, str]] = {}
+    fixed = {s.name: _checked(s, shapes[s.name], bound) for s in specs if s.name in shapes and s.name not in given}
     feeds: dict[str, np.ndarray] = {}
     chosen: list[str] = []
     for spec in specs:
@@ -91,7 +94,7 @@ def make_feeds(
             continue
         if not random:
             continue
-        shape = _shape_for(spec, shapes.get(spec.name))
+        shape = fixed[spec.name] if spec.name in fixed else _default_shape(spec, bound)
         dtype = np.dtype(spec.dtype or "float32")
         if np.issubdtype(dtype, np.floating):
             array = rng.standard_normal(shape).astype(dtype)
@@ -100,7 +103,9 @@ def make_feeds(
         else:
             array = rng.integers(0, 4, size=shape).astype(dtype)
         feeds[spec.name] = array
-        how = "--shape" if spec.name in shapes else "free dims = 1" if _has_free_dims(spec) else "declared"
+        how = "--shape" if spec.name in fixed else "free dims from --shape or 1" if _has_free_dims(spec) else "declared"
+        if how.startswith("free") and not bound:
+            how = "free dims = 1"
         chosen.append(f"{spec.name} {dtype}{list(shape)} (random, {how})")
     return feeds, chosen
 
@@ -109,24 +114,22 @@ def _has_free_dims(spec: TensorSpec) -> bool:
     return spec.shape is None or any(not isinstance(d, int) for d in spec.shape)
 
 
-def _shape_for(spec: TensorSpec, wanted: tuple[int, ...] | None) -> tuple[int, ...]:
-    if wanted is None:
-        if spec.shape is None:
-            raise InputError(f"input {spec.name!r} has no declared shape: give --shape {spec.name}=...")
-        return tuple(d if isinstance(d, int) else 1 for d in spec.shape)
+def _checked(spec: TensorSpec, wanted: tuple[int, ...], bound: dict[str, tuple[int, str]]) -> tuple[int, ...]:
+    """``wanted`` (from --shape) if it fits the declared shape and the dimensions named so far."""
     if spec.shape is not None:
-        if len(wanted) != len(spec.shape):
-            raise InputError(
-                f"--shape {spec.name}={_dims(wanted)}: rank {len(wanted)}, but the model declares rank "
-                f"{len(spec.shape)}: {spec.describe()}"
-            )
-        for axis, (got, want) in enumerate(zip(wanted, spec.shape, strict=True)):
-            if isinstance(want, int) and got != want:
-                raise InputError(
-                    f"--shape {spec.name}={_dims(wanted)}: axis {axis} is fixed to {want} by the model: "
-                    f"{spec.describe()}"
-                )
+        try:
+            check_shape(spec, wanted, bound)
+        except InputError as error:
+            raise InputError(f"--shape {spec.name}={_dims(wanted)}: {error}") from None
     return wanted
+
+
+def _default_shape(spec: TensorSpec, bound: dict[str, tuple[int, str]]) -> tuple[int, ...]:
+    """The declared shape, named dimensions as --shape set them elsewhere, other free ones 1."""
+    if spec.shape is None:
+        raise InputError(f"input {spec.name!r} has no declared shape: give --shape {spec.name}=...")
+    return tuple(d if isinstance(d, int) else bound[d][0] if isinstance(d, str) and d in bound else 1
+                 for d in spec.shape)
 
 
 def _dims(shape: Sequence[int]) -> str:

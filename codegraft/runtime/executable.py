@@ -321,7 +321,7 @@ class Executable:
                     f"input {spec.name!r} has dtype {array.dtype}, expected {spec.dtype} ({spec.describe()})"
                 )
             if spec.shape is not None:
-                _check_shape(spec, array.shape, bound)
+                check_shape(spec, array.shape, bound)
             env[spec.name] = array
         return env
 
@@ -369,7 +369,9 @@ def _run_step(step: Step, runnable: Runnable, env: Mapping[str, Any]) -> dict[st
     return dict(zip(step.outputs, results, strict=True))
 
 
-def _check_shape(spec: TensorSpec, shape: tuple[int, ...], bound: dict[str, tuple[int, str]]) -> None:
+def check_shape(spec: TensorSpec, shape: tuple[int, ...], bound: dict[str, tuple[int, str]]) -> None:
+    """:class:`InputError` unless ``shape`` fits ``spec``: its rank, fixed sizes, and named
+    dimensions agreeing across inputs (``bound``: name -> (size, input that set it))."""
     assert spec.shape is not None
     if len(shape) != len(spec.shape):
         raise InputError(
