@@ -11,7 +11,9 @@ import pathlib
 from collections.abc import Sequence
 
 import numpy as np
+import onnx
 import pytest
+from onnx import TensorProto, helper
 
 import codegraft as cg
 from codegraft.testing import SubsetBackend, assert_close, light_model, random_feeds, run_onnxruntime
@@ -96,3 +98,36 @@ def test_compile_failures_warn_once_per_backend(caplog: pytest.LogCaptureFixture
     assert len(lines) == 1, lines
     assert lines[0].startswith(f"flaky: {len(failed)} of its partitions run on onnxruntime instead (first, ")
     assert "simulated failure" in lines[0] and "\n" not in lines[0]
+
+
+def _scalar_input_model() -> onnx.ModelProto:
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])
+    scale = helper.make_tensor_value_info("scale", TensorProto.FLOAT, [])
+    nodes = [
+        helper.make_node("Mul", ["x", "scale"], ["m"]),
+        helper.make_node("Relu", ["m"], ["r"]),
+        helper.make_node("Sigmoid", ["r"], ["y"]),
+        helper.make_node("Constant", [], ["three"], value=helper.make_tensor("t", TensorProto.FLOAT, [], [3.0])),
+    ]
+    outputs = [
+        helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4]),
+        helper.make_tensor_value_info("three", TensorProto.FLOAT, []),
+    ]
+    graph = helper.make_graph(nodes, "scalar_input", [x, scale], outputs)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_scalar_input_reaches_openvino_as_a_scalar(tmp_path: pathlib.Path) -> None:
+    # OpenVINO refused a 0-d feed made 1-d on the way ("model input (shape=[]) and the tensor
+    # (shape=(1)) are incompatible": Silero VAD's sample rate); a 0-d constant output came
+    # back from an artifact 1-d the same way.
+    proto = _scalar_input_model()
+    feeds = {"x": np.random.default_rng(0).standard_normal((2, 4)).astype(np.float32), "scale": np.array(2.0, np.float32)}
+    exe = cg.compile(proto, targets=["openvino"], strict=True)
+    assert exe.report().nodes_per_backend().get("openvino", 0) >= 3
+    assert_close(exe.run(feeds), run_onnxruntime(proto, feeds))
+    exe.save(tmp_path / "m.cgx")
+    loaded = cg.load_executable(tmp_path / "m.cgx")
+    outputs = loaded.run(feeds)
+    assert outputs["three"].shape == ()
+    assert_close(outputs, run_onnxruntime(proto, feeds))

@@ -328,7 +328,7 @@ class OpenVINORunnable:
             request = self._compiled.create_infer_request()
         try:
             for port, dtype, array in zip(self._input_index, self._input_dtypes, inputs, strict=True):
-                data = np.ascontiguousarray(array, dtype=dtype)  # no copy when already so
+                data = np.asarray(array, dtype=dtype, order="C")  # no copy when already so; 0-d stays 0-d
                 if not data.flags.writeable:  # OpenVINO shares only writable memory
                     data = data.copy()
                 request.set_input_tensor(port, self._tensor(data, shared_memory=True))
@@ -350,7 +350,7 @@ class OpenVINORunnable:
             return []
         request = self._profiled().create_infer_request()
         for port, dtype, array in zip(self._input_index, self._input_dtypes, inputs, strict=True):
-            request.set_input_tensor(port, self._tensor(np.ascontiguousarray(array, dtype=dtype)))
+            request.set_input_tensor(port, self._tensor(np.asarray(array, dtype=dtype, order="C")))
         request.infer()
         totals: dict[str, float] = {}
         kinds: dict[str, str] = {}

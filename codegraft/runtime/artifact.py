@@ -125,7 +125,7 @@ def artifact_bytes(exe: Executable) -> bytes:
         )
     constants = []
     for name, array in exe.constants.items():
-        data = np.ascontiguousarray(array)
+        data = np.asarray(array, order="C")  # ascontiguousarray would make a scalar 1-d
         little = data.astype(data.dtype.newbyteorder("<"), copy=False)
         constants.append(
             {"name": name, "dtype": data.dtype.name, "shape": list(data.shape), **payload.add(little.tobytes())}
