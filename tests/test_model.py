@@ -146,3 +146,21 @@ def test_random_feeds_read_a_negative_dim_as_unknown() -> None:
     from codegraft.testing import random_feeds
 
     assert random_feeds(_negative_dim_model())["x"].shape == (1, 3, 1, 1)
+
+
+def test_an_input_of_unknown_rank_is_accepted_as_onnxruntime_accepts_it() -> None:
+    # The onnx checker wants a shape on graph inputs and outputs; onnxruntime runs a model
+    # without one, and so must codegraft (an If body's outer value made by a nested If).
+    import numpy as np
+
+    from codegraft.testing import assert_close, run_onnxruntime
+
+    x, y = onnx.ValueInfoProto(name="x"), onnx.ValueInfoProto(name="y")
+    x.type.tensor_type.elem_type = y.type.tensor_type.elem_type = TensorProto.FLOAT
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Tanh", ["r"], ["y"])],
+                              "unranked", [x], [y])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    feeds = {"x": np.random.default_rng(0).standard_normal((2, 3)).astype(np.float32)}
+    exe = cg.compile(proto, targets=["openvino"])
+    assert_close(exe.run(feeds), run_onnxruntime(proto, feeds))
+    assert not proto.graph.input[0].type.tensor_type.HasField("shape")  # the caller's model is untouched

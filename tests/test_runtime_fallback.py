@@ -122,7 +122,8 @@ def test_a_scalar_input_reaches_openvino_as_a_scalar(tmp_path: pathlib.Path) -> 
     # (shape=(1)) are incompatible": Silero VAD's sample rate); a 0-d constant output came
     # back from an artifact 1-d the same way.
     proto = _scalar_input_model()
-    feeds = {"x": np.random.default_rng(0).standard_normal((2, 4)).astype(np.float32), "scale": np.array(2.0, np.float32)}
+    x = np.random.default_rng(0).standard_normal((2, 4)).astype(np.float32)
+    feeds = {"x": x, "scale": np.array(2.0, np.float32)}
     exe = cg.compile(proto, targets=["openvino"], strict=True)
     assert exe.report().nodes_per_backend().get("openvino", 0) >= 3
     assert_close(exe.run(feeds), run_onnxruntime(proto, feeds))

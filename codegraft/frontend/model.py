@@ -66,10 +66,23 @@ def check_model_proto(proto: onnx.ModelProto, where: str) -> None:
             )
     if not proto.graph.output:
         raise ModelError(f"{where}: the graph has no outputs (nothing to compute)")
+    # The checker wants a shape on every graph input and output; onnxruntime reads one without
+    # as "rank unknown" (a body's outer value made by a nested If, say), and so do we: those
+    # get an empty shape for the checker's eyes only, taken off again after.
+    unranked = [
+        info.type.tensor_type
+        for info in (*proto.graph.input, *proto.graph.output)
+        if info.type.HasField("tensor_type") and not info.type.tensor_type.HasField("shape")
+    ]
+    for tensor_type in unranked:
+        tensor_type.shape.SetInParent()
     try:
         onnx.checker.check_model(proto)
     except Exception as error:  # ValidationError, and whatever the C++ checker lets escape
         raise ModelError(f"{where} is not a valid ONNX model: {one_line(error)}") from None
+    finally:
+        for tensor_type in unranked:
+            tensor_type.ClearField("shape")
 
 
 _TEXT = FieldDescriptor.TYPE_STRING
