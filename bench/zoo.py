@@ -206,6 +206,23 @@ def pointwise(stages: int = 12, channels: int = 64, size: int = 112, seed: int =
     return g.model("pointwise", [image], x)
 
 
+# --- a transformer block as torch exports it ----------------------------------------------------
+def torch_encoder(d_model: int = 256, heads: int = 4, seq: int = 128, seed: int = 0) -> onnx.ModelProto:
+    """``nn.TransformerEncoderLayer`` (GELU, ff 4*d) exported by ``torch.onnx.export(dynamo=True)``
+    with a dynamic batch: what a PyTorch user hands codegraft (shape arithmetic, allowzero
+    Reshapes, Gathers included).  Needs torch (a dev dependency)."""
+    import torch
+
+    from codegraft.frontend.torch_export import export_module
+
+    torch.manual_seed(seed)
+    block = torch.nn.TransformerEncoderLayer(
+        d_model, heads, dim_feedforward=4 * d_model, dropout=0.0, activation="gelu", batch_first=True
+    ).eval()
+    tokens = torch.randn(2, seq, d_model)
+    return export_module(block, (tokens,), dynamic_shapes={"src": {0: "batch"}}).proto
+
+
 # --- the zoo --------------------------------------------------------------------------------
 def _light(name: str) -> Callable[[], onnx.ModelProto]:
     def build() -> onnx.ModelProto:
@@ -216,6 +233,8 @@ def _light(name: str) -> Callable[[], onnx.ModelProto]:
 
 ZOO: tuple[ZooModel, ...] = (
     ZooModel("transformer", "encoder, 4 layers, d=256, 4 heads, seq 128", transformer_encoder),
+    ZooModel("torch_encoder", "nn.TransformerEncoderLayer d=256, 4 heads, seq 128, torch's dynamo export",
+             torch_encoder),
     ZooModel("mobilenet", "MobileNet-style, depthwise-separable, 224x224", mobilenet),
     ZooModel("mlp", "MLP 512-1024-1024-1024-10, batch 64", mlp),
     ZooModel("pointwise", "12 x (per-channel scale, shift, HardSwish) on 1x64x112x112", pointwise),

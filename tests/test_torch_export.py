@@ -87,3 +87,18 @@ def test_the_legacy_exporter_is_a_fallback_the_report_names(monkeypatch: pytest.
 def test_dynamic_shapes_naming_an_unknown_input_is_a_clear_error() -> None:
     with pytest.raises(cg.ModelError, match=r"dynamic_shapes names \['x'\], which Linear.forward does not take"):
         cg.compile(torch.nn.Linear(4, 3), example_inputs=(torch.randn(2, 4),), dynamic_shapes={"x": {0: "n"}})
+
+
+def test_a_transformer_encoder_layer_is_one_c_partition_at_any_batch() -> None:
+    torch.manual_seed(0)
+    block = torch.nn.TransformerEncoderLayer(64, 4, dim_feedforward=128, dropout=0.0, activation="gelu",
+                                             batch_first=True).eval()
+    exe = cg.compile(block, ["c"], example_inputs=(torch.randn(2, 16, 64),), dynamic_shapes={"src": {0: "batch"}})
+    report = exe.report()
+    assert report.partitions_per_backend() == {"c": 1}, report.decline_reasons()
+    assert {n.op_type for n in report.nodes} >= {"Gather", "Shape", "Softmax", "LayerNormalization", "Gelu"}
+    for batch in (1, 3):
+        x = torch.randn(batch, 16, 64)
+        with torch.no_grad():
+            torch.testing.assert_close(exe(x), block(x), rtol=1e-4, atol=1e-5)
+    assert not exe._runnables[0].failures  # every shape compiled on c, none fell back to the host

@@ -11,7 +11,10 @@ from bench import zoo
 from codegraft.testing import random_feeds, run_onnxruntime
 
 
-@pytest.mark.parametrize("name", zoo.names())
+# torch_encoder exports a torch module (tens of seconds); tests/test_torch_export.py covers that path.
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=pytest.mark.heavy) if n == "torch_encoder" else n for n in zoo.names()]
+)
 def test_zoo_model_is_valid_and_runs(name: str) -> None:
     model = zoo.build(name)
     onnx.checker.check_model(model, full_check=True)

@@ -101,13 +101,25 @@ def forward_names(module: Any, count: int) -> list[str]:
 def _export_dynamo(
     torch: Any, module: Any, args: tuple[Any, ...], names: list[str], dynamic_shapes: DynamicShapes | None
 ) -> onnx.ModelProto:
+    quiet = logging.getLogger("torch.onnx")  # "torchvision is not installed" lines on every export
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)
+    try:
+        program = _dynamo_program(torch, module, args, names, dynamic_shapes)
+    finally:
+        quiet.setLevel(level)
+    return program.model_proto
+
+
+def _dynamo_program(
+    torch: Any, module: Any, args: tuple[Any, ...], names: list[str], dynamic_shapes: DynamicShapes | None
+) -> Any:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # FutureWarnings from torch internals; our errors say what matters
-        program = torch.onnx.export(
+        return torch.onnx.export(
             module, args, dynamo=True, dynamic_shapes=_for_torch_export(dynamic_shapes, names, module),
             verbose=False, report=False,
         )
-    return program.model_proto
 
 
 def _for_torch_export(dynamic_shapes: DynamicShapes | None, names: list[str], module: Any) -> Any:
