@@ -1,4 +1,4 @@
-"""The ``codegraft`` command: compile, run, inspect, backends, bench."""
+"""The ``codegraft`` command: compile, run, inspect, compare, bench, backends, and signing."""
 
 from __future__ import annotations
 
@@ -34,7 +34,8 @@ TargetsOption = Annotated[
 
 ShapesOption = Annotated[
     Optional[list[str]],  # noqa: UP045
-    typer.Option("--shape", help="name=1x3x224x224: the shape of a random input (free dimensions default to 1)."),
+    typer.Option("--shape", help="name=1x3x224x224: the shape of a random input; other inputs' free dimensions "
+                 "take the sizes it names (batch), else 1."),
 ]
 LoadInputsOption = Annotated[
     Optional[pathlib.Path],  # noqa: UP045
@@ -125,8 +126,8 @@ def compile_command(
         typer.Option("--output", "-o", help="Where to write the artifact (default: the model's name, .cgx, here)."),
     ] = None,
     min_partition_size: Annotated[int, typer.Option(help="Smaller accelerator partitions go to the host.")] = 1,
-    precision: Annotated[str, typer.Option(help="float32, float16, bfloat16")] = "float32",
-    placement: Annotated[str, typer.Option(help="first or measured")] = "first",
+    precision: Annotated[str, typer.Option(help="float32, float16 or bfloat16 (int8: from Python).")] = "float32",
+    placement: Annotated[str, typer.Option(help="first or measured.")] = "first",
     strict: Annotated[bool, typer.Option(help="Fail instead of falling back to the host.")] = False,
     onnx_out: Annotated[
         Optional[pathlib.Path],  # noqa: UP045
