@@ -148,3 +148,20 @@ def test_inspect_svg_ids_tooltips_and_edge_shapes(small: Small, tmp_path: pathli
     assert 'id="conv0"' in svg and "<title>conv0</title>" in svg
     assert "in: x float32[batch, 3, 16, 16]" in svg and "not numpy_example: Conv not implemented" in svg
     assert ">batchx8x16x16<" in svg
+
+
+@pytest.mark.skipif(__import__("shutil").which("dot") is None, reason="Graphviz's dot is not installed")
+def test_inspect_says_a_big_model_is_drawn_collapsed(tmp_path: pathlib.Path) -> None:
+    import onnx
+    import onnx.parser
+
+    body = "\n".join(f"  v{i + 1} = Relu(v{i})" for i in range(310))
+    model = tmp_path / "chain.onnx"
+    onnx.save(onnx.parser.parse_model(
+        f'<ir_version: 8, opset_import: ["" : 18]>\ng (float[1,4] v0) => (float[1,4] v310) {{\n{body}\n}}'
+    ), model)
+    result = runner.invoke(app, ["inspect", str(model), "--svg", str(tmp_path / "c.svg")])
+    assert result.exit_code == 0, result.output
+    assert "(one box per partition: 310 nodes; --expand draws each)" in " ".join(result.output.split())
+    result = runner.invoke(app, ["inspect", str(model), "--expand", "--svg", str(tmp_path / "e.svg")])
+    assert "one box" not in result.output and (tmp_path / "e.svg").read_text().count('class="node"') > 300

@@ -294,10 +294,14 @@ def inspect_command(
         err_console.print(f"wrote {onnx_out} (partitions as local functions; open it in Netron)")
     for path, fmt in ((svg, "svg"), (html, "html")):
         if path is not None:
+            from codegraft.report.draw import COLLAPSE_ABOVE
             from codegraft.report.inspect import draw_report
 
             draw_report(inspection, path, fmt=fmt, collapse=collapse)
-            err_console.print(f"wrote {path}")
+            nodes = len(inspection.report.nodes)
+            note = f" (one box per partition: {nodes} nodes; --expand draws each)" if (
+                collapse is None and nodes > COLLAPSE_ABOVE) else ""
+            err_console.print(f"wrote {path}{note}", highlight=False)
 
 
 @app.command("bench")
