@@ -31,6 +31,9 @@ class HardSigmoidBackend(SubsetBackend):
 @pytest.fixture
 def buggy(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(BUILTIN_BACKENDS, "buggy", lambda: HardSigmoidBackend("buggy", {"Conv", "Relu", "Sigmoid"}))
+    # Takes the Mul too, so the wrong Sigmoid is inside its partition, not at a boundary.
+    monkeypatch.setitem(BUILTIN_BACKENDS, "buggy_swish",
+                        lambda: HardSigmoidBackend("buggy_swish", {"Conv", "Relu", "Sigmoid", "Mul"}))
 
 
 @pytest.fixture(scope="module")
@@ -70,6 +73,20 @@ def test_compare_mismatch_exits_one_and_names_where(model: pathlib.Path, buggy: 
 
     result = runner.invoke(app, ["compare", str(model), "-t", "buggy", "--boundaries"])
     assert "first error appears at 's1' from node sigmoid1 (Sigmoid) in partition" in result.output
+
+
+def test_compare_finds_the_first_wrong_node_inside_a_partition(model: pathlib.Path, buggy: None) -> None:
+    result = runner.invoke(app, ["compare", str(model), "-t", "buggy_swish", "--boundaries", "--json"])
+    assert result.exit_code == 1, result.output
+    (found,) = json.loads(result.stdout)["results"]
+    # At the boundary the error shows at the Mul's output; inside the partition it starts at the Sigmoid.
+    assert (found["first_mismatch"]["name"], found["first_mismatch"]["node"]) == ("m1", "swish1 (Mul)")
+    inside = {c["node"]: c["ok"] for c in found["inside"]}
+    assert inside == {"conv0 (Conv)": True, "relu0 (Relu)": True, "conv1 (Conv)": True, "sigmoid1 (Sigmoid)": False,
+                      "swish1 (Mul)": False}
+    assert found["first_node_mismatch"]["node"] == "sigmoid1 (Sigmoid)"
+    result = runner.invoke(app, ["compare", str(model), "-t", "buggy_swish", "--boundaries"])
+    assert "inside it, the first node out of tolerance: 's1' from node sigmoid1 (Sigmoid)" in result.output
 
 
 def test_compare_tolerances_decide(model: pathlib.Path, buggy: None) -> None:

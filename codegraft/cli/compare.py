@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -64,6 +64,10 @@ class ConfigResult:
     outputs: tuple[ValueCheck, ...] = ()
     boundaries: tuple[ValueCheck, ...] = ()
     error: str = ""  # it could not compile or run
+    # Inside the first failing partition: each node's outputs, the partition compiled alone on
+    # its backend with every intermediate marked as an output (or why that could not be done).
+    inside: tuple[ValueCheck, ...] = ()
+    inside_error: str = ""
 
     @property
     def ok(self) -> bool:
@@ -72,6 +76,10 @@ class ConfigResult:
     def first_mismatch(self) -> ValueCheck | None:
         """The first boundary value out of tolerance, in schedule order (where the error appears)."""
         return next((c for c in self.boundaries if not c.ok), None)
+
+    def first_node_mismatch(self) -> ValueCheck | None:
+        """Inside the first failing partition, the first node output out of tolerance."""
+        return next((c for c in self.inside if not c.ok), None)
 
 
 @dataclass(frozen=True)
@@ -95,6 +103,8 @@ class Comparison:
             entry["ok"] = result.ok
             first = result.first_mismatch()
             entry["first_mismatch"] = asdict(first) if first else None
+            node = result.first_node_mismatch()
+            entry["first_node_mismatch"] = asdict(node) if node else None
         return json.dumps(data, indent=1)
 
     def render(self) -> str:
@@ -128,6 +138,17 @@ class Comparison:
             if first is not None:
                 lines.append(f"  first error appears at {first.describe()}")
                 lines.append(f"  (the inputs of partition {first.partition} were within tolerance)")
+                node = r.first_node_mismatch()
+                if node is not None:
+                    lines.append(
+                        f"  inside it, the first node out of tolerance: {node.describe()} (the partition compiled "
+                        f"alone with {len(r.inside)} node output(s) marked, which can change what its backend fuses)"
+                    )
+                elif r.inside_error:
+                    lines.append(f"  (no node-level check inside it: {r.inside_error})")
+                elif r.inside:
+                    lines.append(f"  (compiled alone with its {len(r.inside)} node outputs marked, every one is within "
+                                 "tolerance: the error needs the partition as compiled whole, e.g. a fusion)")
         lines.append("")
         lines.append("all configurations match" if self.ok else "MISMATCH: some configuration differs from onnxruntime")
         return "\n".join(lines)
@@ -213,7 +234,43 @@ def _run_config(
                 check = check_value(name, trace.get(name), expected[name], rtol, atol)
                 found.append(_at(check, step.name, step.backend, optimised.producer(name)))
         boundary_checks = tuple(found)
-    return ConfigResult(config, summary, checks, boundary_checks)
+    result = ConfigResult(config, summary, checks, boundary_checks)
+    first = result.first_mismatch()
+    if first is None or optimised is None:
+        return result
+    try:
+        inside = _inside_partition(exe, first, optimised, feeds, rtol, atol, compile_options)
+    except Exception as error:  # noqa: BLE001 - the partition-level answer stands; say why no deeper one
+        return replace(result, inside_error=f"{type(error).__name__}: {str(error).splitlines()[0][:200]}")
+    return replace(result, inside=inside)
+
+
+def _inside_partition(
+    exe: Any,
+    first: ValueCheck,
+    optimised: _OptimisedReference,
+    feeds: Mapping[str, np.ndarray],
+    rtol: float,
+    atol: float,
+    compile_options: Mapping[str, Any],
+) -> tuple[ValueCheck, ...]:
+    """Polygraphy's ``mark all`` inside one partition: compile its nodes alone on its backend
+    with every node output a model output, feed it the reference values of its inputs, and
+    check each output against the reference."""
+    import codegraft
+
+    step = next(s for s in exe.steps if s.name == first.partition)
+    members = [n.name for n in exe.report().nodes if n.partition == step.name]
+    produced = optimised.node_outputs(members)
+    sub, fed = optimised.extract(step.inputs, [value for value, _ in produced])
+    expected = {**feeds, **optimised.values([*fed, *(value for value, _ in produced)], feeds)}
+    options = {**compile_options, "min_partition_size": 1}
+    got = codegraft.compile(sub, targets=[step.backend], **options).run({name: expected[name] for name in fed})
+    return tuple(
+        _at(check_value(value, got.get(value), expected[value], rtol, atol), step.name, step.backend, node)
+        for value, node in produced
+        if value in expected
+    )
 
 
 def _at(check: ValueCheck, partition: str, backend: str, node: str) -> ValueCheck:
@@ -267,6 +324,28 @@ class _OptimisedReference:
 
     def producer(self, name: str) -> str:
         return self._producers.get(name, "")
+
+    def node_outputs(self, nodes: Sequence[str]) -> list[tuple[str, str]]:
+        """(value, "node (Op)") for every output of the named nodes, in graph order."""
+        wanted = set(nodes)
+        return [
+            (v.name, f"{node.name} ({node.op_type})")
+            for node in self._model.graph
+            if node.name in wanted
+            for v in node.outputs
+            if v.name
+        ]
+
+    def extract(self, inputs: Sequence[str], outputs: Sequence[str]) -> tuple[onnx.ModelProto, list[str]]:
+        """The sub-model computing ``outputs`` from ``inputs`` (constants stay constants);
+        returns it and the inputs it takes."""
+        import onnx.utils
+
+        proto = self._ir.to_proto(self._model)
+        constants = {t.name for t in proto.graph.initializer}
+        fed = [name for name in dict.fromkeys(inputs) if name not in constants]
+        sub = onnx.utils.Extractor(proto).extract_model(fed, list(outputs))
+        return sub, fed
 
     def values(self, names: Sequence[str], feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         from codegraft.testing import run_onnxruntime
