@@ -13,6 +13,7 @@ The public API::
 Vendors implement :class:`Backend` (see :mod:`codegraft.backend`).
 """
 
+from codegraft._version import __version__ as __version__
 from codegraft.backend import Backend, Capabilities, Composite, CompositeRule, Partition, Runnable, Support
 from codegraft.backends import BackendInfo, get_backend, list_backends
 from codegraft.compiler.driver import compile
@@ -28,11 +29,9 @@ from codegraft.errors import (
     SignatureError,
 )
 from codegraft.report.report import NodeReport, PartitionReport, Report
-from codegraft.runtime.artifact import load_executable
 from codegraft.runtime.executable import Executable, Profile, TensorSpec
+from codegraft.runtime.loader import load_executable
 from codegraft.runtime.signature import generate_key
-
-__version__ = "0.1.0"
 
 __all__ = [
     "ArtifactError",

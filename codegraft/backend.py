@@ -27,43 +27,20 @@ A minimal backend::
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
+from typing import Literal, Protocol, runtime_checkable
 
 import numpy as np
 import onnx_ir as ir
 
-if TYPE_CHECKING:
-    from codegraft.patterns import Pattern
+# Support is a basic type (imports nothing); CompositeRule belongs to the pattern language.
+# Both are part of the vendor contract, so they are re-exported here.
+from codegraft.core.support import Support
+from codegraft.patterns._pattern import CompositeCheck, CompositeRule
 
 Layout = Literal["NCHW", "NHWC"]
 Precision = Literal["float32", "float16", "bfloat16", "int8"]
-
-
-@dataclass(frozen=True)
-class Support:
-    """A backend's answer for one node or one composite: yes, or no with the reason.
-
-    Example: ``Support.no("Conv: group=32 not supported")``.
-    """
-
-    ok: bool
-    reason: str = ""
-
-    @staticmethod
-    def yes() -> Support:
-        return _YES
-
-    @staticmethod
-    def no(reason: str) -> Support:
-        return Support(False, reason)
-
-    def __bool__(self) -> bool:
-        return self.ok
-
-
-_YES = Support(True)
 
 
 @dataclass(frozen=True)
@@ -170,19 +147,6 @@ class ProfilingRunnable(Protocol):
     def profile_ops(self, inputs: Sequence[np.ndarray], repeat: int) -> Sequence[OpTime]:
         """Run ``repeat`` times on ``inputs``; each op's mean time, in execution order."""
         ...
-
-
-# A check on a pattern match: yes, or why not.  Receives the named captures.
-CompositeCheck = Callable[[dict[str, "ir.Value | ir.Node"]], Support]
-
-
-@dataclass(frozen=True)
-class CompositeRule:
-    """A fused group a backend wants whole: ``(name, pattern, check)``, in priority order."""
-
-    name: str
-    pattern: Pattern
-    check: CompositeCheck | None = None
 
 
 @runtime_checkable

@@ -22,6 +22,10 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+# random_feeds lives in core (one copy, shared with the compiler); it is public here.
+from codegraft.core.feeds import random_feeds as random_feeds
+from codegraft.core.reference import run_reference
+
 LIGHT_MODELS = (
     "bvlc_alexnet",
     "densenet121",
@@ -117,47 +121,9 @@ def _drop_final_softmax(graph: onnx.GraphProto) -> None:
             graph.output.insert(index, new_out)
 
 
-def random_feeds(
-    model: onnx.ModelProto, *, seed: int = 0, dim_values: Mapping[str, int] | None = None
-) -> dict[str, np.ndarray]:
-    """Random inputs for every graph input; symbolic (and negative, "any size") dims take
-    ``dim_values`` or 1."""
-    from codegraft.core.dtypes import numpy_dtype_of_onnx
-
-    rng = np.random.default_rng(seed)
-    init_names = {t.name for t in model.graph.initializer}
-    feeds: dict[str, np.ndarray] = {}
-    for value in model.graph.input:
-        if value.name in init_names:
-            continue
-        tensor_type = value.type.tensor_type
-        shape = [
-            d.dim_value if d.HasField("dim_value") and d.dim_value >= 0 else (dim_values or {}).get(d.dim_param, 1)
-            for d in tensor_type.shape.dim
-        ]
-        dtype = numpy_dtype_of_onnx(tensor_type.elem_type)
-        if np.issubdtype(dtype, np.floating):
-            feeds[value.name] = rng.standard_normal(shape).astype(dtype)
-        elif dtype == np.bool_:
-            feeds[value.name] = rng.integers(0, 2, size=shape).astype(bool)
-        else:
-            feeds[value.name] = rng.integers(0, 4, size=shape).astype(dtype)
-    return feeds
-
-
 def run_onnxruntime(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Outputs of plain onnxruntime (CPU, all optimisations off) on ``model``: the reference."""
-    import onnxruntime as ort
-
-    from codegraft.core.irversion import readable_by_runtime
-
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    options.log_severity_level = 3
-    model = readable_by_runtime(model)  # onnx may write a newer IR version than onnxruntime reads
-    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    names = [o.name for o in session.get_outputs()]
-    return dict(zip(names, session.run(names, dict(feeds)), strict=True))
+    return run_reference(model, feeds)
 
 
 def assert_close(

@@ -98,8 +98,8 @@ def test_bad_option_values_are_rejected_in_python(keyword: str, value: object, m
 
 
 def test_drawing_ids_are_the_report_names(small: tuple[pathlib.Path, pathlib.Path], tmp_path: pathlib.Path) -> None:
+    from codegraft.compiler.inspect import inspect_model
     from codegraft.report.draw import draw_inspection
-    from codegraft.report.inspect import inspect_model
 
     model, _ = small
     result = runner.invoke(app, ["inspect", str(model), "-t", "numpy_example", "--json"])

@@ -22,14 +22,14 @@ from codegraft.backend import Capabilities, Partition, Support
 from codegraft.compiler.driver import CompileOptions
 from codegraft.frontend.model import import_model
 from codegraft.plan.annotate import annotate
-from codegraft.plan.placement import (
+from codegraft.report.report import PlacementReport
+from codegraft.testing import assert_close, random_feeds, run_onnxruntime
+from codegraft.tune.placement import (
     MeasurementCache,
     default_cache_dir,
     find_regions,
     measure_placement,
 )
-from codegraft.report.report import PlacementReport
-from codegraft.testing import assert_close, random_feeds, run_onnxruntime
 
 SLEEP_S = 0.003
 
@@ -174,7 +174,7 @@ def test_compile_with_measured_placement_is_correct(monkeypatch: pytest.MonkeyPa
 
 
 def test_chain_keeps_a_region_with_its_neighbours_when_crossing_costs_more() -> None:
-    from codegraft.plan.placement import _cheapest_chain
+    from codegraft.tune.placement import _cheapest_chain
 
     overhead = {"a": 10.0, "b": 10.0}.__getitem__
     # The middle element is 5 us faster on b, but leaving a and coming back costs two calls.
@@ -216,7 +216,7 @@ class StaticSleepy(SleepyBackend):
 def test_a_candidate_that_cannot_be_timed_is_reported_and_left_out(
     monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path
 ) -> None:
-    import codegraft.plan.measure as measure
+    import codegraft.tune.measure as measure
 
     def refuse(proto: onnx.ModelProto, shapes: object) -> onnx.ModelProto:
         raise ValueError("shape inference refused this piece")
@@ -304,7 +304,7 @@ class ClockedRunnable:
 def _place_clocked(
     monkeypatch: pytest.MonkeyPatch, proto: onnx.ModelProto, targets: list[ClockedBackend], cache_dir: pathlib.Path
 ) -> tuple[list[str], tuple[PlacementReport, ...]]:
-    import codegraft.plan.measure as measure
+    import codegraft.tune.measure as measure
 
     clock = targets[0].clock
     monkeypatch.setattr(measure, "time", clock)  # the timer reads time.perf_counter()
@@ -369,8 +369,8 @@ def test_pieces_of_a_shipped_ir3_model_infer_shapes() -> None:
     # import takes them out of the inputs, so it must also move the model to IR >= 4, or
     # shape inference of a piece loses the initializers' types (issue 19).
     from codegraft.lower.lowering import specialise
-    from codegraft.plan.measure import cut_piece
     from codegraft.testing import light_model_path
+    from codegraft.tune.measure import cut_piece
 
     model = import_model(str(light_model_path("inception_v1")))
     assert model.ir_version >= 4

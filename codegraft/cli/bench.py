@@ -146,9 +146,10 @@ def compare(
         table = compare("model.onnx", ["openvino"], runs=20, threads=2)
         print(table.render())
     """
+    from codegraft.core.feeds import random_feeds
     from codegraft.core.options import check_at_least
+    from codegraft.core.reference import run_reference
     from codegraft.runtime.latency import check_mode
-    from codegraft.testing import random_feeds, run_onnxruntime
 
     check_mode(None if duration is not None else runs, duration, concurrency)
     check_at_least("threads", threads, 1)
@@ -156,7 +157,7 @@ def compare(
     check_at_least("rounds", rounds, 1)
     proto = _load(model)
     feeds = dict(feeds) if feeds is not None else random_feeds(proto)
-    reference = run_onnxruntime(proto, feeds)
+    reference = run_reference(proto, feeds)
     notes: dict[str, str] = {}
     configs = _configs(proto, targets, threads, measured, notes, concurrency)
     blocks = _blocks(runs, rounds) if duration is None else [0] * rounds

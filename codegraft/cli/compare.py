@@ -170,7 +170,7 @@ def compare_configs(
     """Compile and run ``model`` once per configuration (a list of targets) and compare every
     output (and, with ``boundaries``, every partition boundary value) with onnxruntime."""
     from codegraft.core.options import check_at_least
-    from codegraft.testing import run_onnxruntime
+    from codegraft.core.reference import run_reference
 
     if rtol < 0 or atol < 0:
         raise CodegraftError(f"tolerances must be >= 0, got rtol={rtol}, atol={atol}")
@@ -187,7 +187,7 @@ def compare_configs(
         if progress is not None:
             progress(label, done, total)
 
-    reference = run_onnxruntime(proto, feeds)
+    reference = run_reference(proto, feeds)
     tick("onnxruntime (reference)")
     optimised = _OptimisedReference(proto) if boundaries else None
     results = []
@@ -348,7 +348,7 @@ class _OptimisedReference:
         return sub, fed
 
     def values(self, names: Sequence[str], feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        from codegraft.testing import run_onnxruntime
+        from codegraft.core.reference import run_reference
 
         proto = self._ir.to_proto(self._model)
         present = {o.name for o in proto.graph.output}
@@ -358,7 +358,7 @@ class _OptimisedReference:
                 continue
             info = typed.get(name) or onnx.ValueInfoProto(name=name)
             proto.graph.output.append(info)
-        return run_onnxruntime(proto, feeds)
+        return run_reference(proto, feeds)
 
 
 def _load(path: str | os.PathLike[str]) -> onnx.ModelProto:

@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import onnx
 
+from codegraft.core.feeds import random_array
 from codegraft.errors import InputError
 from codegraft.runtime.executable import TensorSpec, check_shape
 
@@ -96,12 +97,7 @@ def make_feeds(
             continue
         shape = fixed[spec.name] if spec.name in fixed else _default_shape(spec, bound)
         dtype = np.dtype(spec.dtype or "float32")
-        if np.issubdtype(dtype, np.floating):
-            array = rng.standard_normal(shape).astype(dtype)
-        elif dtype == np.bool_:
-            array = rng.integers(0, 2, size=shape).astype(bool)
-        else:
-            array = rng.integers(0, 4, size=shape).astype(dtype)
+        array = random_array(rng, shape, dtype)
         feeds[spec.name] = array
         how = "--shape" if spec.name in fixed else "free dims from --shape or 1" if _has_free_dims(spec) else "declared"
         if how.startswith("free") and not bound:

@@ -278,7 +278,7 @@ def inspect_command(
     min_partition_size: Annotated[int, typer.Option(help="Smaller accelerator partitions go to the host.")] = 1,
 ) -> None:
     """Show where each node would run and why, without compiling."""
-    from codegraft.report.inspect import inspect_model
+    from codegraft.compiler.inspect import inspect_model
 
     inspection = inspect_model(str(model), targets or [], min_partition_size=min_partition_size)
     report = inspection.report
@@ -294,8 +294,8 @@ def inspect_command(
         err_console.print(f"wrote {onnx_out} (partitions as local functions; open it in Netron)")
     for path, fmt in ((svg, "svg"), (html, "html")):
         if path is not None:
+            from codegraft.compiler.inspect import draw_report
             from codegraft.report.draw import COLLAPSE_ABOVE
-            from codegraft.report.inspect import draw_report
 
             draw_report(inspection, path, fmt=fmt, collapse=collapse)
             nodes = len(inspection.report.nodes)

@@ -16,15 +16,17 @@ from codegraft.backends import get_backend
 from codegraft.backends.onnxruntime import OnnxRuntimeBackend
 from codegraft.compiler.steps import host_step, lower_control, lower_partition, warn_fallbacks
 from codegraft.core.dtypes import numpy_dtype
+from codegraft.core.names import CONTROL_BACKEND
 from codegraft.core.options import CompileOptions
+from codegraft.core.reference import values_inside
 from codegraft.errors import BackendError, ModelError, OptionError
 from codegraft.frontend.model import ModelSource, import_model
 from codegraft.frontend.torch_export import DynamicShapes, export_module, is_torch_module
 from codegraft.plan.annotate import Annotation, annotate
+from codegraft.plan.control import mark_control_units
 from codegraft.plan.extract import PartitionPlan, Plan, partition_proto, plan_partitions
 from codegraft.plan.partition import demote_small_groups, partition_units
 from codegraft.report.report import NodeReport, PartitionReport, PassReport, PlacementReport, Report
-from codegraft.runtime.control import CONTROL_BACKEND, mark_control_units
 from codegraft.runtime.executable import Executable, HostFallback, Step, TensorSpec
 
 Target = str | Backend
@@ -77,7 +79,7 @@ def compile(  # noqa: A001 - the public name the README promises
     annotation, plan, placements = plan_model(ir_model, backends, host, options)
     _check_host_can_run(annotation, plan, host)
     if export_onnx is not None:
-        from codegraft.report.netron import partitioned_onnx
+        from codegraft.plan.netron import partitioned_onnx
 
         onnx.save(partitioned_onnx(ir_model, annotation, plan), os.fspath(export_onnx))
     host.spin = len(plan.partitions) == 1  # see OnnxRuntimeBackend
@@ -157,7 +159,7 @@ def plan_model(
     unit_backends = [unit.backend for unit in annotation.units]
     mark_control_units(annotation, unit_backends, backends)
     if options.placement == "measured" and backends:  # the host is always a candidate too
-        from codegraft.plan.placement import measure_placement
+        from codegraft.tune.placement import measure_placement
 
         unit_backends, placements = measure_placement(ir_model, annotation, backends, host, options)
     plan = _partition(ir_model, annotation, unit_backends, host.name, backends, options)
@@ -278,18 +280,8 @@ def _partition_samples(
     """
     if options.precision not in ("float16", "bfloat16") or not options.sample_inputs:
         return {}
-    wanted = sorted({name for p in plan.partitions if p.backend != host for name in p.inputs})
-    proto = ir.to_proto(model)
-    known = {o.name for o in proto.graph.output}
-    values = {v.name: v for v in proto.graph.value_info}
-    for name in wanted:
-        if name not in known and name in values:
-            proto.graph.output.append(values[name])
-    import onnxruntime as ort
-
-    session = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
-    names = [o.name for o in session.get_outputs()]
-    runs = [dict(zip(names, session.run(names, dict(feeds)), strict=True)) for feeds in options.sample_inputs]
+    wanted = {name for p in plan.partitions if p.backend != host for name in p.inputs}
+    runs = values_inside(model, options.sample_inputs, wanted)
     constants = {n: v.const_value.numpy() for n, v in model.graph.initializers.items() if v.const_value is not None}
     every = [{**constants, **dict(feeds), **run} for feeds, run in zip(options.sample_inputs, runs, strict=True)]
     return {

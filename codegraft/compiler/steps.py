@@ -15,13 +15,17 @@ import onnx
 import onnx_ir as ir
 
 from codegraft.backend import Backend, Partition, Runnable
+from codegraft.core.names import CONTROL_BACKEND
 from codegraft.core.options import CompileOptions
 from codegraft.errors import BackendError, CodegraftError
 from codegraft.lower.lowering import LoweringRequest, ShapeSpecialisingRunnable, compile_blob, load_runnable
 from codegraft.plan.annotate import Annotation
+from codegraft.plan.control import body_graphs, body_model
 from codegraft.plan.extract import PartitionPlan, partition_proto
 from codegraft.report.report import PartitionReport
-from codegraft.runtime.control import CONTROL_BACKEND, ControlGroupRunnable, compile_control_nodes, control_blob
+from codegraft.runtime.artifact import artifact_bytes
+from codegraft.runtime.control import Body, ControlGroupRunnable, ControlNode
+from codegraft.runtime.control_blob import control_blob
 from codegraft.runtime.executable import Executable, Step
 
 log = logging.getLogger("codegraft")
@@ -86,10 +90,35 @@ def lower_control(
         for node in compiled
         for body in node.bodies.values()
     )
-    blob = control_blob(compiled, part.inputs, part.outputs)
+    blob = control_blob(compiled, part.inputs, part.outputs, save_body=artifact_bytes)
     step = Step(part.name, CONTROL_BACKEND, part.inputs, part.outputs, blob)
     report = PartitionReport(part.name, CONTROL_BACKEND, len(nodes), part.inputs, part.outputs, bodies=bodies)
     return step, ControlGroupRunnable(compiled, part.inputs, part.outputs), report
+
+
+CompileBody = Callable[[onnx.ModelProto, str], Executable]
+
+
+def compile_control_nodes(
+    model: ir.Model, nodes: Sequence[ir.Node], compile_body: CompileBody
+) -> list[ControlNode]:
+    """Compile every body of ``nodes`` (If/Loop) with ``compile_body``, recursively for the targets."""
+    compiled = []
+    for node in nodes:
+        bodies = {}
+        for attribute, graph in body_graphs(node).items():
+            proto, formal, outer = body_model(graph, model)
+            bodies[attribute] = Body(attribute, formal, outer, compile_body(proto, f"{node.name}.{attribute}"))
+        compiled.append(
+            ControlNode(
+                node.name or "",
+                node.op_type,
+                tuple(v.name or "" if v is not None else "" for v in node.inputs),
+                tuple(v.name or "" for v in node.outputs),
+                bodies,
+            )
+        )
+    return compiled
 
 
 def host_fallback(part: PartitionPlan, proto: onnx.ModelProto, host: Backend, error: Exception) -> Lowered:
@@ -138,5 +167,13 @@ def static_inputs(proto: onnx.ModelProto) -> bool:
 
 
 __all__ = [
-    "Lowered", "host_fallback", "host_step", "lower_control", "lower_partition", "static_inputs", "warn_fallbacks",
+    "CompileBody",
+    "Lowered",
+    "compile_control_nodes",
+    "host_fallback",
+    "host_step",
+    "lower_control",
+    "lower_partition",
+    "static_inputs",
+    "warn_fallbacks",
 ]

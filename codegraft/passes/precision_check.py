@@ -18,6 +18,7 @@ import numpy as np
 import onnx_ir as ir
 from onnx_ir.passes.common import ShapeInferencePass
 
+from codegraft.core.feeds import random_inputs
 from codegraft.passes._graph_util import name_nodes
 from codegraft.passes.precision import (
     DEFAULT_BLOCKLIST,
@@ -88,25 +89,7 @@ def sample_feeds_for(
     small non-negative values, booleans random.
     """
     rng = np.random.default_rng(seed)
-    initializers = set(model.graph.initializers)
-    samples = []
-    for _ in range(n):
-        feeds: dict[str, np.ndarray] = {}
-        for value in model.graph.inputs:
-            if value.name in initializers or value.name is None:
-                continue
-            if value.dtype is None or value.shape is None:
-                raise ValueError(f"input {value.name!r} has no declared type and shape")
-            shape = [d if isinstance(d, int) else (dim_values or {}).get(str(d), 1) for d in value.shape]
-            dtype = value.dtype.numpy()
-            if value.dtype.is_floating_point():
-                feeds[value.name] = rng.standard_normal(shape).astype(dtype)
-            elif value.dtype == ir.DataType.BOOL:
-                feeds[value.name] = rng.integers(0, 2, size=shape).astype(bool)
-            else:
-                feeds[value.name] = rng.integers(0, 4, size=shape).astype(dtype)
-        samples.append(feeds)
-    return samples
+    return [random_inputs(model, rng, dim_values=dim_values) for _ in range(n)]
 
 
 def relative_error(actual: np.ndarray, expected: np.ndarray) -> float:

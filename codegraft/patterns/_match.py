@@ -24,12 +24,13 @@ from collections import defaultdict
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING
 
 import numpy as np
 import onnx_ir as ir
 
+from codegraft.core.support import Support
 from codegraft.patterns._pattern import (
+    CompositeRule,
     Const,
     Either,
     OpOutput,
@@ -40,9 +41,6 @@ from codegraft.patterns._pattern import (
     attribute_default,
     root_op_types,
 )
-
-if TYPE_CHECKING:
-    from codegraft.backend import CompositeRule
 
 Captured = ir.Value | ir.Node
 
@@ -249,10 +247,9 @@ def _ask(
         return f"check raised {type(exc).__name__}: {exc}"
     if isinstance(result, bool):
         return None if result else "check failed"
-    ok = getattr(result, "ok", None)
-    if ok is None:
+    if not isinstance(result, Support):
         return f"check returned {type(result).__name__}, expected Support or bool"
-    return None if ok else (getattr(result, "reason", "") or "check failed")
+    return None if result.ok else (result.reason or "check failed")
 
 
 def _structural_problem(

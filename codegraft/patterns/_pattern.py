@@ -23,13 +23,12 @@ import inspect
 from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import TYPE_CHECKING, Literal, overload
+from typing import Literal, overload
 
 import onnx
 import onnx_ir as ir
 
-if TYPE_CHECKING:
-    from codegraft.backend import CompositeCheck, CompositeRule, Support
+from codegraft.core.support import Support
 
 # A dimension constraint: an int (that size), a str (a symbolic name, or any size where
 # the dimension is symbolic) or None (anything).
@@ -37,7 +36,9 @@ Dim = int | str | None
 # What a check sees: the named captures of one match.
 Captures = dict[str, ir.Value | ir.Node]
 # A check on a match: Support (yes, or no with a reason) or a plain bool.
-PatternCheck = Callable[[Captures], "Support | bool"]
+PatternCheck = Callable[[Captures], Support | bool]
+# A backend's own check on a match of its composite rule: yes, or why not.
+CompositeCheck = Callable[[Captures], Support]
 # An attribute constraint: the expected value, or a predicate on the value (None if absent
 # and without a default in the op's schema).
 AttrConstraint = int | float | str | Sequence[int] | Sequence[float] | Callable[[object], bool] | None
@@ -373,8 +374,6 @@ class Pattern:
 
     def rule(self, check: CompositeCheck | None = None, *, name: str | None = None) -> CompositeRule:
         """This pattern as a backend's composite rule.  Example: ``CONV_BIAS_ACT.rule(my_check)``."""
-        from codegraft.backend import CompositeRule
-
         return CompositeRule(name or self.name, self, check)
 
     def describe(self) -> str:
@@ -397,6 +396,19 @@ class Pattern:
             elif isinstance(p, OpOutput) and p.op.name:
                 names.add(p.op.name)
         return frozenset(names)
+
+
+@dataclass(frozen=True)
+class CompositeRule:
+    """A fused group a backend wants whole: ``(name, pattern, check)``, in priority order.
+
+    Example: ``CompositeRule("conv_relu", CONV_RELU, lambda c: Support.yes())``, or
+    ``CONV_RELU.rule(check)``.
+    """
+
+    name: str
+    pattern: Pattern
+    check: CompositeCheck | None = None
 
 
 def pattern(
@@ -495,6 +507,8 @@ def attribute_default(op_type: str, domain: str, name: str) -> object:
 
 
 __all__ = [
+    "CompositeCheck",
+    "CompositeRule",
     "COMMUTATIVE_OPS",
     "AttrConstraint",
     "Captures",

@@ -1,7 +1,7 @@
-"""Report: where each node ran and why not elsewhere, as tables, JSON, pictures and ONNX.
+"""Report: where each node ran and why not elsewhere, as tables, JSON and pictures.
 
-In: the report records the other stages fill in (nodes, partitions, passes, placements) and,
-for drawing and export, the model and its plan.  Out: the
-:class:`~codegraft.report.report.Report` an executable carries, ``inspect`` (the report without
-compiling), SVG/HTML drawings and the partitioned model as ONNX for Netron.
+In: the records the other stages fill in (nodes, partitions, passes, placements) and, for
+drawing, the model.  Out: the :class:`~codegraft.report.report.Report` an executable carries
+and stores in its artifact, and SVG/HTML/DOT drawings.  It imports no stage (its records are
+plain data), so every stage may write to it.
 """

@@ -30,7 +30,7 @@ import subprocess
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from codegraft.core.dtypes import dtype_name
 from codegraft.errors import CodegraftError
@@ -38,8 +38,16 @@ from codegraft.errors import CodegraftError
 if TYPE_CHECKING:
     import onnx_ir as ir
 
-    from codegraft.report.inspect import Inspection
     from codegraft.report.report import Report
+
+
+class Drawable(Protocol):
+    """A report over its model, as :class:`~codegraft.compiler.inspect.Inspection` holds them."""
+
+    @property
+    def report(self) -> Report: ...
+    @property
+    def model(self) -> ir.Model: ...
 
 HOST_COLOUR = "#d9d9d9"
 HOST_BORDER = "#999999"  # the host's fill is too pale to outline a box
@@ -485,7 +493,7 @@ def draw(
 
 
 def draw_inspection(
-    inspection: Inspection,
+    inspection: Drawable,
     path: str | os.PathLike[str],
     *,
     fmt: Literal["svg", "html", "dot"] | str | None = None,
@@ -505,6 +513,7 @@ __all__ = [
     "COLLAPSE_ABOVE",
     "DrawNode",
     "DrawOptions",
+    "Drawable",
     "GraphvizNotFound",
     "backend_colours",
     "dot_program",

@@ -1,4 +1,6 @@
-"""The one-file artifact (``.cgx``): written by ``Executable.save``, read by ``load_executable``.
+"""The one-file artifact (``.cgx``): its format, written here for ``Executable.save``.
+
+:mod:`codegraft.runtime.loader` reads it back (``load_executable``) with the decoding helpers here.
 
 Layout (all integers little-endian)::
 
@@ -24,29 +26,18 @@ import os
 import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
-import onnx
-import onnx_ir as ir
 
-from codegraft.backend import Backend, Composite, Partition, Runnable
-from codegraft.backends import get_backend
-from codegraft.backends.onnxruntime import OnnxRuntimeBackend
-from codegraft.errors import ArtifactError, BackendError
-from codegraft.lower.lowering import LoweringRequest, ShapeSpecialisingRunnable, load_runnable
+from codegraft._version import __version__
+from codegraft.backend import Composite
+from codegraft.core.names import CONTROL_BACKEND
+from codegraft.errors import ArtifactError
 from codegraft.report.report import Report
 from codegraft.runtime.artifact_schema import validate_header
-from codegraft.runtime.control import CONTROL_BACKEND, load_control_blob
-from codegraft.runtime.executable import Executable, HostFallback, Step, TensorSpec
-from codegraft.runtime.signature import (
-    KeySource,
-    load_public_keys,
-    sign_artifact,
-    split_signature,
-    trusted_keys_from_env,
-    verify_artifact,
-)
+from codegraft.runtime.signature import KeySource, sign_artifact
+from codegraft.runtime.step import Step, TensorSpec
 
 MAGIC = b"CODEGRAFT\x00CGX\n"
 FORMAT_VERSION = 1
@@ -61,6 +52,24 @@ class _Payload:
     sha256: str
 
 
+class Stored(Protocol):
+    """What the writer reads of an executable (:class:`~codegraft.runtime.executable.Executable`).
+
+    NOTE: a protocol, not the class, so that the executable imports its writer without an
+    import cycle.
+    """
+
+    @property
+    def inputs(self) -> Sequence[TensorSpec]: ...
+    @property
+    def outputs(self) -> Sequence[str]: ...
+    @property
+    def steps(self) -> Sequence[Step]: ...
+    @property
+    def constants(self) -> Mapping[str, np.ndarray]: ...
+    def report(self) -> Report: ...
+
+
 class _PayloadWriter:
     def __init__(self) -> None:
         self.chunks: list[bytes] = []
@@ -73,7 +82,7 @@ class _PayloadWriter:
         return entry
 
 
-def write_artifact(path: str | os.PathLike[str], exe: Executable, *, signing_key: KeySource | None = None) -> None:
+def write_artifact(path: str | os.PathLike[str], exe: Stored, *, signing_key: KeySource | None = None) -> None:
     """Serialise ``exe`` to ``path`` (written to a temporary file, then renamed), signed with
     ``signing_key`` (an Ed25519 private key: PEM file or bytes) when given.
 
@@ -101,10 +110,8 @@ def write_file(where: str, data: bytes) -> None:
         raise ArtifactError(f"cannot write artifact {where}: {error.strerror or error}") from None
 
 
-def artifact_bytes(exe: Executable) -> bytes:
+def artifact_bytes(exe: Stored) -> bytes:
     """The artifact of ``exe`` as bytes (also how control-flow bodies nest inside a blob)."""
-    from codegraft import __version__
-
     payload = _PayloadWriter()
     steps = []
     for step in exe.steps:
@@ -146,38 +153,6 @@ def artifact_bytes(exe: Executable) -> bytes:
     return body + hashlib.sha256(body).digest()
 
 
-def load_executable(
-    path: str | os.PathLike[str],
-    *,
-    backends: Sequence[Backend] = (),
-    strict: bool = False,
-    trusted_keys: Sequence[KeySource] | None = None,
-) -> Executable:
-    """Load an artifact written by ``Executable.save``; no recompilation, no original model.
-
-    Backends are found by name among the installed ones; pass ``backends=`` to supply
-    instances (for example a vendor backend that is not installed as a package).
-
-    ``trusted_keys`` (Ed25519 public keys: PEM files or bytes; default: the files listed in
-    ``$CODEGRAFT_TRUSTED_KEYS``): when there are any, the artifact must be signed by one of
-    them, checked before anything in the file is parsed or loaded; an unsigned artifact, one
-    signed by another key or one changed after signing raises :class:`SignatureError`.
-    Without keys a signature is not checked (see the README's trust model).
-
-    Example::
-
-        exe = codegraft.load_executable("model.cgx", trusted_keys=["release.pub"])
-    """
-    where = os.fspath(path)
-    data = read_artifact_file(where)
-    keys = trusted_keys_from_env() if trusted_keys is None else load_public_keys(list(trusted_keys))
-    if keys:
-        data, _ = verify_artifact(data, trusted=keys, where=where)
-    else:
-        data, _ = split_signature(data)
-    return executable_from_bytes(data, where=where, backends=backends, strict=strict)
-
-
 def read_artifact_file(where: str) -> bytes:
     """The bytes of an artifact file; an unreadable one is an :class:`ArtifactError`."""
     if os.path.isdir(where):
@@ -191,50 +166,11 @@ def read_artifact_file(where: str) -> bytes:
 
 def check_artifact(data: bytes, where: str) -> Mapping[str, Any]:
     """The validated header of an (unsigned) artifact, without loading anything it holds."""
-    header, _ = _parse(data, where)
+    header, _ = parse(data, where)
     return header
 
 
-def executable_from_bytes(
-    data: bytes, *, where: str, backends: Sequence[Backend] = (), strict: bool = False
-) -> Executable:
-    """Load an artifact from bytes; ``where`` names it in errors."""
-    header, payload = _parse(data, where)
-    supplied = {b.name: b for b in backends}
-    steps: list[Step] = []
-    runnables: list[Runnable] = []
-    try:
-        host = OnnxRuntimeBackend(spin=len(header["steps"]) == 1)
-        resolved: dict[str, Backend] = {host.name: host, **supplied}
-        for entry in header["steps"]:
-            step = _step(entry, payload, where)
-            backend = _resolve(step.backend, resolved, where)
-            steps.append(step)
-            runnables.append(_runnable(step, backend, host, strict, list(resolved.values())))
-        constants = {c["name"]: _constant(c, payload, where) for c in header["constants"]}
-        inputs = [TensorSpec(i["name"], i["dtype"], None if i["shape"] is None else tuple(i["shape"]))
-                  for i in header["inputs"]]
-        report = Report.from_json(json.dumps(header["report"]))
-        outputs = list(header["outputs"])
-    except (KeyError, TypeError, ValueError) as error:
-        raise ArtifactError(f"{where}: malformed artifact header ({type(error).__name__}: {error})") from None
-    # A partition kept as ONNX (compiled per shape at run time) can also move to the host if
-    # its backend fails while running; one stored only as its backend's blob cannot.
-    fallbacks = {s.name: _template_on_host(s, host) for s in steps if s.template is not None and s.backend != host.name}
-    return Executable(inputs=inputs, outputs=outputs, steps=steps, runnables=runnables,
-                      constants=constants, report=report, backends=resolved, host_fallbacks=fallbacks, strict=strict)
-
-
-def _template_on_host(step: Step, host: Backend) -> HostFallback:
-    def build() -> tuple[Step, Runnable]:
-        assert step.template is not None
-        blob = host.compile(Partition(step.name, ir.from_proto(onnx.ModelProto.FromString(step.template))))
-        return Step(step.name, host.name, step.inputs, step.outputs, blob), host.load(blob)
-
-    return build
-
-
-def _parse(data: bytes, where: str) -> tuple[Mapping[str, Any], memoryview]:
+def parse(data: bytes, where: str) -> tuple[Mapping[str, Any], memoryview]:
     minimum = len(MAGIC) + _PREFIX.size + _DIGEST_SIZE
     if not data.startswith(MAGIC):
         if len(data) < len(MAGIC) and MAGIC.startswith(data):
@@ -277,7 +213,7 @@ def _bytes(entry: Mapping[str, Any], payload: memoryview, where: str, what: str)
     return data
 
 
-def _step(entry: Mapping[str, Any], payload: memoryview, where: str) -> Step:
+def decode_step(entry: Mapping[str, Any], payload: memoryview, where: str) -> Step:
     name = entry["name"]
     blob = None if entry["blob"] is None else _bytes(entry["blob"], payload, where, f"blob of {name}")
     template = None if entry["template"] is None else _bytes(entry["template"], payload, where, f"model of {name}")
@@ -294,38 +230,7 @@ def _step(entry: Mapping[str, Any], payload: memoryview, where: str) -> Step:
     )
 
 
-def _resolve(name: str, resolved: dict[str, Backend], where: str) -> Backend | None:
-    if name == CONTROL_BACKEND:
-        return None  # codegraft's own runtime runs control flow
-    if name not in resolved:
-        resolved[name] = _backend(name, where)
-    return resolved[name]
-
-
-def _backend(name: str, where: str) -> Backend:
-    try:
-        return get_backend(name)
-    except BackendError as error:
-        raise ArtifactError(f"{where} needs backend {name!r}, which cannot be used here: {error}") from None
-
-
-def _runnable(step: Step, backend: Backend | None, host: Backend, strict: bool, known: list[Backend]) -> Runnable:
-    if backend is None:
-        assert step.blob is not None
-        return load_control_blob(
-            step.blob, lambda data, name: executable_from_bytes(data, where=name, backends=known, strict=strict)
-        )
-    if step.blob is None:
-        assert step.template is not None
-        request = LoweringRequest(step.name, step.composites, step.precision)
-        return ShapeSpecialisingRunnable(backend, step.template, request, host, strict=strict)
-    try:
-        return load_runnable(backend, step.blob, step.name)
-    except BackendError as error:
-        raise ArtifactError(str(error)) from None
-
-
-def _constant(entry: Mapping[str, Any], payload: memoryview, where: str) -> np.ndarray:
+def decode_constant(entry: Mapping[str, Any], payload: memoryview, where: str) -> np.ndarray:
     data = _bytes(entry, payload, where, f"constant {entry['name']}")
     dtype = np.dtype(entry["dtype"]).newbyteorder("<")
     return np.frombuffer(data, dtype=dtype).reshape(entry["shape"]).astype(dtype.newbyteorder("="), copy=False)

@@ -23,50 +23,19 @@ from typing import Any
 
 import numpy as np
 
-from codegraft.backend import Backend, Composite, OpTime, ProfilingRunnable, Runnable
+from codegraft.backend import Backend, OpTime, ProfilingRunnable, Runnable
 from codegraft.errors import BackendError, CodegraftError, InputError
 from codegraft.report.report import Report
+from codegraft.runtime.artifact import write_artifact
 from codegraft.runtime.latency import Latency
+from codegraft.runtime.step import Step, TensorSpec
 
-Dim = int | str | None
 # Builds the host's step and runnable for a partition whose backend failed at run time.
 HostFallback = Callable[[], "tuple[Step, Runnable]"]
 
 log = logging.getLogger("codegraft")
 
 
-@dataclass(frozen=True)
-class TensorSpec:
-    """A model input: its name, numpy dtype name and shape (``str``/``None`` dims are free)."""
-
-    name: str
-    dtype: str
-    shape: tuple[Dim, ...] | None
-
-    def describe(self) -> str:
-        dtype = self.dtype or "any"
-        if self.shape is None:
-            return f"{dtype}[?]"
-        return f"{dtype}[{', '.join('?' if d is None else str(d) for d in self.shape)}]"
-
-
-@dataclass(frozen=True)
-class Step:
-    """One partition in the schedule, as stored in the artifact.
-
-    ``blob`` is the backend's compiled partition; ``template`` the partition's ONNX, kept
-    only for partitions compiled per input shape at run time (``blob`` is then ``None``).
-    """
-
-    name: str
-    backend: str
-    inputs: tuple[str, ...]
-    outputs: tuple[str, ...]
-    blob: bytes | None
-    template: bytes | None = None
-    native_code: bool = False
-    composites: tuple[Composite, ...] = ()
-    precision: str = "float32"
 
 
 @dataclass(frozen=True)
@@ -341,8 +310,6 @@ class Executable:
 
             exe.save("model.cgx", signing_key="release.key")
         """
-        from codegraft.runtime.artifact import write_artifact
-
         write_artifact(path, self, signing_key=signing_key)
 
     def __repr__(self) -> str:

@@ -48,7 +48,9 @@ import onnx_ir as ir
 
 from codegraft.backend import Backend
 from codegraft.plan.annotate import Annotation, check_node
-from codegraft.plan.measure import (
+from codegraft.plan.partition import partition_units
+from codegraft.report.report import PlacementReport
+from codegraft.tune.measure import (
     ALTERNATE_ROUNDS,
     CLOSE_FRACTION,
     MeasurementCache,
@@ -59,8 +61,6 @@ from codegraft.plan.measure import (
     intermediates,
     sample_feeds,
 )
-from codegraft.plan.partition import partition_units
-from codegraft.report.report import PlacementReport
 
 if TYPE_CHECKING:
     from codegraft.core.options import CompileOptions

@@ -28,8 +28,8 @@ class Inspection:
     plan: Plan
 
     def partitioned_onnx(self) -> onnx.ModelProto:
-        """The partitioned model for Netron (see :mod:`codegraft.report.netron`)."""
-        from codegraft.report.netron import partitioned_onnx
+        """The partitioned model for Netron (see :mod:`codegraft.plan.netron`)."""
+        from codegraft.plan.netron import partitioned_onnx
 
         return partitioned_onnx(self.model, self.annotation, self.plan)
 
@@ -60,6 +60,6 @@ def inspect_model(model: ModelSource, targets: Sequence[Target], *, min_partitio
 
 def draw_report(inspection: Inspection, path: pathlib.Path, *, fmt: str, collapse: bool | None) -> None:
     """Draw the partitioned graph as SVG or HTML (needs graphviz's ``dot``)."""
-    from codegraft.report import draw as _draw
+    from codegraft.report.draw import draw_inspection
 
-    _draw.draw_inspection(inspection, path, fmt=fmt, collapse=collapse)
+    draw_inspection(inspection, path, fmt=fmt, collapse=collapse)

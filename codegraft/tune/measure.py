@@ -1,6 +1,6 @@
 """Timing pieces of a model on backends, and remembering the timings on disk.
 
-NOTE: what :mod:`codegraft.plan.placement` decides with, kept apart from the deciding.  A *piece*
+NOTE: what :mod:`codegraft.tune.placement` decides with, kept apart from the deciding.  A *piece*
 is a standalone ONNX model cut from the graph (a region, a chunk, a stretch, a whole plan's
 partition); the :class:`Timer` compiles it on a backend, runs it on real intermediate values
 and caches the median time under a hash of the piece's ONNX and input shapes, the backend's
@@ -19,20 +19,19 @@ import pathlib
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 import onnx
 import onnx_ir as ir
 
 from codegraft.backend import Backend, Composite, Runnable, backend_version
+from codegraft.core.feeds import random_array, random_inputs
+from codegraft.core.options import CompileOptions
+from codegraft.core.reference import values_inside
 from codegraft.errors import BackendError
 from codegraft.lower.lowering import LoweringRequest, compile_blob, load_runnable, specialise
 from codegraft.plan.annotate import Annotation
 from codegraft.plan.extract import PartitionPlan, partition_proto
-
-if TYPE_CHECKING:
-    from codegraft.core.options import CompileOptions
 
 CACHE_ENV = "CODEGRAFT_CACHE_DIR"
 # Timing: warm-up runs, then timed runs until both limits are reached (whichever is later).
@@ -274,9 +273,7 @@ def region_io(annotation: Annotation, units: Sequence[int]) -> tuple[tuple[str, 
 def sample_feeds(model: ir.Model, options: CompileOptions) -> dict[str, np.ndarray]:
     if options.sample_inputs:
         return {k: np.asarray(v) for k, v in options.sample_inputs[0].items()}
-    from codegraft.testing import random_feeds
-
-    return random_feeds(ir.to_proto(model))
+    return random_inputs(model, np.random.default_rng(0))
 
 
 def intermediates(
@@ -287,20 +284,8 @@ def intermediates(
     A model the host cannot run (a vendor's custom op) gets random values of the declared
     shapes instead.
     """
-    import onnxruntime as ort
-
-    proto = ir.to_proto(model)
-    wanted = sorted(names - set(feeds) - {o.name for o in proto.graph.output})
-    types = {v.name: v for v in (*proto.graph.value_info, *proto.graph.output)}
-    for name in wanted:
-        proto.graph.output.append(types[name] if name in types else onnx.ValueInfoProto(name=name))
-    session_options = ort.SessionOptions()
-    session_options.intra_op_num_threads = _threads(host) or 0
-    session_options.log_severity_level = 3  # its optimiser's warnings are not the user's concern
     try:
-        session = ort.InferenceSession(proto.SerializeToString(), session_options, providers=["CPUExecutionProvider"])
-        out_names = [o.name for o in session.get_outputs()]
-        values = dict(zip(out_names, session.run(out_names, dict(feeds)), strict=True))
+        values = values_inside(model, [feeds], names - set(feeds), threads=_threads(host))[0]
     except Exception:  # noqa: BLE001 - onnxruntime raises several types; random values will do
         values = _random_values(model, names)
     values.update(feeds)
@@ -308,6 +293,7 @@ def intermediates(
 
 
 def _random_values(model: ir.Model, names: set[str]) -> dict[str, np.ndarray]:
+    """Random floats (zeros for other types: always valid as indices) of the declared shapes."""
     rng = np.random.default_rng(0)
     values: dict[str, np.ndarray] = {}
     for node in model.graph:
@@ -315,8 +301,7 @@ def _random_values(model: ir.Model, names: set[str]) -> dict[str, np.ndarray]:
             if value.name in names and value.dtype is not None:
                 shape = [d if isinstance(d, int) else 1 for d in (value.shape or ())]
                 dtype = np.dtype(value.dtype.numpy())
-                sample = rng.standard_normal(shape) if dtype.kind == "f" else np.zeros(shape)
-                values[value.name] = sample.astype(dtype)
+                values[value.name] = random_array(rng, shape, dtype) if dtype.kind == "f" else np.zeros(shape, dtype)
     return values
 
 

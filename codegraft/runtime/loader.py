@@ -1,0 +1,141 @@
+"""Loading a ``.cgx`` artifact: signature checked, backends found by name, blobs loaded.
+
+In: the artifact's bytes (format in :mod:`codegraft.runtime.artifact`) and, optionally,
+backend instances and trusted keys.  Out: an :class:`~codegraft.runtime.executable.Executable`;
+a partition compiled per shape gets its
+:class:`~codegraft.lower.lowering.ShapeSpecialisingRunnable`, a control group its runner with
+each body loaded from its nested artifact.  No recompiling, no pickle.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+
+import onnx
+import onnx_ir as ir
+
+from codegraft.backend import Backend, Partition, Runnable
+from codegraft.backends import get_backend
+from codegraft.backends.onnxruntime import OnnxRuntimeBackend
+from codegraft.core.names import CONTROL_BACKEND
+from codegraft.errors import ArtifactError, BackendError
+from codegraft.lower.lowering import LoweringRequest, ShapeSpecialisingRunnable, load_runnable
+from codegraft.report.report import Report
+from codegraft.runtime.artifact import decode_constant, decode_step, parse, read_artifact_file
+from codegraft.runtime.control_blob import load_control_blob
+from codegraft.runtime.executable import Executable, HostFallback
+from codegraft.runtime.signature import (
+    KeySource,
+    load_public_keys,
+    split_signature,
+    trusted_keys_from_env,
+    verify_artifact,
+)
+from codegraft.runtime.step import Step, TensorSpec
+
+
+def load_executable(
+    path: str | os.PathLike[str],
+    *,
+    backends: Sequence[Backend] = (),
+    strict: bool = False,
+    trusted_keys: Sequence[KeySource] | None = None,
+) -> Executable:
+    """Load an artifact written by ``Executable.save``; no recompilation, no original model.
+
+    Backends are found by name among the installed ones; pass ``backends=`` to supply
+    instances (for example a vendor backend that is not installed as a package).
+
+    ``trusted_keys`` (Ed25519 public keys: PEM files or bytes; default: the files listed in
+    ``$CODEGRAFT_TRUSTED_KEYS``): when there are any, the artifact must be signed by one of
+    them, checked before anything in the file is parsed or loaded; an unsigned artifact, one
+    signed by another key or one changed after signing raises :class:`SignatureError`.
+    Without keys a signature is not checked (see the README's trust model).
+
+    Example::
+
+        exe = codegraft.load_executable("model.cgx", trusted_keys=["release.pub"])
+    """
+    where = os.fspath(path)
+    data = read_artifact_file(where)
+    keys = trusted_keys_from_env() if trusted_keys is None else load_public_keys(list(trusted_keys))
+    if keys:
+        data, _ = verify_artifact(data, trusted=keys, where=where)
+    else:
+        data, _ = split_signature(data)
+    return executable_from_bytes(data, where=where, backends=backends, strict=strict)
+
+
+def executable_from_bytes(
+    data: bytes, *, where: str, backends: Sequence[Backend] = (), strict: bool = False
+) -> Executable:
+    """Load an artifact from bytes; ``where`` names it in errors."""
+    header, payload = parse(data, where)
+    supplied = {b.name: b for b in backends}
+    steps: list[Step] = []
+    runnables: list[Runnable] = []
+    try:
+        host = OnnxRuntimeBackend(spin=len(header["steps"]) == 1)
+        resolved: dict[str, Backend] = {host.name: host, **supplied}
+        for entry in header["steps"]:
+            step = decode_step(entry, payload, where)
+            backend = _resolve(step.backend, resolved, where)
+            steps.append(step)
+            runnables.append(_runnable(step, backend, host, strict, list(resolved.values())))
+        constants = {c["name"]: decode_constant(c, payload, where) for c in header["constants"]}
+        inputs = [TensorSpec(i["name"], i["dtype"], None if i["shape"] is None else tuple(i["shape"]))
+                  for i in header["inputs"]]
+        report = Report.from_json(json.dumps(header["report"]))
+        outputs = list(header["outputs"])
+    except (KeyError, TypeError, ValueError) as error:
+        raise ArtifactError(f"{where}: malformed artifact header ({type(error).__name__}: {error})") from None
+    # A partition kept as ONNX (compiled per shape at run time) can also move to the host if
+    # its backend fails while running; one stored only as its backend's blob cannot.
+    fallbacks = {s.name: _template_on_host(s, host) for s in steps if s.template is not None and s.backend != host.name}
+    return Executable(inputs=inputs, outputs=outputs, steps=steps, runnables=runnables,
+                      constants=constants, report=report, backends=resolved, host_fallbacks=fallbacks, strict=strict)
+
+
+def _template_on_host(step: Step, host: Backend) -> HostFallback:
+    def build() -> tuple[Step, Runnable]:
+        assert step.template is not None
+        blob = host.compile(Partition(step.name, ir.from_proto(onnx.ModelProto.FromString(step.template))))
+        return Step(step.name, host.name, step.inputs, step.outputs, blob), host.load(blob)
+
+    return build
+
+
+def _resolve(name: str, resolved: dict[str, Backend], where: str) -> Backend | None:
+    if name == CONTROL_BACKEND:
+        return None  # codegraft's own runtime runs control flow
+    if name not in resolved:
+        resolved[name] = _backend(name, where)
+    return resolved[name]
+
+
+def _backend(name: str, where: str) -> Backend:
+    try:
+        return get_backend(name)
+    except BackendError as error:
+        raise ArtifactError(f"{where} needs backend {name!r}, which cannot be used here: {error}") from None
+
+
+def _runnable(step: Step, backend: Backend | None, host: Backend, strict: bool, known: list[Backend]) -> Runnable:
+    if backend is None:
+        assert step.blob is not None
+        return load_control_blob(
+            step.blob, lambda data, name: executable_from_bytes(data, where=name, backends=known, strict=strict)
+        )
+    if step.blob is None:
+        assert step.template is not None
+        request = LoweringRequest(step.name, step.composites, step.precision)
+        return ShapeSpecialisingRunnable(backend, step.template, request, host, strict=strict)
+    try:
+        return load_runnable(backend, step.blob, step.name)
+    except BackendError as error:
+        raise ArtifactError(str(error)) from None
+
+
+__all__ = ["executable_from_bytes", "load_executable"]
