@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 
-.PHONY: demo test lint install dev bench clean
+.PHONY: demo test lint install dev bench fuzz clean
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -36,6 +36,9 @@ bench: $(VENV)/.dev
 	$(PY) bench/partition_scale.py
 	$(PY) -m bench.models
 	$(PY) -m bench.c_models --write bench/C_RESULTS.md
+
+fuzz: $(VENV)/.dev
+	$(PY) -m pytest -q -m fuzz -s tests/test_fuzz.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis

@@ -7,6 +7,7 @@ written at the IR version the installed onnxruntime reads (:mod:`codegraft.core.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -53,7 +54,8 @@ def import_model(source: ModelSource, *, example_inputs: Sequence[Any] | None = 
 def check_model_proto(proto: onnx.ModelProto, where: str) -> None:
     """Refuse, naming the problem, what the onnx checker lets through but nothing can run.
 
-    Invalid UTF-8 in any text (the protobuf runtime hands it over as bytes), an opset newer
+    Invalid UTF-8 in any text (the protobuf runtime hands it over as bytes), a tensor whose
+    data does not fill its declared shape (onnx-ir fails on it deep in a pass), an opset newer
     than the installed onnx knows (``opset 99``), a graph without outputs (onnxruntime refuses
     it too), and then everything the onnx checker refuses, on one line, node name kept.
     """
@@ -93,6 +95,9 @@ _TENSOR_TEXT = ("name", "doc_string", "external_data", "metadata_props")
 def _check_text(message: Message, path: str, where: str) -> None:
     """Every string field decodes as UTF-8 (checked per field; tensor payloads are not visited)."""
     if isinstance(message, onnx.TensorProto):  # not ListFields: it would copy the weights
+        problem = _tensor_size_problem(message)
+        if problem:
+            raise ModelError(f"{where}: tensor {message.name!r} ({path}) {problem}")
         fields = [(message.DESCRIPTOR.fields_by_name[name], getattr(message, name)) for name in _TENSOR_TEXT]
     else:
         fields = list(message.ListFields())
@@ -104,6 +109,40 @@ def _check_text(message: Message, path: str, where: str) -> None:
                 raise ModelError(f"{where}: {here} is not valid UTF-8 text ({bytes(item)[:40]!r})")
             if field.type == _MESSAGE:
                 _check_text(item, here, where)
+
+
+_PACKED_4BIT = {onnx.TensorProto.INT4, onnx.TensorProto.UINT4, getattr(onnx.TensorProto, "FLOAT4E2M1", -1)}
+_TWO_PER_ELEMENT = {onnx.TensorProto.COMPLEX64, onnx.TensorProto.COMPLEX128}
+
+
+def _tensor_size_problem(tensor: onnx.TensorProto) -> str:
+    """Why ``tensor``'s stored data cannot be its declared shape, or ''."""
+    if any(d < 0 for d in tensor.dims):
+        return f"has a negative dimension {list(tensor.dims)}"
+    if tensor.data_location == onnx.TensorProto.EXTERNAL:
+        return ""  # onnx.load has read or refused it; nothing stored here to count
+    count = math.prod(tensor.dims)
+    if tensor.data_type == onnx.TensorProto.STRING:
+        stored, expected = len(tensor.string_data), count
+    elif tensor.HasField("raw_data"):
+        try:
+            itemsize = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
+        except (KeyError, ValueError, TypeError):
+            return ""  # a type numpy cannot name; onnx's own checks decide
+        bits = 4 if tensor.data_type in _PACKED_4BIT else 8 * itemsize
+        stored, expected = len(tensor.raw_data), -(-count * bits // 8)
+    else:
+        try:
+            field = onnx.helper.tensor_dtype_to_field(tensor.data_type)
+        except (KeyError, ValueError, TypeError):
+            return ""
+        if tensor.data_type in _PACKED_4BIT:
+            return ""
+        stored, expected = len(getattr(tensor, field)), count * (2 if tensor.data_type in _TWO_PER_ELEMENT else 1)
+    if stored != expected:
+        unit = "bytes" if tensor.HasField("raw_data") and tensor.data_type != onnx.TensorProto.STRING else "values"
+        return f"stores {stored} {unit}; shape {list(tensor.dims)} needs {expected}"
+    return ""
 
 
 def _drop_repeated_outputs(model: ir.Model) -> None:
