@@ -546,7 +546,9 @@ def run_case(case: dict[str, Any]) -> Outcome:
 
 def _cli_argv(rng: random.Random, folder: pathlib.Path) -> list[str]:
     model, artifact = str(folder / "m.onnx"), str(folder / "m.cgx")
-    paths = [model, artifact, str(folder / "missing.onnx"), str(folder), "/dev/null", str(folder / "bad.onnx"),
+    # a device, through a link in the case's folder: never the machine's /dev/null itself
+    device = str(folder / "devnull")
+    paths = [model, artifact, str(folder / "missing.onnx"), str(folder), device, str(folder / "bad.onnx"),
              str(folder / "bad.cgx"), ""]
     command = rng.choice(["compile", "run", "inspect", "verify", "sign", "keygen", "backends", "compare", "bogus",
                           "--version", "run", "compile"])
@@ -557,7 +559,7 @@ def _cli_argv(rng: random.Random, folder: pathlib.Path) -> list[str]:
         ["-t", rng.choice(["c", "openvino", "onnxruntime", "bogus", ""])], ["-o", rng.choice(paths + [artifact])],
         ["--precision", rng.choice(["float32", "bfloat16", "fp8", ""])],
         ["--min-partition-size", rng.choice(["-1", "0", "abc", "3"])], ["--random"],
-        ["--input", rng.choice(["x=missing.npy", "x", "=", "a=/dev/null"])],
+        ["--input", rng.choice(["x=missing.npy", "x", "=", f"a={device}"])],
         ["--shape", rng.choice(["x=0x3x8x8", "x=abc", "a=1x6", "a=0x6", "y=1"])], ["--seed", rng.choice(["-1", "x"])],
         ["--runs", rng.choice(["0", "-3", "1"])], ["--trusted-key", rng.choice(paths)], ["--key", rng.choice(paths)],
         ["--json"], ["--sign", rng.choice(paths)], ["--save", rng.choice(paths)], ["--bogus-option"],
@@ -567,7 +569,7 @@ def _cli_argv(rng: random.Random, folder: pathlib.Path) -> list[str]:
         for _ in range(rng.randint(0, 3)):
             argv += rng.choice(options)
     if command == "keygen":
-        argv = ["keygen", rng.choice([str(folder / "k"), str(folder / "nodir" / "k"), str(folder), "/dev/null"])]
+        argv = ["keygen", rng.choice([str(folder / "k"), str(folder / "nodir" / "k"), str(folder), device])]
     if command == "run" and rng.random() < 0.5:
         argv += ["--random"]
     return argv
@@ -577,6 +579,7 @@ def _cli_files(folder: pathlib.Path) -> None:
     import codegraft as cg
 
     onnx.save(seed_model(0), folder / "m.onnx")
+    (folder / "devnull").symlink_to("/dev/null")
     (folder / "bad.onnx").write_bytes(b"\x08\x07garbage" * 10)
     (folder / "bad.cgx").write_bytes(b"CODEGRAFT\x00CGX\nshort")
     cg.compile(seed_model(0), targets=["c"]).save(folder / "m.cgx")

@@ -161,3 +161,28 @@ def test_initializer_whose_data_does_not_fill_its_shape_is_named(dims: list[int]
     model.graph.initializer[0].dims.extend(dims)
     with pytest.raises(cg.ModelError, match=r"tensor 'k' \(model\.graph\.initializer\[0\]\)"):
         cg.compile(model, targets=["c"])
+
+
+def test_save_never_replaces_a_device(exe: cg.Executable, tmp_path: pathlib.Path) -> None:
+    # The atomic write renames a temporary file over the target: over a device that would
+    # swap e.g. /dev/null for a file (found by the fuzzer; tested through a link to it).
+    link = tmp_path / "devnull"
+    link.symlink_to(os.devnull)
+    with pytest.raises(cg.ArtifactError, match="not a regular file"):
+        exe.save(link)
+    assert link.is_symlink() and pathlib.Path(os.devnull).is_char_device()
+
+
+@pytest.mark.parametrize(("call", "error"), [
+    (lambda exe: cg.compile(relu_model(), targets=[3]), cg.BackendError),
+    (lambda exe: exe.save(None), cg.ArtifactError),
+    (lambda exe: cg.load_executable(5), cg.ArtifactError),
+    (lambda exe: exe.save("x.cgx", signing_key=5), cg.SignatureError),
+])
+def test_wrong_argument_types_are_codegraft_errors(exe: cg.Executable, call, error) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(error):
+        call(exe)
+
+
+def test_no_targets_may_be_none() -> None:
+    assert [s.backend for s in cg.compile(relu_model(), targets=None).steps] == ["onnxruntime"]

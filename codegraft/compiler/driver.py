@@ -176,9 +176,16 @@ def _with_overrides(options: CompileOptions, overrides: dict[str, Any]) -> Compi
     return replace(options, **overrides)
 
 
-def _resolve_targets(targets: Sequence[Target]) -> list[Backend]:
+def _resolve_targets(targets: Sequence[Target] | None) -> list[Backend]:
+    if targets is None:
+        targets = []
     if isinstance(targets, str):
         targets = [targets]
+    if not isinstance(targets, Sequence):
+        raise BackendError(f"targets must be a list of backend names or objects, not {type(targets).__name__}")
+    for target in targets:
+        if not isinstance(target, str) and not (hasattr(target, "name") and hasattr(target, "supports")):
+            raise BackendError(f"target {target!r} is neither a backend name nor a backend object")
     resolved = [get_backend(t) if isinstance(t, str) else t for t in targets]
     names = [b.name for b in resolved]
     duplicates = sorted({n for n in names if names.count(n) > 1})

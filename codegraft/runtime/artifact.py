@@ -89,16 +89,31 @@ def write_artifact(path: str | os.PathLike[str], exe: Stored, *, signing_key: Ke
     Whatever stops the write (a missing folder, a directory in the way, a full disk) is an
     :class:`ArtifactError` naming the path; no temporary file is left behind.
     """
+    where = artifact_path(path)
     data = artifact_bytes(exe)
     if signing_key is not None:
         data = sign_artifact(data, signing_key)
-    write_file(os.fspath(path), data)
+    write_file(where, data)
+
+
+def artifact_path(path: object) -> str:
+    """``path`` as a string; anything that is not a path is an :class:`ArtifactError`."""
+    try:
+        return os.fspath(path)  # type: ignore[call-overload]
+    except TypeError:
+        raise ArtifactError(f"an artifact path must be a str or os.PathLike, not {type(path).__name__}") from None
 
 
 def write_file(where: str, data: bytes) -> None:
-    """Write ``data`` to ``where`` through a temporary file; errors are :class:`ArtifactError`."""
+    """Write ``data`` to ``where`` through a temporary file; errors are :class:`ArtifactError`.
+
+    Only a regular file (or nothing) is replaced: the rename that makes the write atomic would
+    otherwise swap a device such as ``/dev/null`` for a file.
+    """
     if os.path.isdir(where):
         raise ArtifactError(f"cannot write artifact {where}: it is a directory")
+    if os.path.lexists(where) and not os.path.isfile(where):
+        raise ArtifactError(f"cannot write artifact {where}: it is not a regular file (a device, pipe or socket)")
     tmp = f"{where}.tmp"
     try:
         with open(tmp, "wb") as handle:

@@ -23,7 +23,7 @@ from codegraft.core.names import CONTROL_BACKEND
 from codegraft.errors import ArtifactError, BackendError
 from codegraft.lower.lowering import LoweringRequest, ShapeSpecialisingRunnable, load_runnable
 from codegraft.report.report import Report
-from codegraft.runtime.artifact import decode_constant, decode_step, parse, read_artifact_file
+from codegraft.runtime.artifact import artifact_path, decode_constant, decode_step, parse, read_artifact_file
 from codegraft.runtime.control_blob import load_control_blob
 from codegraft.runtime.executable import Executable, HostFallback
 from codegraft.runtime.signature import (
@@ -58,7 +58,7 @@ def load_executable(
 
         exe = codegraft.load_executable("model.cgx", trusted_keys=["release.pub"])
     """
-    where = os.fspath(path)
+    where = artifact_path(path)
     data = read_artifact_file(where)
     keys = trusted_keys_from_env() if trusted_keys is None else load_public_keys(list(trusted_keys))
     if keys:

@@ -85,7 +85,11 @@ def generate_key() -> tuple[bytes, bytes]:
 def _pem(source: KeySource, what: str) -> tuple[bytes, str]:
     if isinstance(source, bytes):
         return source, f"the given {what}"
-    path = os.fspath(source)
+    try:
+        path = os.fspath(source)
+    except TypeError:
+        kind = type(source).__name__
+        raise SignatureError(f"a {what} is a PEM file, PEM bytes or a key object, not {kind}") from None
     try:
         with open(path, "rb") as handle:
             return handle.read(), path
