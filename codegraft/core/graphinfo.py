@@ -25,7 +25,7 @@ class NodeInfo:
 def values_read(node: ir.Node) -> tuple[tuple[ir.Value, ...], bool]:
     """Values ``node`` reads, including outer-scope reads from its subgraphs."""
     reads: list[ir.Value] = [v for v in node.inputs if v is not None]
-    subgraphs = _subgraphs(node)
+    subgraphs = subgraphs_of(node)
     if subgraphs:
         own_graph = node.graph
         for subgraph in subgraphs:
@@ -36,7 +36,8 @@ def values_read(node: ir.Node) -> tuple[tuple[ir.Value, ...], bool]:
     return tuple(dict.fromkeys(reads)), bool(subgraphs)
 
 
-def _subgraphs(node: ir.Node) -> list[ir.Graph]:
+def subgraphs_of(node: ir.Node) -> list[ir.Graph]:
+    """The graphs held by the node's attributes (If branches, Loop and Scan bodies)."""
     graphs: list[ir.Graph] = []
     for attr in node.attributes.values():
         if attr.type == ir.AttributeType.GRAPH:

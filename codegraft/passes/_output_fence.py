@@ -17,6 +17,8 @@ from collections.abc import Iterator
 
 import onnx_ir as ir
 
+from codegraft.core.graphinfo import subgraphs_of
+
 _FENCE_DOMAIN = "codegraft.fence"
 
 
@@ -58,14 +60,7 @@ def _fence(graph: ir.Graph) -> list[tuple[int, ir.Node, ir.Value]]:
 
 
 def _subgraphs(graph: ir.Graph) -> list[ir.Graph]:
-    found = []
-    for node in ir.traversal.RecursiveGraphIterator(graph):
-        for attribute in node.attributes.values():
-            if attribute.type == ir.AttributeType.GRAPH:
-                found.append(attribute.as_graph())
-            elif attribute.type == ir.AttributeType.GRAPHS:
-                found.extend(attribute.as_graphs())
-    return found
+    return [sub for node in ir.traversal.RecursiveGraphIterator(graph) for sub in subgraphs_of(node)]
 
 
 def _remove_fences(graph: ir.Graph, fences: list[tuple[int, ir.Node, ir.Value]]) -> None:
