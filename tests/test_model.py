@@ -107,9 +107,8 @@ def _negative_dim_model() -> onnx.ModelProto:
 
     rng = np.random.default_rng(0)
     weight = helper.make_tensor("w", TensorProto.FLOAT, [2, 3, 3, 3], rng.standard_normal(54).astype("float32"))
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [-1, 3, "h", "w"])
-    x.type.tensor_type.shape.dim[2].Clear()  # "?": neither a size nor a name
-    x.type.tensor_type.shape.dim[3].Clear()
+    # -1 and "?" as Paddle2ONNX writes them: unknown sizes, not a size or a shared name
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [-1, 3, "?", "?"])
     graph = helper.make_graph(
         [
             helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),

@@ -27,7 +27,7 @@ ModelSource = str | os.PathLike[str] | bytes | onnx.ModelProto | ir.Model | Any
 
 def import_model(source: ModelSource, *, example_inputs: Sequence[Any] | None = None) -> ir.Model:
     """Read, check and normalise a model; see the module docstring for what is accepted."""
-    proto = _negative_dims_unknown(_to_proto(source, example_inputs))
+    proto = _placeholder_dims_unknown(_to_proto(source, example_inputs))
     where = _describe(source)
     check_model_proto(proto, where)
     try:
@@ -154,29 +154,30 @@ def _drop_repeated_outputs(model: ir.Model) -> None:
             outputs.pop(index)
 
 
-def _negative_dims_unknown(proto: onnx.ModelProto) -> onnx.ModelProto:
-    """``proto``, or a copy in which every negative ``dim_value`` is an unknown dimension.
+def _placeholder_dims_unknown(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """``proto``, or a copy in which every placeholder dimension is an unknown one.
 
-    Some exporters write ``-1`` for "any size" (``float32[-1, 3, ?, ?]``); onnxruntime reads it
-    as unknown, so must everything that reads shapes after import.
+    Some exporters write ``-1`` for "any size" and name every unknown dimension ``?``
+    (``float32[-1, 3, ?, ?]``, Paddle2ONNX): onnxruntime reads both as unknown sizes, neither
+    a size nor a name two dimensions must share, and so must everything after import.
     """
-    if not any(_negative_dims(graph) for graph in _graphs(proto.graph)):
+    if not any(_placeholder_dims(graph) for graph in _graphs(proto.graph)):
         return proto
     copy = onnx.ModelProto()
     copy.CopyFrom(proto)
     for graph in _graphs(copy.graph):
-        for dim in _negative_dims(graph):
+        for dim in _placeholder_dims(graph):
             dim.Clear()
     return copy
 
 
-def _negative_dims(graph: onnx.GraphProto) -> list[onnx.TensorShapeProto.Dimension]:
+def _placeholder_dims(graph: onnx.GraphProto) -> list[onnx.TensorShapeProto.Dimension]:
     return [
         dim
         for info in (*graph.input, *graph.output, *graph.value_info)
         if info.type.HasField("tensor_type")
         for dim in info.type.tensor_type.shape.dim
-        if dim.HasField("dim_value") and dim.dim_value < 0
+        if (dim.HasField("dim_value") and dim.dim_value < 0) or (dim.HasField("dim_param") and dim.dim_param == "?")
     ]
 
 
