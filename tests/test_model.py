@@ -11,7 +11,7 @@ from onnx import TensorProto, helper
 
 import codegraft as cg
 from codegraft.frontend.model import import_model
-from codegraft.testing import light_model, light_model_path
+from codegraft.testing import SubsetBackend, light_model, light_model_path
 
 
 def test_every_source_form_gives_the_same_graph(tmp_path: pathlib.Path) -> None:
@@ -163,3 +163,11 @@ def test_an_input_of_unknown_rank_is_accepted_as_onnxruntime_accepts_it() -> Non
     exe = cg.compile(proto, targets=["openvino"])
     assert_close(exe.run(feeds), run_onnxruntime(proto, feeds))
     assert not proto.graph.input[0].type.tensor_type.HasField("shape")  # the caller's model is untouched
+    # A partition input of unknown rank (OpenVINO refuses a Parameter of dynamic rank: magika,
+    # RivaGAN, ddddocr) is compiled per shape seen at run time, not sent to the host.
+    acc = SubsetBackend("acc", {"Relu", "Tanh"})
+    exe = cg.compile(proto, targets=[acc], min_partition_size=1)
+    assert_close(exe.run(feeds), run_onnxruntime(proto, feeds))
+    (partition,) = exe.report().partitions
+    assert partition.backend == "acc" and partition.deferred
+    assert acc.compiled == [[(2, 3)]]

@@ -50,7 +50,9 @@ def lower_partition(
     request = LoweringRequest(part.name, part.composites, precision, samples)
     base = PartitionReport(part.name, part.backend, len(part.node_indices), part.inputs, part.outputs)
     caps = backend.capabilities
-    if backend is not host and not caps.dynamic_shapes and not static_inputs(proto):
+    # Static-shape backends, and any backend given an input whose rank nobody could infer
+    # (OpenVINO refuses a Parameter of dynamic rank), compile per input shape seen at run time.
+    if backend is not host and not static_inputs(proto) and (not caps.dynamic_shapes or unknown_rank(proto)):
         template = proto.SerializeToString()
         runnable: Runnable = ShapeSpecialisingRunnable(backend, template, request, host, strict=options.strict)
         step = Step(part.name, part.backend, part.inputs, part.outputs, None, template, caps.native_code,
@@ -155,6 +157,11 @@ def warn_fallbacks(reports: Sequence[PartitionReport], host: str) -> None:
             "%s: %d of its partitions run on %s instead (first, %s: %s); details in the report",
             backend, len(parts), host, first.name, reason,
         )
+
+
+def unknown_rank(proto: onnx.ModelProto) -> bool:
+    """Whether some input of ``proto`` has no shape at all (not even a rank)."""
+    return any(not value.type.tensor_type.HasField("shape") for value in proto.graph.input)
 
 
 def static_inputs(proto: onnx.ModelProto) -> bool:
