@@ -309,12 +309,12 @@ class _OptimisedReference:
     def __init__(self, proto: onnx.ModelProto) -> None:
         import onnx_ir as ir
 
-        from codegraft.compiler.driver import _run_common_passes
+        from codegraft.compiler.driver import run_common_passes
         from codegraft.core.options import CompileOptions
         from codegraft.frontend.model import import_model
 
         model = import_model(proto)
-        _run_common_passes(model, CompileOptions())
+        run_common_passes(model, CompileOptions())
         self._model = model
         self._values = {v.name: v for node in model.graph for v in node.outputs if v.name}
         self._producers = {

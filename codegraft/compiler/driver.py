@@ -14,7 +14,7 @@ import onnx_ir as ir
 from codegraft.backend import Backend, Runnable
 from codegraft.backends import get_backend
 from codegraft.backends.onnxruntime import OnnxRuntimeBackend
-from codegraft.compiler.steps import host_step, lower_control, lower_partition, warn_fallbacks
+from codegraft.compiler.steps import build_control_step, build_step, host_step, warn_fallbacks
 from codegraft.core.dtypes import numpy_dtype
 from codegraft.core.names import CONTROL_BACKEND
 from codegraft.core.options import CompileOptions
@@ -22,12 +22,14 @@ from codegraft.core.reference import values_inside
 from codegraft.errors import BackendError, ModelError, OptionError
 from codegraft.frontend.model import ModelSource, import_model
 from codegraft.frontend.torch_export import DynamicShapes, export_module, is_torch_module
-from codegraft.plan.annotate import Annotation, annotate
-from codegraft.plan.control import mark_control_units
-from codegraft.plan.extract import PartitionPlan, Plan, partition_proto, plan_partitions
-from codegraft.plan.partition import demote_small_groups, partition_units
-from codegraft.report.report import NodeReport, PartitionReport, PassReport, PlacementReport, Report
+from codegraft.passes import pipeline as passes_pipeline
+from codegraft.passes.pipeline import PassOptions
+from codegraft.plan.annotate import Annotation
+from codegraft.plan.extract import PartitionPlan, Plan, partition_proto
+from codegraft.plan.planner import Planned, plan
+from codegraft.report.report import PartitionReport, PassReport, Report
 from codegraft.runtime.executable import Executable, HostFallback, Step, TensorSpec
+from codegraft.tune.placement import measure_placement
 
 Target = str | Backend
 
@@ -62,7 +64,7 @@ def compile(  # noqa: A001 - the public name the README promises
     """
     options = _with_overrides(options or CompileOptions(), overrides)
     host = OnnxRuntimeBackend(threads=options.threads)
-    backends = _resolve_targets(targets)
+    backends = resolve_targets(targets)
     precision_note = check_precision(options.precision, backends, host)
     import_notes: tuple[str, ...] = ()
     if is_torch_module(model):
@@ -71,18 +73,20 @@ def compile(  # noqa: A001 - the public name the README promises
         )
         model, import_notes = exported.proto, (exported.note,)
     ir_model = import_model(model)
-    pass_reports = _run_common_passes(ir_model, options)
+    pass_reports = run_common_passes(ir_model, options)
     if options.precision == "int8":
         ir_model, quantize_report = _quantize(ir_model, options)
         pass_reports += (quantize_report,)
 
-    annotation, plan, placements = plan_model(ir_model, backends, host, options)
-    _check_host_can_run(annotation, plan, host)
+    place = measure_placement if options.placement == "measured" else None
+    planned = plan(ir_model, backends, host, options, place=place)
+    annotation, partitioning = planned.annotation, planned.plan
+    _check_host_can_run(annotation, partitioning, host)
     if export_onnx is not None:
         from codegraft.plan.netron import partitioned_onnx
 
-        onnx.save(partitioned_onnx(ir_model, annotation, plan), os.fspath(export_onnx))
-    host.spin = len(plan.partitions) == 1  # see OnnxRuntimeBackend
+        onnx.save(partitioned_onnx(ir_model, annotation, partitioning), os.fspath(export_onnx))
+    host.spin = len(partitioning.partitions) == 1  # see OnnxRuntimeBackend
     by_name: dict[str, Backend] = {b.name: b for b in backends}
     by_name[host.name] = host
 
@@ -91,9 +95,9 @@ def compile(  # noqa: A001 - the public name the README promises
     part_reports: list[PartitionReport] = []
     control_constants: dict[str, np.ndarray] = {}
     target_names = {b.name for b in backends}
-    samples = _partition_samples(ir_model, plan, options, host.name)
+    samples = _partition_samples(ir_model, partitioning, options, host.name)
     host_fallbacks: dict[str, HostFallback] = {}
-    for part in plan.partitions:
+    for part in partitioning.partitions:
         if not part.outputs:  # nothing reads what it computes: nothing to run
             part_reports.append(PartitionReport(part.name, part.backend, len(part.node_indices), part.inputs, (),
                                                 unused=True))
@@ -105,12 +109,12 @@ def compile(  # noqa: A001 - the public name the README promises
                 for name in part.initializers
             )
             part = replace(part, inputs=part.inputs + part.initializers, initializers=())
-            step, runnable, part_report = lower_control(
+            step, runnable, part_report = build_control_step(
                 ir_model, annotation, part, host, options,
                 lambda proto, name: compile(proto, targets=backends, options=options),
             )
         else:
-            step, runnable, part_report = lower_partition(
+            step, runnable, part_report = build_step(
                 ir_model, annotation, part, by_name[part.backend], host, options,
                 samples.get(part.name, ()), host_is_target=host.name in target_names,
             )
@@ -123,11 +127,11 @@ def compile(  # noqa: A001 - the public name the README promises
 
     constants = {
         name: ir_model.graph.initializers[name].const_value.numpy()  # type: ignore[union-attr]
-        for name in plan.shared_constants
+        for name in partitioning.shared_constants
     }
     constants.update(_constant_outputs(ir_model))
     constants.update(control_constants)
-    report = _build_report(ir_model, annotation, plan, part_reports, backends, host, pass_reports, placements)
+    report = _build_report(planned, part_reports, backends, host, pass_reports)
     report = replace(report, notes=import_notes + report.notes)
     if precision_note:
         report = replace(report, notes=(*report.notes, precision_note))
@@ -150,22 +154,6 @@ def _host_fallback(ir_model: ir.Model, annotation: Annotation, part: PartitionPl
     return lambda: host_step(part, partition_proto(ir_model, annotation, part), host)
 
 
-def plan_model(
-    ir_model: ir.Model, backends: Sequence[Backend], host: Backend, options: CompileOptions
-) -> tuple[Annotation, Plan, tuple[PlacementReport, ...]]:
-    """Annotate and partition: everything up to (not including) compiling partitions."""
-    annotation = annotate(ir_model.graph, backends, host=host.name)
-    placements: tuple[PlacementReport, ...] = ()
-    unit_backends = [unit.backend for unit in annotation.units]
-    mark_control_units(annotation, unit_backends, backends)
-    if options.placement == "measured" and backends:  # the host is always a candidate too
-        from codegraft.tune.placement import measure_placement
-
-        unit_backends, placements = measure_placement(ir_model, annotation, backends, host, options)
-    plan = _partition(ir_model, annotation, unit_backends, host.name, backends, options)
-    return annotation, plan, placements
-
-
 def _with_overrides(options: CompileOptions, overrides: dict[str, Any]) -> CompileOptions:
     known = set(CompileOptions.__dataclass_fields__)
     unknown = sorted(set(overrides) - known)
@@ -176,7 +164,8 @@ def _with_overrides(options: CompileOptions, overrides: dict[str, Any]) -> Compi
     return replace(options, **overrides)
 
 
-def _resolve_targets(targets: Sequence[Target] | None) -> list[Backend]:
+def resolve_targets(targets: Sequence[Target] | None) -> list[Backend]:
+    """Backends for names (via :func:`codegraft.get_backend`) and objects; a name twice is an error."""
     if targets is None:
         targets = []
     if isinstance(targets, str):
@@ -212,39 +201,15 @@ def check_precision(precision: str, backends: Sequence[Backend], host: Backend) 
     )
 
 
-def _run_common_passes(model: ir.Model, options: CompileOptions) -> tuple[PassReport, ...]:
+def run_common_passes(model: ir.Model, options: CompileOptions) -> tuple[PassReport, ...]:
+    """The shared passes ``options.passes`` names (all by default, none for ``()``), in place."""
     if options.passes is not None and not options.passes:
         return ()
-    try:
-        from codegraft.passes.pipeline import PassOptions, run_common_passes
-    except ImportError:
-        return ()
     pass_options = PassOptions() if options.passes is None else PassOptions.from_names(list(options.passes))
-    result = run_common_passes(model, pass_options)
+    result = passes_pipeline.run_common_passes(model, pass_options)
     return tuple(
         PassReport(r.name, r.nodes_before, r.nodes_after, getattr(r, "detail", "") or "") for r in result.records
     )
-
-
-def _partition(
-    model: ir.Model,
-    annotation: Annotation,
-    unit_backends: list[str],
-    host: str,
-    backends: Sequence[Backend],
-    options: CompileOptions,
-) -> Plan:
-    preds = annotation.unit_predecessors()
-    sizes = [len(unit.nodes) for unit in annotation.units]
-    preference = [b.name for b in backends]
-    while True:
-        groups = partition_units(unit_backends, preds, host=host, preference=preference)
-        if options.min_partition_size <= 1 or not demote_small_groups(
-            groups, unit_backends, host=host, min_nodes=options.min_partition_size, unit_sizes=sizes,
-            exempt={CONTROL_BACKEND},
-        ):
-            break
-    return plan_partitions(model, annotation, groups)
 
 
 def _check_host_can_run(annotation: Annotation, plan: Plan, host: Backend) -> None:
@@ -316,33 +281,15 @@ def _tensor_spec(value: ir.Value) -> TensorSpec:
 
 
 def _build_report(
-    model: ir.Model,
-    annotation: Annotation,
-    plan: Plan,
+    planned: Planned,
     partitions: Sequence[PartitionReport],
     backends: Sequence[Backend],
     host: Backend,
     passes: tuple[PassReport, ...],
-    placements: tuple[PlacementReport, ...],
 ) -> Report:
-    where = {}
-    for part, report in zip(plan.partitions, partitions, strict=True):
-        for i in part.node_indices:
-            where[i] = (report.backend, part.name)
-    nodes = []
-    for i, info in enumerate(annotation.infos):
-        backend, partition = where[i]
-        unit = annotation.units[annotation.unit_of_node[i]]
-        nodes.append(
-            NodeReport(
-                name=info.node.name or "",
-                op_type=info.node.op_type,
-                backend=backend,
-                partition=partition,
-                composite=unit.composite.instance if unit.composite else None,
-                declined=tuple((d.backend, d.reason) for d in annotation.declines[i] if d.backend != backend),
-            )
-        )
+    annotation = planned.annotation
+    nodes = planned.node_reports({part.name: report.backend for part, report in zip(
+        planned.plan.partitions, partitions, strict=True)})
     notes = []
     demoted = sum(
         1 for i, n in enumerate(nodes) if n.backend == host.name and annotation.capable[i] and not n.declined
@@ -355,6 +302,6 @@ def _build_report(
         nodes=tuple(nodes),
         partitions=tuple(partitions),
         passes=passes,
-        placements=placements,
+        placements=planned.placements,
         notes=tuple(notes),
     )

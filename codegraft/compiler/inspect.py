@@ -10,12 +10,13 @@ import onnx
 import onnx_ir as ir
 
 from codegraft.backends.onnxruntime import OnnxRuntimeBackend
-from codegraft.compiler.driver import Target, _resolve_targets, _run_common_passes, plan_model
+from codegraft.compiler.driver import Target, resolve_targets, run_common_passes
 from codegraft.core.options import CompileOptions
 from codegraft.frontend.model import ModelSource, import_model
 from codegraft.plan.annotate import Annotation
 from codegraft.plan.extract import Plan
-from codegraft.report.report import NodeReport, PartitionReport, Report
+from codegraft.plan.planner import plan
+from codegraft.report.report import PartitionReport, Report
 
 
 @dataclass(frozen=True)
@@ -37,25 +38,16 @@ class Inspection:
 def inspect_model(model: ModelSource, targets: Sequence[Target], *, min_partition_size: int = 1) -> Inspection:
     """Where each node would run and why; no backend compiles anything."""
     host = OnnxRuntimeBackend()
-    backends = _resolve_targets(targets)
+    backends = resolve_targets(targets)
     ir_model = import_model(model)
-    passes = _run_common_passes(ir_model, CompileOptions())
-    annotation, plan, _ = plan_model(ir_model, backends, host, CompileOptions(min_partition_size=min_partition_size))
-    partition_of = {i: part for part in plan.partitions for i in part.node_indices}
-    nodes = []
-    for i, info in enumerate(annotation.infos):
-        part = partition_of[i]
-        unit = annotation.units[annotation.unit_of_node[i]]
-        nodes.append(NodeReport(
-            info.node.name or "", info.node.op_type, part.backend, part.name,
-            unit.composite.instance if unit.composite else None,
-            tuple((d.backend, d.reason) for d in annotation.declines[i] if d.backend != part.backend),
-        ))
+    passes = run_common_passes(ir_model, CompileOptions())
+    planned = plan(ir_model, backends, host, CompileOptions(min_partition_size=min_partition_size))
+    nodes = planned.node_reports()
     partitions = tuple(
-        PartitionReport(p.name, p.backend, len(p.node_indices), p.inputs, p.outputs) for p in plan.partitions
+        PartitionReport(p.name, p.backend, len(p.node_indices), p.inputs, p.outputs) for p in planned.plan.partitions
     )
     report = Report(tuple(b.name for b in backends), host.name, tuple(nodes), partitions, passes)
-    return Inspection(report, ir_model, annotation, plan)
+    return Inspection(report, ir_model, planned.annotation, planned.plan)
 
 
 def draw_report(inspection: Inspection, path: pathlib.Path, *, fmt: str, collapse: bool | None) -> None:

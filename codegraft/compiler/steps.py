@@ -1,4 +1,9 @@
-"""Turning planned partitions into executable steps: compile, load, or fall back to the host.
+"""Building steps: each planned partition becomes an executable step, compiled and loaded
+through :mod:`codegraft.lower`, deferred per shape, or fallen back to the host.
+
+NOTE on names: *lowering* is what :mod:`codegraft.lower` does to one partition for one backend;
+*building a step* (here) wraps it with the plan's names, the artifact's record and the host
+fallback; the c backend's own ONNX-to-C-ops translation is internal to it.
 
 A partition its backend fails to compile or load runs on the host instead (unless
 ``strict``), and its report says so with the error; nothing is lost.
@@ -30,10 +35,11 @@ from codegraft.runtime.executable import Executable, Step
 
 log = logging.getLogger("codegraft")
 
-Lowered = tuple[Step, Runnable, PartitionReport]
+# What building a step gives: the step (as stored), its loaded runnable, its report record.
+Built = tuple[Step, Runnable, PartitionReport]
 
 
-def lower_partition(
+def build_step(
     model: ir.Model,
     annotation: Annotation,
     part: PartitionPlan,
@@ -42,7 +48,7 @@ def lower_partition(
     options: CompileOptions,
     samples: tuple[dict[str, np.ndarray], ...],
     host_is_target: bool,
-) -> Lowered:
+) -> Built:
     """Compile and load one partition on its backend (deferred per shape where needed)."""
     proto = partition_proto(model, annotation, part)
     # The host keeps float32 unless the user listed it as a target too.
@@ -70,14 +76,14 @@ def lower_partition(
     return step, runnable, replace(base, conversion_note=conversion_note)
 
 
-def lower_control(
+def build_control_step(
     model: ir.Model,
     annotation: Annotation,
     part: PartitionPlan,
     host: Backend,
     options: CompileOptions,
     compile_body: Callable[[onnx.ModelProto, str], Executable],
-) -> Lowered:
+) -> Built:
     """A partition of If/Loop nodes whose bodies are compiled for the targets, recursively."""
     nodes = [annotation.infos[i].node for i in part.node_indices]
     try:
@@ -123,7 +129,7 @@ def compile_control_nodes(
     return compiled
 
 
-def host_fallback(part: PartitionPlan, proto: onnx.ModelProto, host: Backend, error: Exception) -> Lowered:
+def host_fallback(part: PartitionPlan, proto: onnx.ModelProto, host: Backend, error: Exception) -> Built:
     """Run ``part`` on the host because its backend failed; the report keeps the error.
 
     Only a debug line per partition: ``compile`` warns once per backend (see
@@ -175,12 +181,12 @@ def static_inputs(proto: onnx.ModelProto) -> bool:
 
 __all__ = [
     "CompileBody",
-    "Lowered",
+    "Built",
     "compile_control_nodes",
     "host_fallback",
     "host_step",
-    "lower_control",
-    "lower_partition",
+    "build_control_step",
+    "build_step",
     "static_inputs",
     "warn_fallbacks",
 ]

@@ -24,8 +24,12 @@ QDQ_OPS = frozenset({"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinea
 
 
 @dataclass(frozen=True)
-class Decline:
-    """A target's reason for not taking a node."""
+class NodeDecline:
+    """A target's reason for not taking a node (the report's "declined" column).
+
+    Not to be confused with :class:`codegraft.patterns.Decline`, a composite rule's reason for
+    not taking a structural match.
+    """
 
     backend: str
     reason: str
@@ -47,7 +51,7 @@ class Annotation:
     infos: tuple[NodeInfo, ...]
     units: tuple[Unit, ...]
     unit_of_node: tuple[int, ...]
-    declines: tuple[tuple[Decline, ...], ...]  # per node
+    declines: tuple[tuple[NodeDecline, ...], ...]  # per node
     capable: tuple[tuple[str, ...], ...]  # per node: targets that accept it alone, in order
 
     @without_gc
@@ -96,13 +100,13 @@ def annotate(graph: ir.Graph, targets: Sequence[Backend], *, host: str) -> Annot
     count = len(infos)
     claimed: list[str | None] = [None] * count
     composite_of: list[Composite | None] = [None] * count
-    declines: list[list[Decline]] = [[] for _ in range(count)]
+    declines: list[list[NodeDecline]] = [[] for _ in range(count)]
     capable: list[list[str]] = [[] for _ in range(count)]
 
     for i, info in enumerate(infos):
         if info.has_subgraphs:
             claimed[i] = host
-            declines[i] = [Decline(t.name, CONTROL_FLOW_REASON) for t in targets]
+            declines[i] = [NodeDecline(t.name, CONTROL_FLOW_REASON) for t in targets]
 
     composite_members: dict[str, tuple[int, ...]] = {}
     for target in targets:
@@ -124,7 +128,7 @@ def annotate(graph: ir.Graph, targets: Sequence[Backend], *, host: str) -> Annot
                 if claimed[i] is None:
                     claimed[i] = target.name
             else:
-                declines[i].append(Decline(target.name, verdict.reason))
+                declines[i].append(NodeDecline(target.name, verdict.reason))
 
     quantized_members = _keep_quantized_units_whole(graph, index_of, claimed, composite_of, declines, host)
 
@@ -163,7 +167,7 @@ def _claim_composites(
     index_of: dict[ir.Node, int],
     claimed: list[str | None],
     composite_of: list[Composite | None],
-    declines: list[list[Decline]],
+    declines: list[list[NodeDecline]],
 ) -> dict[str, tuple[int, ...]]:
     """Claim ``target``'s pattern matches; returns each composite's member node indices."""
     members_of: dict[str, tuple[int, ...]] = {}
@@ -176,7 +180,7 @@ def _claim_composites(
     result = find_composites(graph, rules, excluded=excluded)
     for node, i in index_of.items():
         for message in result.reasons(node):
-            declines[i].append(Decline(target.name, message))
+            declines[i].append(NodeDecline(target.name, message))
     for number, match in enumerate(result.matches):
         members = [index_of[node] for node in match.nodes if node in index_of]
         if len(members) != len(match.nodes) or any(claimed[i] is not None for i in members):
@@ -195,7 +199,7 @@ def _keep_quantized_units_whole(
     index_of: dict[ir.Node, int],
     claimed: list[str | None],
     composite_of: list[Composite | None],
-    declines: list[list[Decline]],
+    declines: list[list[NodeDecline]],
     host: str,
 ) -> dict[int, tuple[int, ...]]:
     """DequantizeLinear -> op -> QuantizeLinear units are placed whole: on the one backend that
@@ -213,7 +217,7 @@ def _keep_quantized_units_whole(
         if len(owners) != 1 or None in owners:
             for i in members:
                 if claimed[i] not in (None, host):
-                    declines[i].append(Decline(str(claimed[i]), "quantized unit is not supported whole"))
+                    declines[i].append(NodeDecline(str(claimed[i]), "quantized unit is not supported whole"))
                 claimed[i] = host
         for i in members:
             members_of[i] = members

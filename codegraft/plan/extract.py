@@ -8,7 +8,7 @@ stores once and feeds to each partition as an input.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import onnx
@@ -73,27 +73,16 @@ def plan_partitions(model: ir.Model, annotation: Annotation, groups: Sequence[Gr
     shared_set = set(shared)
 
     plans: list[PartitionPlan] = []
+
+    def owned(value: ir.Value) -> bool:
+        return value in initializers and (value.name or "") not in shared_set
+
     for p, (group, nodes) in enumerate(zip(groups, group_nodes, strict=True)):
-        produced: set[ir.Value] = set()
-        inputs: list[str] = []
-        owned: list[str] = []
-        seen: set[ir.Value] = set()
-        for i in nodes:
-            for value in infos[i].reads:
-                if value in produced or value in seen:
-                    continue
-                seen.add(value)
-                if value in initializers and (value.name or "") not in shared_set:
-                    owned.append(value.name or "")
-                else:
-                    inputs.append(value.name or "")
-            produced.update(infos[i].node.outputs)
-        outputs = [
-            value.name or ""
-            for i in nodes
-            for value in infos[i].node.outputs
-            if value in graph_outputs or any(q != p for q in readers.get(value, ()))
-        ]
+
+        def read_outside(value: ir.Value, p: int = p) -> bool:
+            return value in graph_outputs or any(q != p for q in readers.get(value, ()))
+
+        inputs, outputs, owned_constants = partition_io(annotation, nodes, owned=owned, read_outside=read_outside)
         composites = tuple(
             dict.fromkeys(
                 unit.composite for unit_index in group.units if (unit := annotation.units[unit_index]).composite
@@ -104,13 +93,42 @@ def plan_partitions(model: ir.Model, annotation: Annotation, groups: Sequence[Gr
                 name=f"p{p}_{group.backend}",
                 backend=group.backend,
                 node_indices=nodes,
-                inputs=tuple(inputs),
-                outputs=tuple(outputs),
-                initializers=tuple(owned),
+                inputs=inputs,
+                outputs=outputs,
+                initializers=owned_constants,
                 composites=composites,
             )
         )
     return Plan(tuple(plans), tuple(sorted(shared)))
+
+
+def partition_io(
+    annotation: Annotation,
+    nodes: Sequence[int],
+    *,
+    owned: Callable[[ir.Value], bool],
+    read_outside: Callable[[ir.Value], bool],
+) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    """(inputs, outputs, owned constants) of the sub-model made of ``nodes`` (graph order).
+
+    A value read but not computed inside is an input, or an owned constant when ``owned``
+    says so; a value computed inside is an output when ``read_outside`` says something
+    outside the nodes (or the graph's caller) reads it.  Shared by planning and by measured
+    placement's pieces, so both cut a region the same way.
+    """
+    produced: set[ir.Value] = set()
+    seen: set[ir.Value] = set()
+    inputs: list[str] = []
+    constants: list[str] = []
+    for i in nodes:
+        for value in annotation.infos[i].reads:
+            if value in produced or value in seen:
+                continue
+            seen.add(value)
+            (constants if owned(value) else inputs).append(value.name or "")
+        produced.update(annotation.infos[i].node.outputs)
+    outputs = [value.name or "" for i in nodes for value in annotation.infos[i].node.outputs if read_outside(value)]
+    return tuple(inputs), tuple(outputs), tuple(constants)
 
 
 def partition_proto(model: ir.Model, annotation: Annotation, plan: PartitionPlan) -> onnx.ModelProto:

@@ -31,7 +31,7 @@ from codegraft.core.reference import values_inside
 from codegraft.errors import BackendError
 from codegraft.lower.lowering import LoweringRequest, compile_blob, load_runnable, specialise
 from codegraft.plan.annotate import Annotation
-from codegraft.plan.extract import PartitionPlan, partition_proto
+from codegraft.plan.extract import PartitionPlan, partition_io, partition_proto
 
 CACHE_ENV = "CODEGRAFT_CACHE_DIR"
 # Timing: warm-up runs, then timed runs until both limits are reached (whichever is later).
@@ -245,28 +245,13 @@ def region_io(annotation: Annotation, units: Sequence[int]) -> tuple[tuple[str, 
     """(inputs, outputs, initializers) of the sub-model made of ``units``."""
     nodes = sorted(i for u in units for i in annotation.units[u].nodes)
     inside = set(nodes)
-    produced: set[ir.Value] = set()
-    inputs: list[str] = []
-    initializers: list[str] = []
-    for i in nodes:
-        for value in annotation.infos[i].reads:
-            if value in produced:
-                continue
-            name = value.name or ""
-            if value.is_initializer() and value.const_value is not None:
-                if name not in initializers:
-                    initializers.append(name)
-            elif name not in inputs:
-                inputs.append(name)
-        produced.update(annotation.infos[i].node.outputs)
     read_outside = {value for j, info in enumerate(annotation.infos) if j not in inside for value in info.reads}
-    outputs = [
-        value.name or ""
-        for i in nodes
-        for value in annotation.infos[i].node.outputs
-        if value in read_outside or value.is_graph_output()
-    ]
-    return tuple(inputs), tuple(outputs), tuple(initializers)
+    return partition_io(
+        annotation,
+        nodes,
+        owned=lambda value: value.is_initializer() and value.const_value is not None,
+        read_outside=lambda value: value in read_outside or value.is_graph_output(),
+    )
 
 
 # --- sample inputs and intermediates ----------------------------------------------------------

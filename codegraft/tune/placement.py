@@ -48,7 +48,7 @@ import onnx_ir as ir
 
 from codegraft.backend import Backend
 from codegraft.plan.annotate import Annotation, check_node
-from codegraft.plan.partition import partition_units
+from codegraft.plan.planner import group_units
 from codegraft.report.report import PlacementReport
 from codegraft.tune.measure import (
     ALTERNATE_ROUNDS,
@@ -356,9 +356,8 @@ def _cheapest_chain(costs: Sequence[Mapping[str, float]], overhead: Callable[[st
 def plan_regions(annotation: Annotation, backends: Sequence[Backend], host: Backend) -> list[Region]:
     """The partitions of the default placement, in execution order, with the backends that
     could run each whole (one candidate: nothing to choose)."""
-    preds = annotation.unit_predecessors()
     default = [unit.backend for unit in annotation.units]
-    groups = partition_units(default, preds, host=host.name, preference=[b.name for b in backends])
+    groups = group_units(annotation, default, host.name, [b.name for b in backends])
     order = list(dict.fromkeys([*(b.name for b in backends), host.name]))
     host_ok = _host_capable(annotation, host)
     regions = []

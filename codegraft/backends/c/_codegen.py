@@ -21,7 +21,6 @@ from codegraft.backends.c._emit import Context
 from codegraft.backends.c._fuse import Kernel, fuse
 from codegraft.backends.c._kernels import ENTRY_OPEN, PRELUDE, SHUFFLE, transpose_block
 from codegraft.backends.c._layout import assign_layout
-from codegraft.backends.c._lower import lower
 from codegraft.backends.c._ops_conv import _Kernels, emit_conv, emit_matmul
 from codegraft.backends.c._ops_data import (
     emit_concat,
@@ -40,6 +39,7 @@ from codegraft.backends.c._ops_elementwise import emit_elementwise
 from codegraft.backends.c._pool import POOL
 from codegraft.backends.c._timers import timer_source
 from codegraft.backends.c._toolchain import Target
+from codegraft.backends.c._translate import translate
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,7 @@ def generate(model: ir.Model, target: Target) -> Program:
     partition runs on the host for that shape instead (a crash in native code otherwise).
     """
     _refuse_empty(model)
-    graph = assign_layout(lower(model))
+    graph = assign_layout(translate(model))
     kernels = fuse(graph)
     ctx = Context(target, graph.inputs, graph.outputs)
     variants = _Kernels()

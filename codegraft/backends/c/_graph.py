@@ -1,6 +1,6 @@
 """The C backend's own small graph: tensors with concrete shapes and a physical layout, and ops.
 
-NOTE: the ONNX graph is lowered into these few typed ops (``_lower.py``) so that the later
+NOTE: the ONNX graph is translated into these few typed ops (``_translate.py``) so that the later
 steps - layout (``_layout.py``), fusion (``_fuse.py``), memory planning and C emission -
 deal with one shape of data instead of every ONNX attribute spelling.  A tensor has a
 *logical* shape (ONNX's) and a physical axis order ``perm``: ``perm = (0, 2, 3, 1)``

@@ -1,4 +1,6 @@
-"""Lowering: an ONNX partition (onnx-ir) into the backend's typed ops, with concrete shapes.
+"""Translating an ONNX partition (onnx-ir) into the backend's typed ops, with concrete shapes.
+
+(Named apart from :mod:`codegraft.lower`, which lowers a partition onto any backend.)
 
 NOTE: shapes are computed here from the partition's concrete input shapes, not read from
 the model's value infos, because ``codegraft.nhwc`` ops are unknown to ONNX shape
@@ -92,7 +94,7 @@ class _Lowerer:
         return out
 
 
-def lower(model: ir.Model) -> g.Graph:
+def translate(model: ir.Model) -> g.Graph:
     """Lower a partition with concrete input shapes; raise :class:`LoweringError` if unable."""
     lowerer = _Lowerer()
     inputs = []

@@ -1,0 +1,119 @@
+"""``plan``: the one planning entry point that compile, inspect and measured placement share.
+
+NOTE: planning is annotate, send If/Loop nodes with claimable bodies to codegraft's runtime,
+optionally let a *placer* choose each unit's backend (measured placement lives in
+:mod:`codegraft.tune`, a later stage, so it is passed in rather than imported), then group the
+units into cycle-free partitions (:func:`group_units`, demoting partitions below the minimum
+size to the host) and work out each partition's inputs, outputs and constants.  Compile and
+inspect both call :func:`plan` and report its nodes with :meth:`Planned.node_reports`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import onnx_ir as ir
+
+from codegraft.backend import Backend
+from codegraft.core.names import CONTROL_BACKEND
+from codegraft.core.options import CompileOptions
+from codegraft.plan.annotate import Annotation, annotate
+from codegraft.plan.control import mark_control_units
+from codegraft.plan.extract import Plan, plan_partitions
+from codegraft.plan.partition import Group, demote_small_groups, partition_units
+from codegraft.report.report import NodeReport, PlacementReport
+
+Placer = Callable[
+    [ir.Model, Annotation, Sequence[Backend], Backend, CompileOptions],
+    tuple[list[str], tuple[PlacementReport, ...]],
+]
+"""Chooses every unit's backend (the host's name for the host) and says why, per region."""
+
+
+@dataclass(frozen=True)
+class Planned:
+    """What :func:`plan` decided: the annotation, the partitions and any placement records."""
+
+    annotation: Annotation
+    plan: Plan
+    placements: tuple[PlacementReport, ...] = ()
+
+    def node_reports(self, ran_on: Mapping[str, str] | None = None) -> tuple[NodeReport, ...]:
+        """One record per node: its partition, the backend running it, and why others declined.
+
+        ``ran_on`` maps a partition's name to the backend that runs it when that differs from
+        the plan (a partition whose backend failed to compile runs on the host).
+        """
+        annotation = self.annotation
+        where: dict[int, tuple[str, str]] = {}
+        for part in self.plan.partitions:
+            backend = (ran_on or {}).get(part.name, part.backend)
+            for index in part.node_indices:
+                where[index] = (backend, part.name)
+        nodes = []
+        for index, info in enumerate(annotation.infos):
+            backend, partition = where[index]
+            unit = annotation.units[annotation.unit_of_node[index]]
+            nodes.append(
+                NodeReport(
+                    name=info.node.name or "",
+                    op_type=info.node.op_type,
+                    backend=backend,
+                    partition=partition,
+                    composite=unit.composite.instance if unit.composite else None,
+                    declined=tuple((d.backend, d.reason) for d in annotation.declines[index] if d.backend != backend),
+                )
+            )
+        return tuple(nodes)
+
+
+def plan(
+    model: ir.Model,
+    backends: Sequence[Backend],
+    host: Backend,
+    options: CompileOptions,
+    *,
+    place: Placer | None = None,
+) -> Planned:
+    """Annotate and partition ``model``: everything up to (not including) compiling partitions.
+
+    ``place``, when given and there are targets, replaces the default placement (the first
+    target that supports a node takes it).
+
+    Example::
+
+        planned = plan(model, [get_backend("c")], OnnxRuntimeBackend(), CompileOptions())
+        print([p.name for p in planned.plan.partitions])
+    """
+    annotation = annotate(model.graph, backends, host=host.name)
+    placements: tuple[PlacementReport, ...] = ()
+    unit_backends = [unit.backend for unit in annotation.units]
+    mark_control_units(annotation, unit_backends, backends)
+    if place is not None and backends:  # the host is always a candidate too
+        unit_backends, placements = place(model, annotation, backends, host, options)
+    groups = group_units(annotation, unit_backends, host.name, [b.name for b in backends], options.min_partition_size)
+    return Planned(annotation, plan_partitions(model, annotation, groups), placements)
+
+
+def group_units(
+    annotation: Annotation,
+    unit_backends: list[str],
+    host: str,
+    preference: Sequence[str],
+    min_partition_size: int = 1,
+) -> list[Group]:
+    """Cycle-free groups of units on their backends; groups under ``min_partition_size`` nodes
+    go to the host (``unit_backends`` is updated) and the rest is regrouped until none is left."""
+    preds = annotation.unit_predecessors()
+    sizes = [len(unit.nodes) for unit in annotation.units]
+    while True:
+        groups = partition_units(unit_backends, preds, host=host, preference=preference)
+        if min_partition_size <= 1 or not demote_small_groups(
+            groups, unit_backends, host=host, min_nodes=min_partition_size, unit_sizes=sizes,
+            exempt={CONTROL_BACKEND},
+        ):
+            return groups
+
+
+__all__ = ["Placer", "Planned", "group_units", "plan"]
