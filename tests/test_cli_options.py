@@ -41,6 +41,7 @@ def test_square_brackets_in_errors_are_printed(small: Small, tmp_path: pathlib.P
     result = runner.invoke(app, ["run", str(artifact), "-i", f"x={bad}"])
     assert result.exit_code == 2
     assert "expected 16: float32[batch, 3, 16, 16]" in _one_line(result.output), result.output
+    assert "\n\n" not in result.output and not result.output.startswith("\n")  # no live display off a terminal
 
     np.save(bad, np.zeros((1, 3, 16, 16), np.float64))
     result = runner.invoke(app, ["run", str(artifact), "-i", f"x={bad}"])

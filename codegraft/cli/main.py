@@ -401,9 +401,12 @@ def _step(label: str) -> Iterator[None]:
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     start = time.perf_counter()
-    columns = (SpinnerColumn(), TextColumn("{task.description}", markup=False), TimeElapsedColumn())
-    with Progress(*columns, console=err_console, transient=True) as bar:
-        bar.add_task(label, total=None)
+    if err_console.is_terminal:  # elsewhere (a pipe, a log) a live display only leaves blank lines
+        columns = (SpinnerColumn(), TextColumn("{task.description}", markup=False), TimeElapsedColumn())
+        with Progress(*columns, console=err_console, transient=True) as bar:
+            bar.add_task(label, total=None)
+            yield
+    else:
         yield
     took = time.perf_counter() - start
     if took > SLOW_STEP_S:
