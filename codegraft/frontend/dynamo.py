@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from codegraft.errors import CodegraftError
+from codegraft.frontend.torch_export import first_line
 
 log = logging.getLogger("codegraft")
 
@@ -83,7 +84,7 @@ def codegraft_backend(
         if strict:
             raise
         log.warning("codegraft could not compile a torch.compile graph (%s: %s); it runs in torch instead",
-                    type(error).__name__, _first_line(error))
+                    type(error).__name__, first_line(error))
         return gm.forward  # type: ignore[no-any-return]
     return graph
 
@@ -278,8 +279,3 @@ def _fold_scalars(gm: Any, slots: list[_Slot], scalars: list[float]) -> Any:
 
 def _swap(node: Any, *, old: Any, new: Any) -> Any:
     return new if node is old else node
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__

@@ -70,7 +70,7 @@ def export_module(
         proto = _export_dynamo(torch, module, args, names, dynamic_shapes)
         exporter, note = "dynamo", "exported with torch.onnx.export(dynamo=True)"
     except Exception as error:  # the exporter raises many types; the legacy one gets its chance
-        reason = _first_line(error)
+        reason = first_line(error)
         log.warning("torch's dynamo exporter failed for %s (%s); trying the legacy exporter",
                     type(module).__name__, reason)
         try:
@@ -78,7 +78,7 @@ def export_module(
         except Exception as legacy_error:
             raise ModelError(
                 f"torch.onnx.export failed for {type(module).__name__}: dynamo exporter: {reason}; "
-                f"legacy exporter: {_first_line(legacy_error)}"
+                f"legacy exporter: {first_line(legacy_error)}"
             ) from None
         exporter = "legacy"
         note = f"exported with the legacy TorchScript exporter: the dynamo exporter failed: {reason}"
@@ -214,6 +214,7 @@ def _all_values(model: ir.Model) -> list[ir.Value]:
     return values
 
 
-def _first_line(error: BaseException) -> str:
+def first_line(error: BaseException) -> str:
+    """The first line of an error's message (exporters write pages), or its type's name."""
     text = str(error).strip()
     return text.splitlines()[0] if text else type(error).__name__

@@ -290,22 +290,13 @@ def _check_reshape(node: ir.Node) -> str:
     return ""
 
 
-def _check_gather(node: ir.Node) -> str:
-    if not compile_time(present(node, 1)):
-        return "the indices must be a constant or computed from shapes"
-    return ""
+def _known_at_compile_time(index: int, what: str) -> Callable[[ir.Node], str]:
+    """A check that input ``index`` (``what``) is a constant or computed from shapes."""
 
+    def check(node: ir.Node) -> str:
+        return "" if compile_time(present(node, index)) else f"the {what} must be a constant or computed from shapes"
 
-def _check_where(node: ir.Node) -> str:
-    if not compile_time(present(node, 0)):
-        return "the condition must be a constant or computed from shapes"
-    return ""
-
-
-def _check_expand(node: ir.Node) -> str:
-    if not compile_time(present(node, 1)):
-        return "the shape must be a constant or computed from shapes"
-    return ""
+    return check
 
 
 def _check_cast(node: ir.Node) -> str:
@@ -406,9 +397,9 @@ _CHECKS: dict[str, Callable[[ir.Node], str]] = {
     "Clip": _check_clip,
     "Gelu": _check_gelu,
     "Reshape": _check_reshape,
-    "Gather": _check_gather,
-    "Where": _check_where,
-    "Expand": _check_expand,
+    "Gather": _known_at_compile_time(1, "indices"),
+    "Where": _known_at_compile_time(0, "condition"),
+    "Expand": _known_at_compile_time(1, "shape"),
     "Cast": _check_cast,
     "Squeeze": _check_axes_input,
     "Unsqueeze": _check_axes_input,
