@@ -2,12 +2,21 @@
 
 Run from the repository root::
 
-    .venv/bin/python -m bench.c_models [--threads N] [--repeat R] [--write bench/C_RESULTS.md]
+    .venv/bin/python -m bench.c_models [--threads 1,4,16] [--models resnet50,vgg19] [--repeat R]
+                                       [--write bench/C_RESULTS.md]
+
+On a machine with nothing installed but numpy, onnx, onnx-ir, onnxscript, onnxruntime and a C
+compiler, from a plain copy of the repository: ``PYTHONPATH=. python3 -m bench.c_models
+--threads 1,4,16``.
 
 Each light model of the onnx wheel (random weights, see ``codegraft.testing.light_model``)
 whose nodes are all supported is compiled as one ``c`` partition and timed against an
-onnxruntime session of the same model, same thread count, in the same process, in
-alternating call by call (see :func:`bench.c_ops.median_pair`).  Targets (issue 4): resnet50,
+onnxruntime session of the same model (default session options: spinning on, as users run
+it), same thread count, in the same process, alternating in blocks of calls (see
+:func:`bench.c_ops.median_pair`).  With several thread counts (``--threads 1,4,16``) each
+model is compiled and timed at each count, and a scaling table follows: the ratio
+``c / onnxruntime`` per thread count and ``c``'s milliseconds, with models whose ``c`` time
+grows from one thread count to the next flagged (issue 18: none may).  Targets (issue 4): resnet50,
 vgg19 and squeezenet within 1.5x of onnxruntime.  With ``--write`` the per-op table of
 ``bench.c_ops`` is run too and both tables go into the results file.
 """
@@ -42,19 +51,69 @@ MODELS = [
 ]
 
 
-def model_rows(threads: int, repeat: int) -> list[Row]:
-    rows = []
+# Calls per side before switching: onnxruntime's spinning workers then disturb only the first
+# c call of a block (and the reverse), as in a program that runs one engine at a time.
+BLOCK = 5
+
+
+def model_rows(threads: int, repeat: int, names: list[str] | None = None) -> list[Row]:
+    """One row per supported model at one thread count."""
+    return scaling_rows([threads], repeat, names)[threads]
+
+
+def scaling_rows(counts: list[int], repeat: int, names: list[str] | None = None) -> dict[int, list[Row]]:
+    """Rows per thread count: each model compiled (the plan depends on the count) and timed."""
+    rows: dict[int, list[Row]] = {t: [] for t in counts}
     backend = CBackend()
-    for name in MODELS:
+    for name in names or MODELS:
         model = light_model(name)
         declined = [n.op_type for n in ir.from_proto(model).graph if not backend.supports(n)]
         if declined:
             print(f"skip {name}: {sorted(set(declined))} not supported")
             continue
-        rows.append(compare(f"light_{name}", model, threads, repeat))
-        print(f"{rows[-1].name}: c {rows[-1].c_ms:.2f} ms, onnxruntime {rows[-1].ort_ms:.2f} ms, "
-              f"ratio {rows[-1].ratio:.2f}", flush=True)
+        for threads in counts:
+            row = compare(f"light_{name}", model, threads, repeat, block=BLOCK)
+            rows[threads].append(row)
+            print(f"{row.name} T={threads}: c {row.c_ms:.2f} ms, onnxruntime {row.ort_ms:.2f} ms, "
+                  f"ratio {row.ratio:.2f}", flush=True)
     return rows
+
+
+def scaling_table(rows: dict[int, list[Row]]) -> str:
+    """``| model | T=1 | T=4 | ... | c ms at 1 / 4 / ... threads | onnxruntime ms ... |`` plus flags.
+
+    Example (issue 18's layout)::
+
+        | model | T=1 | T=4 | T=16 | c ms at 1 / 4 / 16 threads | onnxruntime ms at 1 / 4 / 16 threads |
+        | light_resnet50 | 1.20x | 1.58x | 1.26x | 150 / 39.4 / 12.8 | 125 / 24.9 / 10.2 |
+    """
+    counts = list(rows)
+    at = " / ".join(map(str, counts))
+    lines = [
+        f"| model | {' | '.join(f'T={t}' for t in counts)} | c ms at {at} threads | onnxruntime ms at {at} threads |",
+        "|---|" + "---:|" * (len(counts) + 2),
+    ]
+    slower = []
+    for i, name in enumerate(row.name for row in rows[counts[0]]):
+        line = [rows[t][i] for t in counts]
+        c_ms = " / ".join(f"{r.c_ms:.3g}" for r in line)
+        ort_ms = " / ".join(f"{r.ort_ms:.3g}" for r in line)
+        lines.append(f"| {name} | {' | '.join(f'{r.ratio:.2f}x' for r in line)} | {c_ms} | {ort_ms} |")
+        steps = zip(counts[:-1], counts[1:], line[:-1], line[1:], strict=True)
+        slower += [f"{name} ({a}->{b} threads)" for a, b, ra, rb in steps if rb.c_ms > ra.c_ms]
+    lines.append("")
+    lines.append(f"c slower with more threads: {', '.join(slower) if slower else 'none'}")
+    return "\n".join(lines)
+
+
+def _counts(text: str) -> list[int]:
+    try:
+        counts = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--threads: expected counts like 1,4,16, got {text!r}") from None
+    if not counts or any(c < 1 for c in counts):
+        raise argparse.ArgumentTypeError(f"--threads: counts must be positive integers, got {text!r}")
+    return counts
 
 
 def _load() -> str:
@@ -66,13 +125,23 @@ def _load() -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--threads", type=_counts, default=[os.cpu_count() or 1],
+                        help="thread counts, comma-separated (e.g. 1,4,16); --write uses the last")
+    parser.add_argument("--models", default=None, help=f"comma-separated subset of {','.join(MODELS)}")
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--write", type=pathlib.Path, default=None, help="write the Markdown results here")
     args = parser.parse_args()
+    names = args.models.split(",") if args.models else None
+    unknown = sorted(set(names or []) - set(MODELS))
+    if unknown:
+        parser.error(f"--models: unknown {unknown}; choose from {', '.join(MODELS)}")
     load_before = _load()
-    models = model_rows(args.threads, args.repeat)
+    scaling = scaling_rows(args.threads, args.repeat, names)
+    args.threads = args.threads[-1]
+    models = scaling[args.threads]
     print(table(models))
+    if len(scaling) > 1:
+        print(scaling_table(scaling))
     if args.write is None:
         return
     peak, how = peak_gflops(args.threads)
@@ -88,7 +157,8 @@ def main() -> None:
         f"Generated by `python -m bench.c_models --write {args.write}` on "
         f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC, {platform.machine()}, "
         f"{args.threads} threads for both sides unless stated, median of {args.repeat} (models) / "
-        f"{args.repeat * 2} (ops) calls, c and onnxruntime alternating call by call.  "
+        f"{args.repeat * 2} (ops) calls, c and onnxruntime (default session options) alternating "
+        f"in blocks of {BLOCK} calls (models) / call by call (ops).  "
         f"Load average (1/5/15 min) before: {load_before}; after: {_load()} - this machine is shared "
         "with other jobs, so absolute times move between runs; the ratios, measured side by side, "
         "are the figures to read.",

@@ -7,10 +7,11 @@ Run from the repository root::
 Both run the same model with the same number of threads, in the same process, in
 alternation, call by call (so a noisy neighbour slows both alike); the table gives medians
 and the ratio ``c / onnxruntime`` (below 1: ``c`` is faster).  onnxruntime runs with all its
-graph optimisations on, ``intra_op_num_threads`` set to the same count as ``c``'s threads
-and spinning off (see :func:`ort_session`).  GEMM rows also give GFLOP/s and the fraction of
-this CPU's peak: a measured AVX-512 FMA loop per core (see :func:`measured_fma_gflops`),
-next to the nominal cores x clock x FMA units x SIMD lanes x 2 (:func:`peak_gflops`).
+graph optimisations on and its default session options (spinning on, as its users run it),
+``intra_op_num_threads`` set to the same count as ``c``'s threads (see :func:`ort_session`).
+GEMM rows also give GFLOP/s and the fraction of this CPU's peak: a measured AVX-512 FMA
+loop per core (see :func:`measured_fma_gflops`), next to the nominal cores x clock x FMA
+units x SIMD lanes x 2 (:func:`peak_gflops`).
 """
 
 from __future__ import annotations
@@ -51,15 +52,20 @@ class Row:
         return self.c_ms / self.ort_ms
 
 
-def median_pair(c_call: Callable[[], object], ort_call: Callable[[], object], repeat: int) -> tuple[float, float]:
-    """Medians (ms) of two callables timed alternately, call by call, after a warm-up."""
+def median_pair(c_call: Callable[[], object], ort_call: Callable[[], object], repeat: int,
+                block: int = 1) -> tuple[float, float]:
+    """Medians (ms) of two callables timed alternately in blocks of ``block`` calls, after a warm-up.
+
+    ``block=1`` alternates call by call: a burst of load from other jobs then hits both sides
+    alike.  Larger blocks let each side's thread pool settle (onnxruntime's workers spin for a
+    while after a call and would otherwise share the cores with the next ``c`` call).
+    """
     for _ in range(2):
         c_call()
         ort_call()
     c_times: list[float] = []
     ort_times: list[float] = []
-    block = 1  # alternate call by call: a burst of load from other jobs then hits both sides alike
-    for _ in range(max(1, repeat // block)):
+    for _ in range(max(1, -(-repeat // block))):
         for call, times in ((c_call, c_times), (ort_call, ort_times)):
             for _ in range(block):
                 start = time.perf_counter()
@@ -69,16 +75,18 @@ def median_pair(c_call: Callable[[], object], ort_call: Callable[[], object], re
 
 
 def ort_session(model: onnx.ModelProto, threads: int) -> ort.InferenceSession:
+    """onnxruntime as its users run it: default session options, ``threads`` intra-op threads.
+
+    Its workers spin between calls by default; turning that off (as this bench once did) costs
+    onnxruntime 13-27% and would flatter ``c`` (issue 18).
+    """
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    # A spinning onnxruntime pool keeps a core busy after each call and starves the OpenMP
-    # team timed next (and the reverse costs onnxruntime little: OpenMP spins only briefly).
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
 
 
-def compare(name: str, model: onnx.ModelProto, threads: int, repeat: int, flops: float = 0.0) -> Row:
+def compare(name: str, model: onnx.ModelProto, threads: int, repeat: int, flops: float = 0.0,
+            block: int = 1) -> Row:
     """Compile ``model`` whole on ``c`` and time it against onnxruntime on the same feeds."""
     rng = np.random.default_rng(0)
     inits = {t.name for t in model.graph.initializer}
@@ -92,7 +100,7 @@ def compare(name: str, model: onnx.ModelProto, threads: int, repeat: int, flops:
     runnable = backend.load(backend.compile(partition))
     inputs = [feeds[n] for n in partition.input_names]
     session = ort_session(model, threads)
-    c_ms, ort_ms = median_pair(lambda: runnable.run(inputs), lambda: session.run(None, feeds), repeat)
+    c_ms, ort_ms = median_pair(lambda: runnable.run(inputs), lambda: session.run(None, feeds), repeat, block)
     return Row(name, c_ms, ort_ms, flops)
 
 
