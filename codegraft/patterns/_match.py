@@ -88,10 +88,19 @@ class Decline:
 
 @dataclass(frozen=True)
 class MatchResult:
-    """Accepted matches (rule priority, then graph order) and the declines met on the way."""
+    """Accepted matches (rule priority, then graph order) and the declines met on the way.
+
+    ``near_misses`` says, for anchors where a rule matched nothing, why the closest attempt
+    failed: ``result.near_misses[0].message`` is e.g. ``"pattern conv_relu: conv_1 is
+    MatMul, expected Conv"``.
+    """
 
     matches: tuple[Match, ...]
     declines: tuple[Decline, ...]
+    # Anchors where a rule found no structural match at all, each with the mismatch that
+    # stopped the match that got furthest ("Add_3 is Mul, expected Add").  Kept apart from
+    # ``declines``: the report lists what a backend turned down, not every near miss.
+    near_misses: tuple[Decline, ...] = ()
     _by_node: Mapping[ir.Node, Match] = field(init=False, repr=False, compare=False)
     _declined: Mapping[ir.Node, tuple[Decline, ...]] = field(init=False, repr=False, compare=False)
 
@@ -160,6 +169,7 @@ def find_composites(
     taken: set[ir.Node] = set(excluded)
     matches: list[Match] = []
     declines: list[Decline] = []
+    near_misses: list[Decline] = []
     for rule in rules:
         found: list[Match] = []
         pattern = rule.pattern
@@ -171,7 +181,7 @@ def find_composites(
         for root in roots:
             if root in taken:
                 continue
-            match, root_declines = _best_at(root, rule, order, outer, taken)
+            match, root_declines = _best_at(root, rule, order, outer, taken, near_misses)
             if match is None:
                 declines.extend(root_declines)
             else:
@@ -179,7 +189,7 @@ def find_composites(
                 found.append(match)
         found.sort(key=lambda m: order[m.nodes[0]])
         matches.extend(found)
-    return MatchResult(tuple(matches), tuple(declines))
+    return MatchResult(tuple(matches), tuple(declines), tuple(near_misses))
 
 
 def all_matches(graph: ir.Graph, pattern: Pattern) -> Iterator[Match]:
@@ -200,12 +210,18 @@ def _best_at(
     order: Mapping[ir.Node, int],
     outer: Mapping[ir.Node, ir.Node],
     taken: Collection[ir.Node],
+    near_misses: list[Decline] | None = None,
 ) -> tuple[Match | None, list[Decline]]:
-    """The first acceptable match rooted at ``root`` (preference order), else the declines."""
+    """The first acceptable match rooted at ``root`` (preference order), else the declines.
+
+    When nothing matches structurally at all, the furthest attempt's mismatch is appended to
+    ``near_misses``.
+    """
     pattern = rule.pattern
     seen: set[tuple[frozenset[ir.Node], tuple[tuple[str, int], ...]]] = set()
     declines: list[Decline] = []
-    for b in _enumerate(pattern, root):
+    trace = _Trace()
+    for b in _enumerate(pattern, root, trace):
         key = (
             frozenset(b.nodes.values()),
             tuple(sorted((k, id(v)) for k, v in b.names.items())),
@@ -225,6 +241,8 @@ def _best_at(
             return match, []
         if all(d.nodes != match.nodes or d.reason != reason for d in declines):
             declines.append(Decline(rule.name, match.nodes, reason))
+    if not seen and near_misses is not None and trace.reason is not None:
+        near_misses.append(Decline(rule.name, trace.nodes or (root,), trace.reason))
     return None, declines
 
 
@@ -330,6 +348,36 @@ def _nested_owners(graph: ir.Graph) -> dict[ir.Node, ir.Node]:
 _UNBOUND = object()
 
 
+class _Trace:
+    """The mismatch that stopped the attempt which got furthest (most pattern nodes bound).
+
+    NOTE: owned by one search (:func:`_best_at`), never by the pattern.  Reasons are built
+    lazily, only for an attempt deeper than the best so far: matching is the hot loop.
+    """
+
+    __slots__ = ("depth", "nodes", "reason")
+
+    def __init__(self) -> None:
+        self.depth = -1
+        self.nodes: tuple[ir.Node, ...] = ()
+        self.reason: str | None = None
+
+    def fail(self, b: _Binding, reason: str | Callable[[], str]) -> None:
+        if len(b.nodes) > self.depth:
+            self.depth = len(b.nodes)
+            self.nodes = tuple(b.nodes.values())
+            self.reason = reason if isinstance(reason, str) else reason()
+
+
+def _fail(trace: _Trace | None, b: _Binding, reason: str | Callable[[], str]) -> None:
+    if trace is not None:
+        trace.fail(b, reason)
+
+
+def _name(v: ir.Value | ir.Node | None) -> str:
+    return "nothing" if v is None else (v.name or "?")
+
+
 class _Binding:
     """Pattern objects -> graph objects for one partial match (copy on write)."""
 
@@ -366,28 +414,30 @@ class _Binding:
         return _Binding(self.values, {**self.nodes, p: node}, names)
 
 
-def _enumerate(pattern: Pattern, root: ir.Node) -> Iterator[_Binding]:
+def _enumerate(pattern: Pattern, root: ir.Node, trace: _Trace | None = None) -> Iterator[_Binding]:
     first = pattern.outputs[0]
     for value in root.outputs:
-        for b in _match_value(first, value, _Binding({}, {}, {})):
-            yield from _match_rest(pattern.outputs[1:], b)
+        for b in _match_value(first, value, _Binding({}, {}, {}), trace):
+            yield from _match_rest(pattern.outputs[1:], b, trace)
 
 
-def _match_rest(outputs: Sequence[ValuePattern], b: _Binding) -> Iterator[_Binding]:
+def _match_rest(outputs: Sequence[ValuePattern], b: _Binding, trace: _Trace | None = None) -> Iterator[_Binding]:
     """Bind further pattern outputs near what is already bound (their ops read it)."""
     if not outputs:
         yield b
         return
     p, rest = outputs[0], outputs[1:]
     if p in b.values:
-        yield from _match_rest(rest, b)
+        yield from _match_rest(rest, b, trace)
         return
     anchors = root_op_types(p) or frozenset()
-    for node in _nearby_consumers(b, _depth(p)):
-        if node.op_type in anchors:
-            for value in node.outputs:
-                for b2 in _match_value(p, value, b):
-                    yield from _match_rest(rest, b2)
+    candidates = [node for node in _nearby_consumers(b, _depth(p)) if node.op_type in anchors]
+    if not candidates:
+        _fail(trace, b, lambda: f"no {'|'.join(sorted(anchors))} near the match for its next output")
+    for node in candidates:
+        for value in node.outputs:
+            for b2 in _match_value(p, value, b, trace):
+                yield from _match_rest(rest, b2, trace)
 
 
 def _nearby_consumers(b: _Binding, depth: int) -> list[ir.Node]:
@@ -414,37 +464,59 @@ def _depth(p: ValuePattern) -> int:
     return 0
 
 
-def _match_value(p: ValuePattern, v: ir.Value | None, b: _Binding) -> Iterator[_Binding]:
+def _match_value(
+    p: ValuePattern, v: ir.Value | None, b: _Binding, trace: _Trace | None = None
+) -> Iterator[_Binding]:
     bound = b.values.get(p, _UNBOUND)
     if bound is not _UNBOUND:
         if bound is v:
             yield b
+        else:
+            _fail(trace, b, lambda: f"{_name(v)} is not {_name(bound)}, which the pattern reads there too")  # type: ignore[arg-type]
         return
     if isinstance(p, (Var, Const)):
         if v is None:
             if p.optional:
                 yield _Binding({**b.values, p: None}, b.nodes, b.names)
+            else:
+                _fail(trace, b, lambda: f"an input the pattern needs ({p.name or 'unnamed'}) is missing")
             return
-        if p.constraint.violation(v) is not None:
+        violation = p.constraint.violation(v)
+        if violation is not None:
+            _fail(trace, b, violation)
             return
         if isinstance(p, Const) and not _const_ok(p, v):
+            wanted = "a constant" if p.value is None else f"the constant {p.value:g}"
+            _fail(trace, b, lambda: f"{_name(v)} is not {wanted}")
             return
         b2 = b.with_value(p, v, p.name)
         if b2 is not None:
             yield b2
+        else:
+            _fail(trace, b, lambda: f"{p.name} would capture both {_name(b.names.get(p.name or ''))} and {_name(v)}")
     elif isinstance(p, OpOutput):
         if v is None:
+            _fail(trace, b, lambda: f"an input the pattern needs ({'|'.join(sorted(p.op.op_types))}) is missing")
             return
         node = v.producer()
-        if node is None or v.index() != p.index or p.constraint.violation(v) is not None:
+        if node is None:
+            expected = "|".join(sorted(p.op.op_types))
+            _fail(trace, b, lambda: f"{_name(v)} is a graph input or constant, expected {expected}")
             return
-        for b2 in _match_node(p.op, node, b):
+        if v.index() != p.index:
+            _fail(trace, b, lambda: f"{_name(v)} is output {v.index()} of {_name(node)}, expected output {p.index}")
+            return
+        violation = p.constraint.violation(v)
+        if violation is not None:
+            _fail(trace, b, violation)
+            return
+        for b2 in _match_node(p.op, node, b, trace):
             b3 = b2.with_value(p, v, None)
             if b3 is not None:
                 yield b3
     elif isinstance(p, Either):
         for alt in p.alternatives:
-            for b2 in _match_value(alt, v, b):
+            for b2 in _match_value(alt, v, b, trace):
                 b3 = b2.with_value(p, v, None)
                 if b3 is not None:
                     yield b3
@@ -452,54 +524,73 @@ def _match_value(p: ValuePattern, v: ir.Value | None, b: _Binding) -> Iterator[_
         raise TypeError(f"unknown value pattern {type(p).__name__}")
 
 
-def _match_node(p: OpPattern, node: ir.Node, b: _Binding) -> Iterator[_Binding]:
+def _match_node(p: OpPattern, node: ir.Node, b: _Binding, trace: _Trace | None = None) -> Iterator[_Binding]:
     bound = b.nodes.get(p)
     if bound is not None:
         if bound is node:
             yield b
+        else:
+            _fail(trace, b, lambda: f"{_name(node)} is not {_name(bound)}, which the pattern reads there too")
         return
     if node.op_type not in p.op_types or _domain(node.domain) != p.domain:
+        _fail(trace, b, lambda: f"{_name(node)} is {_qualified(node.domain, node.op_type)}, expected "
+              + "|".join(_qualified(p.domain, t) for t in sorted(p.op_types)))
         return
-    if len(node.outputs) < p.num_outputs or any(n is node for n in b.nodes.values()):
+    if len(node.outputs) < p.num_outputs:
+        _fail(trace, b, lambda: f"{_name(node)} has {len(node.outputs)} outputs, expected {p.num_outputs}")
+        return
+    if any(n is node for n in b.nodes.values()):
+        _fail(trace, b, lambda: f"{_name(node)} would stand for two nodes of the pattern")
         return  # one graph node per pattern node
-    if not _attributes_ok(p, node):
+    wrong = _attribute_problem(p, node)
+    if wrong is not None:
+        _fail(trace, b, wrong)
         return
     actual: list[ir.Value | None] = list(node.inputs)
     while actual and actual[-1] is None:
         actual.pop()
     if len(actual) > len(p.inputs):
+        _fail(trace, b, lambda: f"{_name(node)} has {len(actual)} inputs, the pattern {len(p.inputs)}")
         return
     actual += [None] * (len(p.inputs) - len(actual))
     b1 = b.with_node(p, node)
     if b1 is None:
+        _fail(trace, b, lambda: f"{p.name} would capture two nodes")
         return
-    yield from _match_inputs(p.inputs, actual, b1)
+    yield from _match_inputs(p.inputs, actual, b1, trace)
     if p.commutative:
-        yield from _match_inputs((p.inputs[1], p.inputs[0]), actual, b1)
+        yield from _match_inputs((p.inputs[1], p.inputs[0]), actual, b1, trace)
 
 
-def _match_inputs(pats: Sequence[ValuePattern], values: Sequence[ir.Value | None], b: _Binding) -> Iterator[_Binding]:
+def _qualified(domain: str, op_type: str) -> str:
+    return op_type if _domain(domain) == "" else f"{domain}::{op_type}"
+
+
+def _match_inputs(
+    pats: Sequence[ValuePattern], values: Sequence[ir.Value | None], b: _Binding, trace: _Trace | None = None
+) -> Iterator[_Binding]:
     if not pats:
         yield b
         return
-    for b2 in _match_value(pats[0], values[0], b):
-        yield from _match_inputs(pats[1:], values[1:], b2)
+    for b2 in _match_value(pats[0], values[0], b, trace):
+        yield from _match_inputs(pats[1:], values[1:], b2, trace)
 
 
 def _domain(domain: str) -> str:
     return "" if domain == "ai.onnx" else domain
 
 
-def _attributes_ok(p: OpPattern, node: ir.Node) -> bool:
+def _attribute_problem(p: OpPattern, node: ir.Node) -> str | None:
+    """Why ``node``'s attributes break ``p``'s constraints, or None when they do not."""
     for name, want in p.attributes:
         attr = node.attributes.get(name)
         got = attr.value if attr is not None else attribute_default(node.op_type, node.domain, name)
         if callable(want):
             if not want(got):
-                return False
+                return f"{_name(node)}: attribute {name} = {got!r} fails the pattern's test"
         elif not _same(got, want):
-            return False
-    return True
+            return f"{_name(node)}: attribute {name} = {got!r}, expected {want!r}"
+    return None
 
 
 def _same(got: object, want: object) -> bool:

@@ -36,7 +36,7 @@ from codegraft.backends.c._ops_data import (
     emit_transpose,
 )
 from codegraft.backends.c._ops_elementwise import emit_elementwise
-from codegraft.backends.c._pool import POOL
+from codegraft.backends.c._thread_pool import POOL
 from codegraft.backends.c._timers import timer_source
 from codegraft.backends.c._toolchain import Target
 from codegraft.backends.c._translate import translate
