@@ -96,6 +96,18 @@ def test_is_a_backend_found_by_name(backend: IreeBackend) -> None:
     assert "compile only" in listed["iree:cuda"].reason  # no GPU on this machine
 
 
+def test_runtime_only_machine(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without iree-base-compiler (a deploy machine): CPU modules still load; cuda says what is missing."""
+    from codegraft.errors import BackendUnavailable
+
+    monkeypatch.setattr(IreeBackend, "compiler_unavailable_reason", lambda self: "iree-base-compiler is not installed")
+    cpu = get_backend("iree")
+    assert "run only" in cpu.availability_note()  # type: ignore[attr-defined]
+    assert not cpu.supports(ir.Node("", "Relu", inputs=[]))
+    with pytest.raises(BackendUnavailable, match="no cuda device here.*cannot compile here"):
+        get_backend("iree:cuda")
+
+
 def test_clear_errors_for_targets() -> None:
     with pytest.raises(BackendError, match="no CUDA target 'sm_90'.*sm_89"):
         get_backend("iree:cuda:sm_90")

@@ -121,8 +121,9 @@ def make_backend(spec: str | None = None) -> IreeBackend:
             raise BackendUnavailable(str(error)) from None
         raise
     compile_reason = backend.compiler_unavailable_reason()
-    if compile_reason and backend.device_unavailable_reason():
-        raise BackendUnavailable(f"{compile_reason}; and {backend.device_unavailable_reason()}")
+    device_reason = backend.device_unavailable_reason() if compile_reason else None
+    if compile_reason and device_reason:
+        raise BackendUnavailable(f"{device_reason} (and it cannot compile here: {compile_reason})")
     return backend
 
 
