@@ -117,6 +117,7 @@ def test_clear_errors_for_targets() -> None:
         get_backend("onnxruntime:fast")
     assert IreeTarget.parse("cuda:sm_89") == IreeTarget("cuda", "sm_89")
     assert str(IreeTarget.parse(None)) == "cpu:host"
+    assert "--iree-rocm-target=gfx942" in IreeTarget.parse("hip").compiler_flags()
 
 
 def test_small_model_matches_onnxruntime(backend: IreeBackend) -> None:

@@ -109,5 +109,6 @@ def _first_error(message: str) -> str:
         if "error:" in line:
             text = line.split("error:", 1)[1].strip()
             return text[:300]
-    lines = [ln.strip() for ln in message.splitlines() if ln.strip()]
+    diagnostics = message.split("Diagnostics:", 1)[-1]  # CompilerToolError: the tool's stderr follows
+    lines = [ln.strip() for ln in diagnostics.splitlines() if ln.strip()]
     return lines[0][:300] if lines else "unknown error"

@@ -87,7 +87,7 @@ class IreeTarget:
         elif self.device == "cuda":
             flags.append(f"--iree-cuda-target={self.arch}")
         elif self.device == "hip":
-            flags.append(f"--iree-hip-target={self.arch}")
+            flags.append(f"--iree-rocm-target={self.arch}")
         elif self.arch:
             flags.append(f"--iree-vulkan-target={self.arch}")
         return flags
