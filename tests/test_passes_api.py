@@ -13,7 +13,7 @@ def test_everything_listed_is_importable() -> None:
 
 
 def test_signatures_the_core_calls() -> None:
-    assert list(inspect.signature(passes.run_common_passes).parameters) == ["model", "options"]
+    assert list(inspect.signature(passes.run_common_passes).parameters) == ["model", "options", "after_each"]
     assert list(inspect.signature(passes.to_nhwc).parameters) == ["model"]
     checked = inspect.signature(passes.convert_precision_checked).parameters
     assert list(checked)[:5] == ["model", "precision", "sample_feeds", "evaluate", "tolerance"]

@@ -11,6 +11,7 @@ from typing import Annotated, Optional
 import numpy as np
 import typer
 from rich.console import Console
+from rich.progress import TaskID
 from rich.table import Table
 
 from codegraft.cli.sign import SignOption, TrustedKeysOption, keygen_command, sign_command, verify_command
@@ -46,6 +47,9 @@ SaveInputsOption = Annotated[
     typer.Option("--save-inputs", help="Write the inputs used to this .npz, to feed them again."),
 ]
 SeedOption = Annotated[int, typer.Option(help="Seed of the random inputs.")]
+QuietOption = Annotated[
+    bool, typer.Option("--quiet", "-q", help="No progress bars (they show only on a terminal anyway)."),
+]
 
 
 def _version(value: bool) -> None:
@@ -134,14 +138,16 @@ def compile_command(
         typer.Option("--onnx", help="Also write the partitioned model as ONNX (open it in Netron)."),
     ] = None,
     sign: SignOption = None,
+    quiet: QuietOption = False,
 ) -> None:
     """Compile MODEL for the targets and write one artifact file."""
     import codegraft as cg
 
-    exe = cg.compile(
-        str(model), targets=targets or [], min_partition_size=min_partition_size, precision=precision,
-        placement=placement, strict=strict, export_onnx=onnx_out,
-    )
+    with _stage_bars(quiet) as progress:
+        exe = cg.compile(
+            str(model), targets=targets or [], min_partition_size=min_partition_size, precision=precision,
+            placement=placement, strict=strict, export_onnx=onnx_out, progress=progress,
+        )
     output = output if output is not None else pathlib.Path(model.stem + ".cgx")
     exe.save(output, signing_key=sign)
     for table in exe.report().tables():
@@ -276,11 +282,13 @@ def inspect_command(
         typer.Option("--onnx", help="Write the partitioned model as ONNX (open it in Netron)."),
     ] = None,
     min_partition_size: Annotated[int, typer.Option(help="Smaller accelerator partitions go to the host.")] = 1,
+    quiet: QuietOption = False,
 ) -> None:
     """Show where each node would run and why, without compiling."""
     from codegraft.compiler.inspect import inspect_model
 
-    inspection = inspect_model(str(model), targets or [], min_partition_size=min_partition_size)
+    with _stage_bars(quiet) as progress:
+        inspection = inspect_model(str(model), targets or [], min_partition_size=min_partition_size, progress=progress)
     report = inspection.report
     if as_json:
         typer.echo(report.to_json())
@@ -411,6 +419,28 @@ def _step(label: str) -> Iterator[None]:
     took = time.perf_counter() - start
     if took > SLOW_STEP_S:
         err_console.print(f"{label}: {took:.1f} s", highlight=False)
+
+
+@contextlib.contextmanager
+def _stage_bars(quiet: bool) -> Iterator[Callable[[str, int, int], None] | None]:
+    """One bar per stage (import, passes, annotate, ...) on stderr while a compile or an inspect
+    runs, each with its elapsed time; none when stderr is not a terminal or with --quiet."""
+    if quiet or not err_console.is_terminal:
+        yield None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    columns = (TextColumn("{task.description:<10}", markup=False), BarColumn(), MofNCompleteColumn(),
+               TimeElapsedColumn())
+    with Progress(*columns, console=err_console) as bars:
+        tasks: dict[str, TaskID] = {}
+
+        def progress(stage: str, done: int, total: int) -> None:
+            if stage not in tasks:
+                tasks[stage] = bars.add_task(stage, total=total)
+            bars.update(tasks[stage], completed=done, total=total)
+
+        yield progress
 
 
 @contextlib.contextmanager

@@ -16,18 +16,20 @@ from codegraft.backends import get_backend
 from codegraft.backends.onnxruntime import OnnxRuntimeBackend
 from codegraft.compiler.steps import build_control_step, build_step, host_step, warn_fallbacks
 from codegraft.core.dtypes import numpy_dtype
+from codegraft.core.gcpause import without_gc
 from codegraft.core.names import CONTROL_BACKEND
 from codegraft.core.options import CompileOptions
 from codegraft.core.reference import values_inside
+from codegraft.core.stages import Progress, Stages
 from codegraft.errors import BackendError, ModelError, OptionError
 from codegraft.frontend.model import ModelSource, import_model
 from codegraft.frontend.torch_export import DynamicShapes, export_module, is_torch_module
 from codegraft.passes import pipeline as passes_pipeline
-from codegraft.passes.pipeline import PassOptions
+from codegraft.passes.pipeline import PassOptions, PassRecord
 from codegraft.plan.annotate import Annotation
 from codegraft.plan.extract import PartitionPlan, Plan, partition_proto
 from codegraft.plan.planner import Planned, plan
-from codegraft.report.report import PartitionReport, PassReport, Report
+from codegraft.report.report import PartitionReport, PassReport, Report, StageReport
 from codegraft.runtime.executable import Executable, HostFallback, Step, TensorSpec
 from codegraft.tune.placement import measure_placement
 
@@ -44,6 +46,7 @@ def compile(  # noqa: A001 - the public name the README promises
     output_names: Sequence[str] | None = None,
     options: CompileOptions | None = None,
     export_onnx: str | os.PathLike[str] | None = None,
+    progress: Progress | None = None,
     **overrides: Any,
 ) -> Executable:
     """Compile ``model`` for ``targets`` (ordered by preference); the host takes the rest.
@@ -55,7 +58,9 @@ def compile(  # noqa: A001 - the public name the README promises
     names or backend objects.
     Keyword overrides set :class:`CompileOptions` fields, e.g. ``strict=True``.
     ``export_onnx`` also writes the partitioned model as ONNX, each partition a local
-    function with its backend in the node's metadata, for Netron.
+    function with its backend in the node's metadata, for Netron.  ``progress(stage, done,
+    total)`` hears each stage start, advance and end (the CLI draws bars from it); the report
+    lists each stage's time either way.
 
     Example::
 
@@ -63,23 +68,28 @@ def compile(  # noqa: A001 - the public name the README promises
         print(exe.report())
     """
     options = _with_overrides(options or CompileOptions(), overrides)
+    stages = Stages(progress)
     host = OnnxRuntimeBackend(threads=options.threads)
     backends = resolve_targets(targets)
     precision_note = check_precision(options.precision, backends, host)
     import_notes: tuple[str, ...] = ()
     if is_torch_module(model):
-        exported = export_module(
-            model, example_inputs, dynamic_shapes=dynamic_shapes, input_names=input_names, output_names=output_names
-        )
+        with stages.stage("export"):
+            exported = export_module(
+                model, example_inputs, dynamic_shapes=dynamic_shapes, input_names=input_names,
+                output_names=output_names,
+            )
         model, import_notes = exported.proto, (exported.note,)
-    ir_model = import_model(model)
-    pass_reports = run_common_passes(ir_model, options)
+    with stages.stage("import"):
+        ir_model = import_model(model)
+    pass_reports = run_common_passes(ir_model, options, stages)
     if options.precision == "int8":
-        ir_model, quantize_report = _quantize(ir_model, options)
+        with stages.stage("quantize"):
+            ir_model, quantize_report = _quantize(ir_model, options)
         pass_reports += (quantize_report,)
 
     place = measure_placement if options.placement == "measured" else None
-    planned = plan(ir_model, backends, host, options, place=place)
+    planned = plan(ir_model, backends, host, options, place=place, stages=stages)
     annotation, partitioning = planned.annotation, planned.plan
     _check_host_can_run(annotation, partitioning, host)
     if export_onnx is not None:
@@ -97,7 +107,9 @@ def compile(  # noqa: A001 - the public name the README promises
     target_names = {b.name for b in backends}
     samples = _partition_samples(ir_model, partitioning, options, host.name)
     host_fallbacks: dict[str, HostFallback] = {}
-    for part in partitioning.partitions:
+    lowering = stages.stage("lower", total=len(partitioning.partitions))
+    for lowered, part in enumerate(partitioning.partitions):
+        lowering.advance(lowered)
         if not part.outputs:  # nothing reads what it computes: nothing to run
             part_reports.append(PartitionReport(part.name, part.backend, len(part.node_indices), part.inputs, (),
                                                 unused=True))
@@ -123,6 +135,7 @@ def compile(  # noqa: A001 - the public name the README promises
         part_reports.append(replace(part_report, stored_bytes=len(step.blob or step.template or b"")))
         if step.backend not in (host.name, CONTROL_BACKEND):
             host_fallbacks[part.name] = _host_fallback(ir_model, annotation, part, host)
+    lowering.end()
     warn_fallbacks(part_reports, host.name)
 
     constants = {
@@ -131,8 +144,9 @@ def compile(  # noqa: A001 - the public name the README promises
     }
     constants.update(_constant_outputs(ir_model))
     constants.update(control_constants)
-    report = _build_report(planned, part_reports, backends, host, pass_reports)
-    report = replace(report, notes=import_notes + report.notes)
+    with stages.stage("report"):
+        report = _build_report(planned, part_reports, backends, host, pass_reports)
+    report = replace(report, notes=import_notes + report.notes, stages=stage_reports(stages))
     if precision_note:
         report = replace(report, notes=(*report.notes, precision_note))
     return Executable(
@@ -201,15 +215,30 @@ def check_precision(precision: str, backends: Sequence[Backend], host: Backend) 
     )
 
 
-def run_common_passes(model: ir.Model, options: CompileOptions) -> tuple[PassReport, ...]:
+def run_common_passes(
+    model: ir.Model, options: CompileOptions, stages: Stages | None = None
+) -> tuple[PassReport, ...]:
     """The shared passes ``options.passes`` names (all by default, none for ``()``), in place."""
     if options.passes is not None and not options.passes:
         return ()
     pass_options = PassOptions() if options.passes is None else PassOptions.from_names(list(options.passes))
-    result = passes_pipeline.run_common_passes(model, pass_options)
+    ended: list[PassRecord] = []
+    # one step more than the passes: shape inference runs again after a change
+    with (stages or Stages()).stage("passes", total=len(pass_options.enabled) + 1) as passing:
+
+        def after_each(record: PassRecord) -> None:
+            ended.append(record)
+            passing.advance(len(ended))
+
+        result = passes_pipeline.run_common_passes(model, pass_options, after_each=after_each)
     return tuple(
         PassReport(r.name, r.nodes_before, r.nodes_after, getattr(r, "detail", "") or "") for r in result.records
     )
+
+
+def stage_reports(stages: Stages) -> tuple[StageReport, ...]:
+    """The report's "time per stage" rows."""
+    return tuple(StageReport(name, round(seconds, 4)) for name, seconds in stages.times)
 
 
 def _check_host_can_run(annotation: Annotation, plan: Plan, host: Backend) -> None:
@@ -280,6 +309,7 @@ def _tensor_spec(value: ir.Value) -> TensorSpec:
     return TensorSpec(value.name or "", dtype, shape)
 
 
+@without_gc
 def _build_report(
     planned: Planned,
     partitions: Sequence[PartitionReport],

@@ -10,8 +10,10 @@ import onnx
 import onnx_ir as ir
 
 from codegraft.backends.onnxruntime import OnnxRuntimeBackend
-from codegraft.compiler.driver import Target, resolve_targets, run_common_passes
+from codegraft.compiler.driver import Target, resolve_targets, run_common_passes, stage_reports
+from codegraft.core.gcpause import without_gc
 from codegraft.core.options import CompileOptions
+from codegraft.core.stages import Progress, Stages
 from codegraft.frontend.model import ModelSource, import_model
 from codegraft.plan.annotate import Annotation
 from codegraft.plan.extract import Plan
@@ -35,18 +37,29 @@ class Inspection:
         return partitioned_onnx(self.model, self.annotation, self.plan)
 
 
-def inspect_model(model: ModelSource, targets: Sequence[Target], *, min_partition_size: int = 1) -> Inspection:
-    """Where each node would run and why; no backend compiles anything."""
+@without_gc
+def inspect_model(
+    model: ModelSource, targets: Sequence[Target], *, min_partition_size: int = 1, progress: Progress | None = None
+) -> Inspection:
+    """Where each node would run and why; no backend compiles anything.
+
+    ``progress(stage, done, total)`` hears each stage as :func:`codegraft.compile`'s does.
+    """
+    stages = Stages(progress)
     host = OnnxRuntimeBackend()
     backends = resolve_targets(targets)
-    ir_model = import_model(model)
-    passes = run_common_passes(ir_model, CompileOptions())
-    planned = plan(ir_model, backends, host, CompileOptions(min_partition_size=min_partition_size))
-    nodes = planned.node_reports()
-    partitions = tuple(
-        PartitionReport(p.name, p.backend, len(p.node_indices), p.inputs, p.outputs) for p in planned.plan.partitions
-    )
-    report = Report(tuple(b.name for b in backends), host.name, tuple(nodes), partitions, passes)
+    with stages.stage("import"):
+        ir_model = import_model(model)
+    passes = run_common_passes(ir_model, CompileOptions(), stages)
+    planned = plan(ir_model, backends, host, CompileOptions(min_partition_size=min_partition_size), stages=stages)
+    with stages.stage("report"):
+        nodes = planned.node_reports()
+        partitions = tuple(
+            PartitionReport(p.name, p.backend, len(p.node_indices), p.inputs, p.outputs)
+            for p in planned.plan.partitions
+        )
+    report = Report(tuple(b.name for b in backends), host.name, tuple(nodes), partitions, passes,
+                    stages=stage_reports(stages))
     return Inspection(report, ir_model, planned.annotation, planned.plan)
 
 

@@ -18,6 +18,7 @@ from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 from onnx_ir.passes import common as common_passes
 
+from codegraft.core.gcpause import without_gc
 from codegraft.core.irversion import ir_version_for
 from codegraft.errors import ModelError
 from codegraft.frontend.torch_export import export_module, is_torch_module
@@ -25,6 +26,7 @@ from codegraft.frontend.torch_export import export_module, is_torch_module
 ModelSource = str | os.PathLike[str] | bytes | onnx.ModelProto | ir.Model | Any
 
 
+@without_gc
 def import_model(source: ModelSource, *, example_inputs: Sequence[Any] | None = None) -> ir.Model:
     """Read, check and normalise a model; see the module docstring for what is accepted."""
     proto = _placeholder_dims_unknown(_to_proto(source, example_inputs))
@@ -100,15 +102,20 @@ def _check_text(message: Message, path: str, where: str) -> None:
             raise ModelError(f"{where}: tensor {message.name!r} ({path}) {problem}")
         fields = [(message.DESCRIPTOR.fields_by_name[name], getattr(message, name)) for name in _TENSOR_TEXT]
     else:
-        fields = list(message.ListFields())
-    for field, value in fields:
-        items = list(value) if field.is_repeated else [value]
-        for index, item in enumerate(items):
-            here = f"{path}.{field.name}" + (f"[{index}]" if field.is_repeated else "")
-            if field.type == _TEXT and not isinstance(item, str):
-                raise ModelError(f"{where}: {here} is not valid UTF-8 text ({bytes(item)[:40]!r})")
-            if field.type == _MESSAGE:
-                _check_text(item, here, where)
+        fields = message.ListFields()
+    for field, value in fields:  # the path is spelled out only for an error: this visits every node
+        if field.type == _TEXT:
+            items = value if field.is_repeated else (value,)
+            for index, item in enumerate(items):
+                if not isinstance(item, str):
+                    here = f"{path}.{field.name}" + (f"[{index}]" if field.is_repeated else "")
+                    raise ModelError(f"{where}: {here} is not valid UTF-8 text ({bytes(item)[:40]!r})")
+        elif field.type == _MESSAGE:
+            if field.is_repeated:
+                for index, item in enumerate(value):
+                    _check_text(item, f"{path}.{field.name}[{index}]", where)
+            else:
+                _check_text(value, f"{path}.{field.name}", where)
 
 
 _PACKED_4BIT = {onnx.TensorProto.INT4, onnx.TensorProto.UINT4, getattr(onnx.TensorProto, "FLOAT4E2M1", -1)}

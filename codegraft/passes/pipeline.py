@@ -8,7 +8,7 @@ changed so the compile report can say "fold_constants: 212 -> 180 nodes, 12 cons
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields, replace
 
 import numpy as np
@@ -18,7 +18,8 @@ from onnxscript import optimizer
 from onnxscript.rewriter import RewriteRuleSet
 from onnxscript.rewriter.rules import common as rewrite_rules
 
-from codegraft.passes import _output_fence
+from codegraft.core.gcpause import without_gc
+from codegraft.passes import _nothing_to_do, _output_fence
 
 __all__ = ["PASS_NAMES", "PassOptions", "PassRecord", "PipelineResult", "run_common_passes"]
 
@@ -110,34 +111,67 @@ class PipelineResult:
         return sum(r.nodes_removed for r in self.records)
 
 
-def run_common_passes(model: ir.Model, options: PassOptions = PassOptions()) -> PipelineResult:
+@without_gc
+def run_common_passes(
+    model: ir.Model, options: PassOptions = PassOptions(), *, after_each: Callable[[PassRecord], None] | None = None
+) -> PipelineResult:
     """Run the enabled common passes on ``model`` in place, in :data:`PASS_NAMES` order.
 
     Graph input and output names, shapes and types are kept; with ``shape_inference`` on,
     shape inference runs again at the end (when a pass changed the graph) so later stages
-    see the shapes of new values.
+    see the shapes of new values.  A pass that a linear scan proves has nothing to do is not
+    called (see :mod:`codegraft.passes._nothing_to_do`); its record says the same as if it
+    had run.  ``after_each(record)`` hears of each pass as it ends (for progress bars).
     """
+    run = _Run(model, options, provable=_nothing_to_do.can_prove(model))
     records: list[PassRecord] = []
     for name in options.enabled:
-        records.append(_run_one(name, model, options))
+        records.append(_run_one(name, run))
+        if after_each is not None:
+            after_each(records[-1])
     changed = any(r.nodes_before != r.nodes_after or r.constants_folded for r in records)
     if options.shape_inference and len(records) > 1 and changed:
-        records.append(_run_one("shape_inference", model, options))
+        records.append(_run_one("shape_inference", run))
+        if after_each is not None:
+            after_each(records[-1])
     return PipelineResult(model=model, records=tuple(records))
 
 
-def _run_one(name: str, model: ir.Model, options: PassOptions) -> PassRecord:
-    before = _count_nodes(model)
+@dataclass(frozen=True)
+class _Run:
+    """One pipeline run: the model, the options, and whether the nothing-to-do scans apply."""
+
+    model: ir.Model
+    options: PassOptions
+    provable: bool
+
+    def count_nodes(self) -> int:
+        if self.provable:  # no subgraphs: the graph's own length
+            return len(self.model.graph)
+        return sum(1 for _ in ir.traversal.RecursiveGraphIterator(self.model.graph))
+
+
+def _run_one(name: str, run: _Run) -> PassRecord:
+    model = run.model
+    before = run.count_nodes()
+    idle = _IDLE_DETAIL[name](run) if run.provable else None
+    if idle is not None:
+        if name != "shape_inference":
+            # Fencing appends a node per output, and the graph names nodes it is given by
+            # counting them: fence as the pass would have, so later names come out the same.
+            with _output_fence.outputs_fenced(model):
+                pass
+        return PassRecord(name, before, before, 0, idle)
     folded_before = _folded_values(model)
     signature = [(v.name, v.type, v.shape) for v in model.graph.outputs]
     if name == "shape_inference":  # renames nothing, and the fence domain has no schema
-        detail = _PASSES[name](model, options)
+        detail = _PASSES[name](run)
     else:
         with _output_fence.outputs_fenced(model):
-            detail = _PASSES[name](model, options)
+            detail = _PASSES[name](run)
     _restore_output_types(model, signature, name)
     folded = len(_folded_values(model) - folded_before)
-    return PassRecord(name, before, _count_nodes(model), folded, detail)
+    return PassRecord(name, before, run.count_nodes(), folded, detail)
 
 
 def _restore_output_types(
@@ -164,8 +198,9 @@ def _restore_output_types(
 # --- the passes: each calls the library and says in a few words what happened ---------------
 
 
-def _shape_inference(model: ir.Model, options: PassOptions) -> str:
-    strings = [name for name, v in model.graph.initializers.items() if v.dtype == ir.DataType.STRING]
+def _shape_inference(run: _Run) -> str:
+    model = run.model
+    strings = _string_initializers(model)
     if strings:  # onnx-ir cannot size a string tensor: it fails midway, leaving them as graph inputs
         return f"skipped: string initializer {strings[0]!r} (import-time shapes kept)"
     inputs = list(model.graph.inputs)
@@ -174,38 +209,62 @@ def _shape_inference(model: ir.Model, options: PassOptions) -> str:
     if list(model.graph.inputs) != inputs:  # a failure inside onnx-ir must not add graph inputs
         model.graph.inputs.clear()
         model.graph.inputs.extend(inputs)
-    values = [v for node in model.graph for v in node.outputs]
+    return _shapes_known(run)
+
+
+def _string_initializers(model: ir.Model) -> list[str]:
+    return [name for name, v in model.graph.initializers.items() if v.dtype == ir.DataType.STRING]
+
+
+def _shapes_known(run: _Run) -> str:
+    values = [v for node in run.model.graph for v in node.outputs]
     known = sum(1 for v in values if v.shape is not None)
     return f"shapes known for {known} of {len(values)} values"
 
 
-def _identity(model: ir.Model, options: PassOptions) -> str:
+def _identity(run: _Run) -> str:
+    model = run.model
     identities = sum(1 for n in model.graph if n.op_type == "Identity" and n.domain == "")
-    ir_passes.IdentityEliminationPass()(model)
+    rules, eliminate = _NO_OP_RULE_SET, True
+    if run.provable:
+        has_identity, ops = _nothing_to_do.no_op_candidates(model, _NO_OPS)
+        rules = _rule_set(ops)
+        eliminate = has_identity
+    if eliminate:
+        ir_passes.IdentityEliminationPass()(model)
     # no-ops become Identity nodes (x*1 -> Identity(x)); eliminate those too
-    no_ops = _NO_OP_RULES.apply_to_model(model)
-    ir_passes.IdentityEliminationPass()(model)
+    no_ops = rules.apply_to_model(model) if rules is not None else 0
+    if eliminate or no_ops:
+        ir_passes.IdentityEliminationPass()(model)
     return f"{identities} Identity nodes and {no_ops} no-ops considered"
 
 
 # x*1, x+0, x-0, x/1, inference Dropout, Cast to the same type, Expand to the same shape,
-# Transpose by the identity perm.
-_NO_OP_RULES = RewriteRuleSet(
-    [
-        *rewrite_rules.mul_by_1_rule.commute(),
-        *rewrite_rules.add_0_rule.commute(),
-        rewrite_rules.sub_0_rule,
-        rewrite_rules.div_by_1_rule,
-        rewrite_rules.dropout_zero_rule,
-        rewrite_rules.dropout_inference_rule,
-        rewrite_rules.no_op_cast_rule,
-        rewrite_rules.no_op_expand_rule,
-        rewrite_rules.no_op_transpose_rule,
-    ]
+# Transpose by the identity perm; each with the op it fires on, so a graph without such a
+# node is not matched at all.
+_NO_OPS: tuple[_nothing_to_do.NoOpRule, ...] = (
+    _nothing_to_do.NoOpRule("Mul", True, tuple(rewrite_rules.mul_by_1_rule.commute())),
+    _nothing_to_do.NoOpRule("Add", True, tuple(rewrite_rules.add_0_rule.commute())),
+    _nothing_to_do.NoOpRule("Sub", True, (rewrite_rules.sub_0_rule,)),
+    _nothing_to_do.NoOpRule("Div", True, (rewrite_rules.div_by_1_rule,)),
+    _nothing_to_do.NoOpRule("Dropout", False, (rewrite_rules.dropout_zero_rule, rewrite_rules.dropout_inference_rule)),
+    _nothing_to_do.NoOpRule("Cast", False, (rewrite_rules.no_op_cast_rule,)),
+    _nothing_to_do.NoOpRule("Expand", False, (rewrite_rules.no_op_expand_rule,)),
+    _nothing_to_do.NoOpRule("Transpose", False, (rewrite_rules.no_op_transpose_rule,)),
 )
 
 
-def _fold_constants(model: ir.Model, options: PassOptions) -> str:
+def _rule_set(op_types: set[str] | None = None) -> RewriteRuleSet | None:
+    """The no-op rules for these op types (all when ``None``), in table order."""
+    rules = [rule for entry in _NO_OPS if op_types is None or entry.op_type in op_types for rule in entry.rules]
+    return RewriteRuleSet(rules) if rules else None  # type: ignore[arg-type]
+
+
+_NO_OP_RULE_SET = _rule_set()
+
+
+def _fold_constants(run: _Run) -> str:
+    model, options = run.model, run.options
     before = _folded_values(model)
     optimizer.fold_constants(
         model,
@@ -259,18 +318,19 @@ def _materialize_constant_of_shape(model: ir.Model, max_elements: int) -> int:
     return count
 
 
-def _cse(model: ir.Model, options: PassOptions) -> str:
-    before = _count_nodes(model)
-    ir_passes.CommonSubexpressionEliminationPass()(model)
-    return f"merged {before - _count_nodes(model)} duplicate nodes"
+def _cse(run: _Run) -> str:
+    before = run.count_nodes()
+    ir_passes.CommonSubexpressionEliminationPass()(run.model)
+    return f"merged {before - run.count_nodes()} duplicate nodes"
 
 
-def _dce(model: ir.Model, options: PassOptions) -> str:
-    initializers, nodes = len(model.graph.initializers), _count_nodes(model)
+def _dce(run: _Run) -> str:
+    model = run.model
+    initializers, nodes = len(model.graph.initializers), run.count_nodes()
     ir_passes.RemoveUnusedNodesPass()(model)
     ir_passes.RemoveUnusedOpsetsPass()(model)
     removed = initializers - len(model.graph.initializers)
-    return f"removed {nodes - _count_nodes(model)} unused nodes, {removed} unused initializers"
+    return f"removed {nodes - run.count_nodes()} unused nodes, {removed} unused initializers"
 
 
 _PASSES = {
@@ -280,12 +340,46 @@ _PASSES = {
     "cse": _cse,
     "dce": _dce,
 }
-assert tuple(_PASSES) == PASS_NAMES
+
+# What each pass's record says when a scan proves it has nothing to do (``None``: it may).
+def _idle_shape_inference(run: _Run) -> str | None:
+    if _string_initializers(run.model) or not _nothing_to_do.shapes_complete(run.model):
+        return None
+    return _shapes_known(run)
+
+
+def _idle_identity(run: _Run) -> str | None:
+    if any(_nothing_to_do.no_op_candidates(run.model, _NO_OPS)):
+        return None
+    return "0 Identity nodes and 0 no-ops considered"
+
+
+def _idle_fold_constants(run: _Run) -> str | None:
+    if _nothing_to_do.may_fold(run.model):
+        return None
+    return (
+        "0 values folded into constants, 0 ConstantOfShape fills materialised "
+        f"(none over {run.options.fold_max_elements} elements)"
+    )
+
+
+def _idle_cse(run: _Run) -> str | None:
+    return None if _nothing_to_do.may_eliminate_common_subexpressions(run.model) else "merged 0 duplicate nodes"
+
+
+def _idle_dce(run: _Run) -> str | None:
+    return None if _nothing_to_do.may_remove_unused(run.model) else "removed 0 unused nodes, 0 unused initializers"
+
+
+_IDLE_DETAIL: dict[str, Callable[[_Run], str | None]] = {
+    "shape_inference": _idle_shape_inference,
+    "identity": _idle_identity,
+    "fold_constants": _idle_fold_constants,
+    "cse": _idle_cse,
+    "dce": _idle_dce,
+}
+assert tuple(_PASSES) == tuple(_IDLE_DETAIL) == PASS_NAMES
 assert {f.name for f in fields(PassOptions)} >= set(PASS_NAMES)
-
-
-def _count_nodes(model: ir.Model) -> int:
-    return sum(1 for _ in ir.traversal.RecursiveGraphIterator(model.graph))
 
 
 def _folded_values(model: ir.Model) -> set[ir.Value]:

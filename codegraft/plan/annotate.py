@@ -9,7 +9,7 @@ Loop, Scan) always run on the host with their bodies.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import onnx_ir as ir
@@ -93,8 +93,13 @@ def check_node(backend: Backend, node: ir.Node) -> Support:
 
 
 @without_gc
-def annotate(graph: ir.Graph, targets: Sequence[Backend], *, host: str) -> Annotation:
-    """Decide a backend for each top-level node of ``graph``; see the module docstring."""
+def annotate(
+    graph: ir.Graph, targets: Sequence[Backend], *, host: str, progress: Callable[[int], None] | None = None
+) -> Annotation:
+    """Decide a backend for each top-level node of ``graph``; see the module docstring.
+
+    ``progress(done)`` hears how many of the ``len(graph) * len(targets)`` questions are answered.
+    """
     infos = node_infos(graph)
     index_of = {info.node: i for i, info in enumerate(infos)}
     count = len(infos)
@@ -109,7 +114,7 @@ def annotate(graph: ir.Graph, targets: Sequence[Backend], *, host: str) -> Annot
             declines[i] = [NodeDecline(t.name, CONTROL_FLOW_REASON) for t in targets]
 
     composite_members: dict[str, tuple[int, ...]] = {}
-    for target in targets:
+    for asked, target in enumerate(targets):
         # A backend may answer support questions better with the whole graph at hand
         # (OpenVINO asks its plugin once for the whole model): let it look first.
         prepare = getattr(target, "prepare", None)
@@ -129,6 +134,8 @@ def annotate(graph: ir.Graph, targets: Sequence[Backend], *, host: str) -> Annot
                     claimed[i] = target.name
             else:
                 declines[i].append(NodeDecline(target.name, verdict.reason))
+            if progress is not None:
+                progress(asked * count + i + 1)
 
     quantized_members = _keep_quantized_units_whole(graph, index_of, claimed, composite_of, declines, host)
 

@@ -16,8 +16,10 @@ from dataclasses import dataclass
 import onnx_ir as ir
 
 from codegraft.backend import Backend
+from codegraft.core.gcpause import without_gc
 from codegraft.core.names import CONTROL_BACKEND
 from codegraft.core.options import CompileOptions
+from codegraft.core.stages import Stages
 from codegraft.plan.annotate import Annotation, annotate
 from codegraft.plan.control import mark_control_units
 from codegraft.plan.extract import Plan, plan_partitions
@@ -39,6 +41,7 @@ class Planned:
     plan: Plan
     placements: tuple[PlacementReport, ...] = ()
 
+    @without_gc
     def node_reports(self, ran_on: Mapping[str, str] | None = None) -> tuple[NodeReport, ...]:
         """One record per node: its partition, the backend running it, and why others declined.
 
@@ -68,6 +71,7 @@ class Planned:
         return tuple(nodes)
 
 
+@without_gc
 def plan(
     model: ir.Model,
     backends: Sequence[Backend],
@@ -75,25 +79,32 @@ def plan(
     options: CompileOptions,
     *,
     place: Placer | None = None,
+    stages: Stages | None = None,
 ) -> Planned:
     """Annotate and partition ``model``: everything up to (not including) compiling partitions.
 
     ``place``, when given and there are targets, replaces the default placement (the first
-    target that supports a node takes it).
+    target that supports a node takes it).  ``stages`` times annotate, placement and partition.
 
     Example::
 
         planned = plan(model, [get_backend("c")], OnnxRuntimeBackend(), CompileOptions())
         print([p.name for p in planned.plan.partitions])
     """
-    annotation = annotate(model.graph, backends, host=host.name)
+    stages = stages or Stages()
+    with stages.stage("annotate", total=len(model.graph) * max(len(backends), 1)) as annotating:
+        annotation = annotate(model.graph, backends, host=host.name, progress=annotating.advance)
+        unit_backends = [unit.backend for unit in annotation.units]
+        mark_control_units(annotation, unit_backends, backends)
     placements: tuple[PlacementReport, ...] = ()
-    unit_backends = [unit.backend for unit in annotation.units]
-    mark_control_units(annotation, unit_backends, backends)
     if place is not None and backends:  # the host is always a candidate too
-        unit_backends, placements = place(model, annotation, backends, host, options)
-    groups = group_units(annotation, unit_backends, host.name, [b.name for b in backends], options.min_partition_size)
-    return Planned(annotation, plan_partitions(model, annotation, groups), placements)
+        with stages.stage("placement"):
+            unit_backends, placements = place(model, annotation, backends, host, options)
+    with stages.stage("partition"):
+        preference = [b.name for b in backends]
+        groups = group_units(annotation, unit_backends, host.name, preference, options.min_partition_size)
+        partitions = plan_partitions(model, annotation, groups)
+    return Planned(annotation, partitions, placements)
 
 
 def group_units(

@@ -1,0 +1,175 @@
+"""Compile time at scale: ``codegraft inspect ladder.onnx -t c --json`` end to end, per stage.
+
+The ladders are what exported sequence models look like to the pipeline: a chain of
+Conv(1x1) -> Add(skip) -> Relu rungs with a Sigmoid gate (``x * sigmoid(x)``) every fourth
+rung, ``nodes`` nodes in all, every one of them taken by the ``c`` backend.  Each size is
+timed as a user runs it: a fresh process running the CLI (Python start-up and imports
+included), ``--repeat`` times, the median reported, with the time per stage from the report
+the command prints and the growth from one size to the next.
+
+``--baseline DIR`` also times an older checkout (a folder holding its ``codegraft`` package)
+on the same files, alternating run by run with this one, and prints the ratio; the machine's
+load average is printed before and after, since a shared machine moves absolute times.
+
+``--recompile`` times ``codegraft.compile`` of the onnx wheel's ``light_resnet50.onnx`` for
+``c`` in one process: once with an empty cache (cold: the C compiler runs) and then again
+with the cache warm, with the time per stage of the last one.
+
+Run: ``python -m bench.compile_scale [--sizes 1000 10000 100000] [--repeat 3] [--recompile]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def ladder(nodes: int, *, channels: int = 4, size: int = 8, seed: int = 0) -> onnx.ModelProto:
+    """A Conv/Add/Relu ladder with a Sigmoid gate every fourth rung, about ``nodes`` nodes."""
+    rng = np.random.default_rng(seed)
+    initializers: list[onnx.TensorProto] = []
+    graph_nodes: list[onnx.NodeProto] = []
+    previous = skip = "x"
+    rung = 0
+    while len(graph_nodes) < nodes:
+        weight, bias = f"w{rung}", f"b{rung}"
+        initializers.append(numpy_helper.from_array(
+            (rng.standard_normal((channels, channels, 1, 1)) * 0.3).astype(np.float32), weight))
+        initializers.append(numpy_helper.from_array((rng.standard_normal(channels) * 0.1).astype(np.float32), bias))
+        graph_nodes += [
+            helper.make_node("Conv", [previous, weight, bias], [f"c{rung}"], name=f"conv{rung}"),
+            helper.make_node("Add", [f"c{rung}", skip], [f"a{rung}"], name=f"add{rung}"),
+            helper.make_node("Relu", [f"a{rung}"], [f"r{rung}"], name=f"relu{rung}"),
+        ]
+        previous = f"r{rung}"
+        if rung % 4 == 3:
+            graph_nodes += [
+                helper.make_node("Sigmoid", [previous], [f"s{rung}"], name=f"sigmoid{rung}"),
+                helper.make_node("Mul", [previous, f"s{rung}"], [f"g{rung}"], name=f"gate{rung}"),
+            ]
+            previous = f"g{rung}"
+        skip = previous
+        rung += 1
+    shape = [1, channels, size, size]
+    graph = helper.make_graph(
+        graph_nodes, "ladder", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info(previous, TensorProto.FLOAT, shape)], initializers,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
+
+
+def inspect_once(path: pathlib.Path, package_root: pathlib.Path) -> tuple[float, dict[str, float]]:
+    """Seconds of one ``codegraft inspect PATH -t c --json`` in a fresh process, and its stages."""
+    env = {**os.environ, "PYTHONPATH": str(package_root)}
+    code = (  # checkouts from before the stage folders have codegraft._cli
+        "import sys\ntry:\n    from codegraft.cli.main import main\nexcept ImportError:\n"
+        "    from codegraft._cli import main\nsys.argv[0] = 'codegraft'\nmain()"
+    )
+    start = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-c", code, "inspect", str(path), "-t", "c", "--json"],
+        env=env, capture_output=True, text=True, check=False,
+    )
+    seconds = time.perf_counter() - start
+    if done.returncode != 0:
+        raise RuntimeError(f"inspect of {path} failed under {package_root}: {done.stderr.strip()[-400:]}")
+    report = json.loads(done.stdout)
+    return seconds, {s["name"]: s["seconds"] for s in report.get("stages", ())}
+
+
+def load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def scale(sizes: list[int], repeat: int, baseline: pathlib.Path | None, folder: pathlib.Path) -> None:
+    print(f"load average before: {load()}")
+    rows = []
+    for size in sizes:
+        path = folder / f"ladder_{size}.onnx"
+        onnx.save(ladder(size), path)
+        ours: list[float] = []
+        theirs: list[float] = []
+        stages: list[dict[str, float]] = []
+        for _ in range(repeat):  # alternate, so both see the same load
+            seconds, stage = inspect_once(path, ROOT)
+            ours.append(seconds)
+            stages.append(stage)
+            if baseline is not None:
+                theirs.append(inspect_once(path, baseline)[0])
+        median = statistics.median(ours)
+        per_stage = {name: statistics.median(s[name] for s in stages) for name in stages[0]}
+        rows.append((size, median, min(ours), per_stage, statistics.median(theirs) if theirs else None))
+        print(f"{size:>7} nodes: median {median:.2f} s (min {min(ours):.2f}) "
+              + " ".join(f"{k} {v:.2f}" for k, v in per_stage.items())
+              + (f"; baseline {statistics.median(theirs):.2f} s" if theirs else ""), flush=True)
+    print(f"load average after: {load()}\n")
+    names = list(rows[0][3])
+    header = "| nodes | end to end (s) | " + " | ".join(names) + " | growth |"
+    header += " baseline (s) | speed-up |" if baseline else ""
+    print(header)
+    print("|" + "---:|" * (header.count("|") - 1))
+    previous: tuple[int, float] | None = None
+    for size, median, _, per_stage, base in rows:
+        growth = f"{size / previous[0]:.0f}x nodes: {median / previous[1]:.1f}x time" if previous else ""
+        cells = [f"{size:,}", f"{median:.2f}", *(f"{per_stage.get(n, 0.0):.2f}" for n in names), growth]
+        if baseline:
+            cells += [f"{base:.2f}", f"{base / median:.1f}x"] if base else ["", ""]
+        print("| " + " | ".join(cells) + " |")
+        previous = (size, median)
+
+
+def recompile(times: int) -> None:
+    import codegraft as cg
+    from codegraft.testing import light_model_path
+
+    path = light_model_path("resnet50")
+    with tempfile.TemporaryDirectory() as cache:
+        os.environ["CODEGRAFT_CACHE_DIR"] = cache
+        print(f"load average before: {load()}")
+        seconds = []
+        for attempt in range(times + 1):
+            start = time.perf_counter()
+            exe = cg.compile(str(path), targets=["c"])
+            seconds.append(time.perf_counter() - start)
+            label = "cold (empty cache)" if attempt == 0 else "warm (cache hit)"
+            print(f"light_resnet50 -> c, {label}: {seconds[-1]:.2f} s  "
+                  + " ".join(f"{s.name} {s.seconds:.2f}" for s in exe.report().stages), flush=True)
+        print(f"load average after: {load()}")
+        warm = seconds[1:]
+        print(f"cold {seconds[0]:.2f} s; warm median {statistics.median(warm):.2f} s, min {min(warm):.2f} s")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="*", default=[1_000, 10_000, 100_000])
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--baseline", type=pathlib.Path, help="a folder holding an older codegraft package")
+    parser.add_argument("--recompile", action="store_true", help="time light_resnet50 compiles instead")
+    parser.add_argument("--keep", type=pathlib.Path, help="write the ladders here (default: a temporary folder)")
+    args = parser.parse_args()
+    if args.recompile:
+        recompile(args.repeat)
+        return
+    if args.keep is not None:
+        args.keep.mkdir(parents=True, exist_ok=True)
+        scale(args.sizes, args.repeat, args.baseline, args.keep)
+        return
+    with tempfile.TemporaryDirectory() as folder:
+        scale(args.sizes, args.repeat, args.baseline, pathlib.Path(folder))
+
+
+if __name__ == "__main__":
+    main()
