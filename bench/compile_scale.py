@@ -24,6 +24,7 @@ import argparse
 import json
 import os
 import pathlib
+import resource
 import statistics
 import subprocess
 import sys
@@ -71,23 +72,27 @@ def ladder(nodes: int, *, channels: int = 4, size: int = 8, seed: int = 0) -> on
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
 
 
-def inspect_once(path: pathlib.Path, package_root: pathlib.Path) -> tuple[float, dict[str, float]]:
-    """Seconds of one ``codegraft inspect PATH -t c --json`` in a fresh process, and its stages."""
+def inspect_once(path: pathlib.Path, package_root: pathlib.Path) -> tuple[float, float, dict[str, float]]:
+    """Wall and CPU seconds of one ``codegraft inspect PATH -t c --json`` in a fresh process,
+    and its stages (CPU time moves less than wall time on a loaded machine)."""
     env = {**os.environ, "PYTHONPATH": str(package_root)}
     code = (  # checkouts from before the stage folders have codegraft._cli
         "import sys\ntry:\n    from codegraft.cli.main import main\nexcept ImportError:\n"
         "    from codegraft._cli import main\nsys.argv[0] = 'codegraft'\nmain()"
     )
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     done = subprocess.run(
         [sys.executable, "-c", code, "inspect", str(path), "-t", "c", "--json"],
         env=env, capture_output=True, text=True, check=False,
     )
     seconds = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
     if done.returncode != 0:
         raise RuntimeError(f"inspect of {path} failed under {package_root}: {done.stderr.strip()[-400:]}")
     report = json.loads(done.stdout)
-    return seconds, {s["name"]: s["seconds"] for s in report.get("stages", ())}
+    return seconds, cpu, {s["name"]: s["seconds"] for s in report.get("stages", ())}
 
 
 def load() -> str:
@@ -101,30 +106,33 @@ def scale(sizes: list[int], repeat: int, baseline: pathlib.Path | None, folder: 
         path = folder / f"ladder_{size}.onnx"
         onnx.save(ladder(size), path)
         ours: list[float] = []
+        cpus: list[float] = []
         theirs: list[float] = []
         stages: list[dict[str, float]] = []
         for _ in range(repeat):  # alternate, so both see the same load
-            seconds, stage = inspect_once(path, ROOT)
+            seconds, cpu, stage = inspect_once(path, ROOT)
             ours.append(seconds)
+            cpus.append(cpu)
             stages.append(stage)
             if baseline is not None:
                 theirs.append(inspect_once(path, baseline)[0])
         median = statistics.median(ours)
         per_stage = {name: statistics.median(s[name] for s in stages) for name in stages[0]}
-        rows.append((size, median, min(ours), per_stage, statistics.median(theirs) if theirs else None))
-        print(f"{size:>7} nodes: median {median:.2f} s (min {min(ours):.2f}) "
+        cpu = statistics.median(cpus)
+        rows.append((size, median, cpu, per_stage, statistics.median(theirs) if theirs else None))
+        print(f"{size:>7} nodes: median {median:.2f} s (min {min(ours):.2f}, CPU {cpu:.2f}) "
               + " ".join(f"{k} {v:.2f}" for k, v in per_stage.items())
               + (f"; baseline {statistics.median(theirs):.2f} s" if theirs else ""), flush=True)
     print(f"load average after: {load()}\n")
     names = list(rows[0][3])
-    header = "| nodes | end to end (s) | " + " | ".join(names) + " | growth |"
+    header = "| nodes | end to end (s) | CPU (s) | " + " | ".join(names) + " | growth |"
     header += " baseline (s) | speed-up |" if baseline else ""
     print(header)
     print("|" + "---:|" * (header.count("|") - 1))
     previous: tuple[int, float] | None = None
-    for size, median, _, per_stage, base in rows:
+    for size, median, cpu, per_stage, base in rows:
         growth = f"{size / previous[0]:.0f}x nodes: {median / previous[1]:.1f}x time" if previous else ""
-        cells = [f"{size:,}", f"{median:.2f}", *(f"{per_stage.get(n, 0.0):.2f}" for n in names), growth]
+        cells = [f"{size:,}", f"{median:.2f}", f"{cpu:.2f}", *(f"{per_stage.get(n, 0.0):.2f}" for n in names), growth]
         if baseline:
             cells += [f"{base:.2f}", f"{base / median:.1f}x"] if base else ["", ""]
         print("| " + " | ".join(cells) + " |")
