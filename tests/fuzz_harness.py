@@ -93,11 +93,21 @@ def seed_model(index: int) -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
+class TooBigToFeed(Exception):
+    """A (mutated) model declares an input too large to feed on a shared test machine."""
+
+
+MAX_FEED_ELEMENTS = 1 << 22
+MEMORY_LIMIT_BYTES = 8 << 30  # per worker: a runaway allocation fails here instead of waking the OOM killer
+
+
 def random_feeds(specs: list[tuple[str, str, Any]], rng: random.Random) -> dict[str, np.ndarray]:
     """Feeds for (name, dtype, shape) specs; free dimensions 2."""
     feeds = {}
     for name, dtype, shape in specs:
         dims = [d if isinstance(d, int) and d >= 0 else 2 for d in (shape or [])]
+        if int(np.prod(dims, dtype=np.float64)) > MAX_FEED_ELEMENTS:
+            raise TooBigToFeed(f"input {name} declares {dims}")
         dt = np.dtype(dtype or "float32")
         if dt.kind == "f":
             feeds[name] = np.asarray(np.random.default_rng(rng.randrange(2**31)).standard_normal(dims), dtype=dt)
@@ -322,6 +332,8 @@ def run_model_case(case: dict[str, Any]) -> Outcome:
         got = exe.run(feeds)
     except cg.CodegraftError as error:
         return Outcome(case, "error", f"{type(error).__name__}: {error}", mutation)
+    except TooBigToFeed as error:
+        return Outcome(case, "ok", f"compiled; not run: {error}", mutation)
     want = _onnxruntime(mutated, feeds)
     if want is None:
         return Outcome(case, "ok", "onnxruntime refuses this model; codegraft ran it", mutation, {"lenient": True})
@@ -627,6 +639,9 @@ _MARK = "@@fuzz "
 
 def worker(cases: list[dict[str, Any]]) -> None:
     """Run ``cases`` in this process, announcing each before it starts (see the module note)."""
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT_BYTES, MEMORY_LIMIT_BYTES))
     out = sys.__stdout__
     assert out is not None
     for case in cases:

@@ -186,3 +186,16 @@ def test_wrong_argument_types_are_codegraft_errors(exe: cg.Executable, call, err
 
 def test_no_targets_may_be_none() -> None:
     assert [s.backend for s in cg.compile(relu_model(), targets=None).steps] == ["onnxruntime"]
+
+
+def test_cli_inspect_refuses_opset_99(tmp_path: pathlib.Path) -> None:
+    onnx.save(relu_model(opset=99), tmp_path / "op99.onnx")
+    done = _cli("inspect", str(tmp_path / "op99.onnx"), "-t", "c")
+    assert done.returncode == 2
+    assert "opset 99" in _one_error_line(done)
+
+
+def test_cli_compare_refuses_an_empty_model_file(tmp_path: pathlib.Path) -> None:
+    # Found by tests/test_fuzz.py: compare handed an empty file straight to onnxruntime (exit 3).
+    (tmp_path / "empty.onnx").write_bytes(b"")
+    assert "no outputs" in _one_error_line(_cli("compare", str(tmp_path / "empty.onnx"), "-t", "c"))

@@ -336,11 +336,12 @@ def bench_command(
     latency percentiles, min and throughput."""
     from codegraft.cli.bench import compare
     from codegraft.cli.feeds import model_input_specs
-    from codegraft.frontend.model import _to_proto
+    from codegraft.frontend.model import _to_proto, check_model_proto
     from codegraft.runtime.latency import check_mode
 
     check_mode(None if duration is not None else runs, duration, concurrency)  # bad values: one line, now
     proto = _to_proto(str(model), None)
+    check_model_proto(proto, str(model))  # what compile would refuse, refused before onnxruntime sees it
     feeds, chosen = _feeds(model_input_specs(proto), True, [], shapes or [], load_inputs, seed)
     with _progress_bar() as progress:
         table = compare(
@@ -378,11 +379,12 @@ def compare_command(
     from codegraft.cli.feeds import model_input_specs
     from codegraft.cli.feeds import save_inputs as write_inputs
     from codegraft.core.options import CompileOptions
-    from codegraft.frontend.model import _to_proto
+    from codegraft.frontend.model import _to_proto, check_model_proto
 
     CompileOptions(precision=precision, min_partition_size=min_partition_size)  # bad values: one line, now
     configs = [[t.strip() for t in spec.split(",") if t.strip()] for spec in (targets or [])] or [[]]
     proto = _to_proto(str(model), None)
+    check_model_proto(proto, str(model))  # what compile would refuse, refused before onnxruntime sees it
     feeds, chosen = _feeds(model_input_specs(proto), True, [], shapes or [], load_inputs, seed)
     if save_inputs is not None:
         err_console.print(f"wrote {write_inputs(save_inputs, feeds)}", highlight=False)
