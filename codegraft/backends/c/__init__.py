@@ -88,12 +88,12 @@ class CBackend:
 
     def generate(self, partition: Partition) -> Program:
         """The C source (and weights) for a partition, without compiling it."""
-        return generate(partition.model, self.target or host_target())
+        return generate(partition.model, self.target or host_target(), self.num_threads)
 
     def compile(self, partition: Partition) -> bytes:
         """Generate C, build it (or take it from the cache) and pack the blob."""
         target = self.target or host_target()
-        program = generate(partition.model, target)
+        program = generate(partition.model, target, self.num_threads)
         library = self.toolchain.build(program.source, target)
         return Blob(
             source=program.source,

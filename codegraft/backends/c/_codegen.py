@@ -6,11 +6,13 @@ The generated library exports one function::
 
 ``in``/``out`` are the partition's inputs and outputs (plain ONNX layout, caller-owned),
 ``w`` the weight arena shipped in the blob, ``s`` scratch the runtime allocates once per
-loaded partition, ``nthreads`` the threads to use (0: every core; see ``_pool.py``).
+loaded partition, ``nthreads`` the threads to use (0: every core; see ``_thread_pool.py``).
 """
 
 from __future__ import annotations
 
+import math
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,7 +23,7 @@ from codegraft.backends.c._emit import Context
 from codegraft.backends.c._fuse import Kernel, fuse
 from codegraft.backends.c._kernels import ENTRY_OPEN, PRELUDE, SHUFFLE, transpose_block
 from codegraft.backends.c._layout import assign_layout
-from codegraft.backends.c._ops_conv import _Kernels, emit_conv, emit_matmul
+from codegraft.backends.c._ops_conv import _Kernels, choose_tile, emit_conv, emit_matmul
 from codegraft.backends.c._ops_data import (
     emit_concat,
     emit_copy,
@@ -36,6 +38,7 @@ from codegraft.backends.c._ops_data import (
     emit_transpose,
 )
 from codegraft.backends.c._ops_elementwise import emit_elementwise
+from codegraft.backends.c._thread_cost import Choice, Machine, Work, choose
 from codegraft.backends.c._thread_pool import POOL
 from codegraft.backends.c._timers import timer_source
 from codegraft.backends.c._toolchain import Target
@@ -52,23 +55,44 @@ class Program:
     input_shapes: tuple[tuple[int, ...], ...]
     output_shapes: tuple[tuple[int, ...], ...]
     kernels: int
+    threads: tuple[KernelThreads, ...] = ()  # the cost model's decision per kernel
 
 
-def generate(model: ir.Model, target: Target) -> Program:
+@dataclass(frozen=True)
+class KernelThreads:
+    """How many threads one kernel uses, and why (its work and estimated times)."""
+
+    kernel: str  # ``Conv -> add+relu => <output>``
+    work: Work
+    choice: Choice
+
+
+def generate(model: ir.Model, target: Target, threads: int | None = None, machine: Machine | None = None) -> Program:
     """C source for one partition with concrete input shapes.
 
-    An empty tensor (a dimension of 0) is refused: the kernels divide work by sizes, so the
-    partition runs on the host for that shape instead (a crash in native code otherwise).
+    ``threads``: the most threads a kernel may use (default: every core); each kernel gets
+    what the cost model of ``_thread_cost.py`` finds pays, on ``machine`` (default: this CPU's
+    caches and ``target``'s vector width).  An empty tensor (a dimension of 0) is refused:
+    the kernels divide work by sizes, so the partition runs on the host for that shape
+    instead (a crash in native code otherwise).
     """
     _refuse_empty(model)
     graph = assign_layout(translate(model))
     kernels = fuse(graph)
     ctx = Context(target, graph.inputs, graph.outputs)
     variants = _Kernels()
+    most = threads or os.cpu_count() or 1
+    machine = machine or host_machine(target)
+    decisions = []
     ctx.body.append("  cg_tick_start();")
     for position, kernel in enumerate(kernels):
         ctx.position = position
+        work = kernel_work(kernel, target.vector_floats)
+        choice = choose(work, most, machine)
+        decisions.append(KernelThreads(_describe(kernel), work, choice))
+        ctx.op_threads = choice.threads
         ctx.body.append(f"  /* {_describe(kernel)} */")
+        ctx.body.append(f"  cg_op_threads = {choice.threads};")
         _emit(ctx, kernel, variants)
         ctx.body.append(f"  cg_tick({position});")
     scratch = ctx.plan_scratch()
@@ -92,7 +116,41 @@ def generate(model: ir.Model, target: Target) -> Program:
         input_shapes=tuple(t.shape for t in graph.inputs),
         output_shapes=tuple(t.shape for t in graph.outputs),
         kernels=len(kernels),
+        threads=tuple(decisions),
     )
+
+
+def host_machine(target: Target) -> Machine:
+    """The cost model's view of this CPU (cache sizes from the OS, vector width from ``target``)."""
+    return Machine.for_cpu(target.vector_floats, l2_bytes=1 << 20, l3_bytes=32 << 20)
+
+
+def kernel_work(kernel: Kernel, vector: int) -> Work:
+    """Flops, bytes and parallel units of one kernel, for the thread cost model."""
+    core, out = kernel.core, kernel.out
+    inputs = [*(core.inputs if core is not None else []), *kernel.operands]
+    moved = 4.0 * (out.size + sum(t.size for t in inputs))
+    if isinstance(core, g.Conv):
+        phys = out.physical_shape
+        rows, m = math.prod(phys[:-1]), phys[-1]
+        moved += 4.0 * core.weight.size
+        flops = 2.0 * rows * core.weight.size
+        if core.group == m and core.weight.size // m == math.prod(core.window.kernel if core.window else (1,)):
+            return Work(flops, moved, phys[0] * (phys[1] if len(phys) == 4 else 1), gemm=False)  # depthwise rows
+        mg = m // core.group
+        nv, p = choose_tile(mg, rows, vector)
+        return Work(flops, moved, core.group * -(-mg // (nv * vector)) * -(-rows // p), gemm=True)
+    if isinstance(core, g.MatMul):
+        a = core.inputs[0]
+        depth = a.shape[-2] if core.trans_a else a.shape[-1]
+        rows, cols = math.prod(out.shape[:-1]), out.shape[-1]
+        nv, p = choose_tile(cols, rows, vector)
+        return Work(2.0 * rows * cols * depth, moved, -(-cols // (nv * vector)) * -(-rows // p), gemm=True)
+    if isinstance(core, g.Pool) and core.window is not None:
+        phys = out.physical_shape
+        return Work(float(out.size * math.prod(core.window.kernel)), moved, math.prod(phys[:-2]), gemm=False)
+    # Elementwise chains, data movement, reductions: a few flops per element, split in 4096-element blocks.
+    return Work(float(out.size * (1 + len(kernel.steps))), moved, max(1, out.size // 4096), gemm=False)
 
 
 def _refuse_empty(model: ir.Model) -> None:

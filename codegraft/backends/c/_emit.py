@@ -41,6 +41,7 @@ class Context:
     functions: list[str] = field(default_factory=list)
     body: list[str] = field(default_factory=list)
     position: int = 0
+    op_threads: int = 1  # threads the cost model gave the kernel being emitted (see _thread_cost.py)
     _weights: list[np.ndarray] = field(default_factory=list)
     _weight_size: int = 0
     _weight_syms: dict[int, str] = field(default_factory=dict)

@@ -87,6 +87,7 @@ typedef struct {
   long groups, mg, nmb; const float* wp;
   float* y; long ldy; long rbase;
   cg_ep ep; const float* const* ops;
+  long per_task;  /* row tiles per task, from the thread cost model (_thread_cost.py) */
 } cg_gemm_t;
 
 /* Zero-padded copy of channels-last x[N][H][W][C] into xp[N][Hp][Wp][C]; one task per row. */
@@ -398,11 +399,8 @@ static void cg_gemm_NV__P__task(const void* ctx, long task) {
 static void cg_gemm_NV__P_(const cg_gemm_t* k) {
   const long ntiles = (k->N * k->OH * k->OW + P_ - 1) / P_;
   const long blocks = k->groups * k->nmb;
-  /* about 2^17 multiply-adds per task, but at least 8 tasks per thread when there is work */
-  long per_task = (1L << 17) / (P_ * NV_ * VW * k->ntaps * k->cg) + 1;
-  if (per_task > ntiles) per_task = ntiles;
-  while (per_task > 1 && blocks * ((ntiles + per_task - 1) / per_task) < 8L * (cg_workers + 1))
-    per_task = (per_task + 1) / 2;
+  /* the split was chosen at compile time for the threads this op gets (_thread_cost.py) */
+  const long per_task = cg_min(ntiles, k->per_task < 1 ? 1 : k->per_task);
   const cg_gemm_NV__P__job job = {k, per_task, (ntiles + per_task - 1) / per_task};
   cg_parallel(blocks * job.chunks, cg_gemm_NV__P__task, &job);
 }

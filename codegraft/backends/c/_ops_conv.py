@@ -19,6 +19,7 @@ from codegraft.backends.c._emit import Context
 from codegraft.backends.c._fuse import Kernel
 from codegraft.backends.c._kernels import microkernel
 from codegraft.backends.c._ops_elementwise import emit_epilogue
+from codegraft.backends.c._thread_cost import gemm_tiles_per_task
 
 # Rows per tile for NV output vectors: fills ~24 (AVX-512) or ~12 (16 registers) accumulators.
 _ROWS_WIDE = {4: 6, 3: 8, 2: 12, 1: 16}
@@ -123,11 +124,13 @@ def emit_conv(ctx: Context, kernel: Kernel, variants: _Kernels) -> None:
     packed, nmb = pack_weights(weight, group, nv, ctx.target.vector_floats)
     wsym = ctx.weight(packed)
     driver = variants.need(ctx, nv, p)
+    per_task = gemm_tiles_per_task(-(-rows // p), group * nmb, p * nv * ctx.target.vector_floats * len(taps) * run,
+                                   ctx.op_threads)
     job = ctx.name("job")
     ctx.body.append(
         f"  {{ const cg_gemm_t {job} = {{{src}, {c}, 1, {run}, {n}, {hp}, {wp}, {out_spatial[0]}, {out_spatial[1]}, "
         f"{strides[0]}, {strides[1]}, {len(taps)}, {tap_sym}, {group}, {mg}, {nmb}, {wsym}, {y}, {ldy}, 0, "
-        f"{ep}, {ep}_ops}};\n    {driver}(&{job}); }}"
+        f"{ep}, {ep}_ops, {per_task}}};\n    {driver}(&{job}); }}"
     )
 
 
@@ -172,6 +175,7 @@ def emit_matmul(ctx: Context, kernel: Kernel, variants: _Kernels) -> None:
             f"{wsym} + bi * {block}, {nmb}, {width});"
         )
     pstride, cstride = (1, rows) if mm.trans_a else (depth, 1)
+    per_task = gemm_tiles_per_task(-(-rows // p), nmb, p * width * depth, ctx.op_threads)
     job = ctx.name("job")
     aoff, boff = ctx.name("aoff"), ctx.name("boff")
     ctx.body.append(f"  static const long {aoff}[] = {_ints([int(i) * rows * depth for i in a_index])};")
@@ -181,5 +185,5 @@ def emit_matmul(ctx: Context, kernel: Kernel, variants: _Kernels) -> None:
         f"  for (long bi = 0; bi < {nbatch}; bi++) {{\n"
         f"    const cg_gemm_t {job} = {{{ctx.ptr(a)} + {aoff}[bi], {pstride}, {cstride}, {depth}, 1, 1, {rows}, 1, "
         f"{rows}, 1, 1, 1, {job}_tap, 1, {cols}, {nmb}, {wsym} + {boff}[bi], {ctx.ptr(out)}, {cols}, bi * {rows}, "
-        f"{ep}, {ep}_ops}};\n    {driver}(&{job});\n  }}"
+        f"{ep}, {ep}_ops, {per_task}}};\n    {driver}(&{job});\n  }}"
     )

@@ -8,7 +8,9 @@ hundreds.  Here the calling thread claims tasks from an atomic counter with the 
 waits only for tasks a worker has actually started: a worker that wakes late finds no work
 and costs nothing.  Workers spin briefly between loops (loops of one call follow each
 other closely; after a few pauses they yield the core instead of burning it, which matters
-on a machine shared with other work), then sleep on a condition variable.  One loop at a time per library: a
+on a machine shared with other work), then sleep on a condition variable.  Each kernel runs on at most
+``cg_op_threads`` threads, set before it by the generated code from the cost model of
+``_thread_cost.py``: a kernel given one thread runs inline and wakes nobody.  One loop at a time per library: a
 second caller that finds the pool busy runs its loop on its own thread.
 
 The handshake between the caller retiring a job and a worker joining it is the classic
@@ -36,6 +38,7 @@ static atomic_int cg_active, cg_sleepers;
 static atomic_long cg_seq;  /* bumped per job: jobs reuse one stack address */
 static int cg_workers;
 static _Thread_local int cg_want;  /* threads requested for the current call; 0: all */
+static _Thread_local int cg_op_threads;  /* threads the cost model gave the current kernel; 0: no limit */
 
 static inline void cg_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -99,12 +102,14 @@ static void cg_start(void) {
 
 /* Run fn(ctx, i) for i in [0, ntasks), spread over the pool. */
 static void cg_parallel(long ntasks, cg_task fn, const void* ctx) {
-  if (ntasks > 1 && cg_want != 1) pthread_once(&cg_once, cg_start);
-  if (ntasks <= 1 || cg_want == 1 || cg_workers == 0 || pthread_mutex_trylock(&cg_busy) != 0) {
+  int limit = cg_want > 0 ? cg_want : 1 << 30;
+  if (cg_op_threads > 0 && cg_op_threads < limit) limit = cg_op_threads;  /* one thread: nobody is woken */
+  if (ntasks > 1 && limit != 1) pthread_once(&cg_once, cg_start);
+  if (ntasks <= 1 || limit == 1 || cg_workers == 0 || pthread_mutex_trylock(&cg_busy) != 0) {
     for (long i = 0; i < ntasks; i++) fn(ctx, i);
     return;
   }
-  cg_job job = {fn, ctx, ntasks, 0, cg_want > 0 ? cg_want : 1 << 30};
+  cg_job job = {fn, ctx, ntasks, 0, limit};
   atomic_fetch_add(&cg_seq, 1);
   atomic_store(&cg_current, &job);
   if (atomic_load(&cg_sleepers) > 0) {

@@ -151,7 +151,7 @@ def _base_flags(compiler: str) -> tuple[str, ...]:
     # will not if-convert the selects in cg_exp/cg_erf (it may not compute both sides), so no
     # loop calling them vectorises (Gelu 128x1024: 6x onnxruntime's time before, scalar code).
     # NaN and Inf are still IEEE (no -ffinite-math-only).
-    # Threads come from the library's own pool (pthreads), not OpenMP: see _pool.py.
+    # Threads come from the library's own pool (pthreads), not OpenMP: see _thread_pool.py.
     return ("-O3", "-shared", "-fPIC", "-std=gnu11", "-pthread", "-fno-math-errno", "-fno-trapping-math")
 
 

@@ -1,0 +1,120 @@
+"""How many threads each kernel uses, and how a GEMM's iteration space is split: a cost model.
+
+NOTE: waking and synchronising threads costs a few microseconds per kernel and grows with
+the number of threads; a small layer split 16 ways spends more on that than on its work
+(issue 18: squeezenet and shufflenet were slower on 16 threads than on 4).  So each kernel
+gets the thread count ``t`` (at most the count the library is compiled for) that minimises
+
+    time(t) = max(flops / (t * flop_rate), bytes / bandwidth(t)) * imbalance(t) + sync(t)
+
+where ``imbalance(t)`` is the slowest thread's share of the kernel's parallel units
+(``ceil(units / t) * t / units``), ``bandwidth(t)`` grows per thread from cache and is
+capped from main memory (a kernel whose bytes exceed the last-level cache streams from
+DRAM, which a few cores saturate), and ``sync(t)`` is zero on one thread (the loop runs
+inline, nobody is woken) and ``sync_ns + wake_ns * (t - 1)`` otherwise.  Ties go to fewer
+threads.  The rates are estimates from the CPU's vector width and caches
+(:class:`Machine`), not measurements: they only need to be right within a factor of two
+for the choice to be, since the cost grows slowly around the optimum.
+
+The GEMM driver's split (row tiles per task) follows from the chosen count: tasks of about
+2^17 multiply-adds, halved until there are 8 per thread, so a kernel given 2 threads is cut
+in 16 tasks, not in 8 per core of the machine.
+
+Example::
+
+    >>> m = Machine.for_cpu(vector_floats=16, l2_bytes=1 << 20, l3_bytes=32 << 20)
+    >>> choose(Work(flops=2e9, bytes=4e6, units=4096, gemm=True), threads=16, machine=m).threads
+    16
+    >>> choose(Work(flops=2e4, bytes=8e4, units=64, gemm=False), threads=16, machine=m).threads
+    1
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+# One kernel's fixed cost of going parallel (publish the job, wake sleepers, wait for the
+# last task) and the extra per thread that joins; microbenchmarks of pools like ours give
+# 1-5 us and 0.3-2 us, and the issue's squeezenet figures (about 60 us lost per kernel
+# going from 4 to 16 threads) sit at the high end under load, so the high end it is.
+SYNC_NS = 4000.0
+WAKE_NS = 1500.0
+
+
+@dataclass(frozen=True)
+class Machine:
+    """What the cost model assumes of the CPU; see :meth:`for_cpu`."""
+
+    gemm_flops_per_ns: float  # one core, register-blocked FMA kernel
+    other_flops_per_ns: float  # one core, the plain loops of pools, elementwise, softmax...
+    cache_bytes_per_ns: float  # one core, data in its caches
+    memory_bytes_per_ns: float  # all cores together, streaming from DRAM
+    l2_bytes: int  # per core
+    l3_bytes: int  # shared
+
+    @staticmethod
+    def for_cpu(vector_floats: int, l2_bytes: int, l3_bytes: int) -> Machine:
+        """Rates from the SIMD width (two FMA pipes at ~2.5 GHz, ~60% of it reached)."""
+        peak = vector_floats * 2 * 2 * 2.5
+        return Machine(
+            gemm_flops_per_ns=0.6 * peak,
+            other_flops_per_ns=0.1 * peak,
+            cache_bytes_per_ns=vector_floats * 4 * 0.5,
+            memory_bytes_per_ns=40.0,
+            l2_bytes=l2_bytes,
+            l3_bytes=l3_bytes,
+        )
+
+
+@dataclass(frozen=True)
+class Work:
+    """One kernel's work: flops, bytes read and written, and parallel units (tasks it can split into)."""
+
+    flops: float
+    bytes: float
+    units: int
+    gemm: bool  # runs on the register-blocked micro-kernel
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The decision for one kernel: threads, and the estimated time on 1 and on ``threads`` threads."""
+
+    threads: int
+    serial_us: float
+    parallel_us: float
+
+
+def estimate_ns(work: Work, threads: int, machine: Machine) -> float:
+    """Estimated time of ``work`` on ``threads`` threads (see the module note)."""
+    rate = machine.gemm_flops_per_ns if work.gemm else machine.other_flops_per_ns
+    compute = work.flops / (threads * rate)
+    bandwidth = threads * machine.cache_bytes_per_ns
+    if work.bytes > machine.l3_bytes:
+        bandwidth = min(bandwidth, machine.memory_bytes_per_ns)
+    units = max(1, work.units)
+    imbalance = math.ceil(units / threads) * threads / units
+    sync = 0.0 if threads == 1 else SYNC_NS + WAKE_NS * (threads - 1)
+    return max(compute, work.bytes / bandwidth) * imbalance + sync
+
+
+def choose(work: Work, threads: int, machine: Machine) -> Choice:
+    """The thread count in ``1..threads`` with the least estimated time (fewer on ties)."""
+    best, best_ns = 1, estimate_ns(work, 1, machine)
+    for t in range(2, min(threads, max(1, work.units)) + 1):
+        ns = estimate_ns(work, t, machine)
+        if ns < best_ns:
+            best, best_ns = t, ns
+    return Choice(best, estimate_ns(work, 1, machine) / 1e3, best_ns / 1e3)
+
+
+def gemm_tiles_per_task(ntiles: int, blocks: int, macs_per_tile: int, threads: int) -> int:
+    """Row tiles per GEMM task: ~2^17 multiply-adds, halved until each thread has 8 tasks.
+
+    ``blocks`` is (groups x output-channel blocks); tasks = blocks x ceil(ntiles / result).
+    """
+    per_task = min(ntiles, (1 << 17) // max(1, macs_per_tile) + 1)
+    while per_task > 1 and blocks * -(-ntiles // per_task) < 8 * threads:
+        per_task = (per_task + 1) // 2
+    return max(1, per_task)

@@ -1,0 +1,80 @@
+"""The c backend's thread cost model: how many threads each resnet50 kernel gets at 4 and 16 threads.
+
+Run with ``-s`` to see the decisions (kernel, MFLOP, MB, parallel units, estimated us on one
+thread -> on the chosen count).  The machine is fixed (AVX-512, 1 MiB L2, 32 MiB L3) so the
+decisions do not depend on the CPU running the test.
+"""
+
+from __future__ import annotations
+
+import onnx_ir as ir
+import pytest
+
+from codegraft.backends.c._codegen import KernelThreads, generate
+from codegraft.backends.c._thread_cost import Machine, Work, choose, gemm_tiles_per_task
+from codegraft.backends.c._toolchain import target_for
+from codegraft.testing import light_model
+
+AVX512 = target_for(frozenset({"avx2", "fma", "avx512f", "avx512dq", "avx512bw", "avx512vl"}))
+MACHINE = Machine.for_cpu(16, l2_bytes=1 << 20, l3_bytes=32 << 20)
+
+
+@pytest.fixture(scope="module")
+def resnet50() -> dict[int, tuple[tuple[KernelThreads, ...], str]]:
+    model = ir.from_proto(light_model("resnet50"))
+    plans = {}
+    for threads in (4, 16):
+        program = generate(model, AVX512, threads, MACHINE)
+        plans[threads] = (program.threads, program.source)
+    return plans
+
+
+def _show(threads: int, plan: tuple[KernelThreads, ...]) -> None:
+    print(f"\nresnet50 at {threads} threads:")
+    for k in plan:
+        w, c = k.work, k.choice
+        print(f"  {c.threads:2d} threads  {w.flops / 1e6:7.1f} MFLOP {w.bytes / 1e6:6.2f} MB {w.units:5d} units "
+              f"{c.serial_us:7.0f} -> {c.parallel_us:6.0f} us  {k.kernel}")
+
+
+def test_resnet50_big_convs_get_every_thread_small_kernels_few(resnet50: dict) -> None:
+    at4, source4 = resnet50[4]
+    at16, source16 = resnet50[16]
+    _show(4, at4)
+    _show(16, at16)
+    assert len(at4) == len(at16) > 50
+    for k4, k16 in zip(at4, at16, strict=True):
+        assert 1 <= k4.choice.threads <= 4 and 1 <= k16.choice.threads <= 16
+        assert k4.choice.threads <= k16.choice.threads, k4.kernel  # more cores never means fewer threads
+        assert k16.choice.parallel_us <= k16.choice.serial_us
+        if k16.work.gemm and k16.work.flops >= 100e6:  # the big convolutions: all threads
+            assert k4.choice.threads == 4, k4.kernel
+            # 15 where 16 would leave the slowest thread as many units as 15 do (132 units: 9 each)
+            assert k16.choice.threads >= 15, k16.kernel
+        if k16.choice.serial_us < 40:  # tiny kernels (the final pool, layout changes): few threads
+            assert k16.choice.threads <= 6, k16.kernel
+    counts16 = sorted(k.choice.threads for k in at16)
+    assert counts16[0] == 1 and counts16[-1] == 16
+    assert any(1 < t < 15 for t in counts16)  # medium kernels: in between
+    # The decision reaches the C: each kernel sets its limit before it runs.
+    assert source16.count("cg_op_threads = ") == len(at16)
+    assert "cg_op_threads = 1;" in source16 and "cg_op_threads = 16;" in source16
+    assert "cg_op_threads = 16;" not in source4
+
+
+def test_cost_model_prefers_fewer_threads_when_sync_outweighs_work() -> None:
+    small = Work(flops=2e5, bytes=4e4, units=512, gemm=True)  # ~2 us of work: waking anyone costs more
+    big = Work(flops=2e9, bytes=8e6, units=4096, gemm=True)
+    assert choose(small, 16, MACHINE).threads == 1
+    assert choose(big, 16, MACHINE).threads == 16
+    assert choose(big, 1, MACHINE).threads == 1
+    assert choose(Work(flops=2e9, bytes=8e6, units=3, gemm=True), 16, MACHINE).threads == 3  # 3 tasks: 3 threads
+
+
+def test_gemm_split_follows_the_threads_an_op_gets() -> None:
+    # 1000 tiles of 2^14 multiply-adds, 1 channel block: ~8 tiles per task by size...
+    assert gemm_tiles_per_task(1000, 1, 1 << 14, 1) == 9
+    # ...halved until every thread has 8 tasks: 16 threads need 128 tasks.
+    per_task = gemm_tiles_per_task(1000, 1, 1 << 14, 16)
+    assert -(-1000 // per_task) >= 128
+    assert gemm_tiles_per_task(5, 4, 1 << 20, 16) == 1
