@@ -321,9 +321,9 @@ def main(argv: list[str] | None = None) -> int:
             status += f", fallbacks {result.fallbacks}"
         print(f"{model.name}: {status}", file=sys.stderr, flush=True)
         results.append(result)
+        if args.out:  # after each model: a long run interrupted still leaves its table
+            pathlib.Path(args.out).write_text(table(results) + "\n")
     print(table(results))
-    if args.out:
-        pathlib.Path(args.out).write_text(table(results) + "\n")
     return 0
 
 
