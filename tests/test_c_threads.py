@@ -78,3 +78,16 @@ def test_gemm_split_follows_the_threads_an_op_gets() -> None:
     per_task = gemm_tiles_per_task(1000, 1, 1 << 14, 16)
     assert -(-1000 // per_task) >= 128
     assert gemm_tiles_per_task(5, 4, 1 << 20, 16) == 1
+
+
+def test_cache_sizes_are_read_from_the_os(tmp_path) -> None:
+    from codegraft.backends.c._toolchain import CacheSizes, cache_sizes
+
+    for name, level, kind, size in [("index0", 1, "Data", "48K"), ("index1", 1, "Instruction", "32K"),
+                                    ("index2", 2, "Unified", "2048K"), ("index3", 3, "Unified", "105M")]:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "level").write_text(f"{level}\n")
+        (tmp_path / name / "type").write_text(f"{kind}\n")
+        (tmp_path / name / "size").write_text(f"{size}\n")
+    assert cache_sizes(tmp_path) == CacheSizes(l1d=48 << 10, l2=2 << 20, l3=105 << 20)
+    assert cache_sizes(tmp_path / "missing") == CacheSizes()

@@ -41,7 +41,7 @@ from codegraft.backends.c._ops_elementwise import emit_elementwise
 from codegraft.backends.c._thread_cost import Choice, Machine, Work, choose
 from codegraft.backends.c._thread_pool import POOL
 from codegraft.backends.c._timers import timer_source
-from codegraft.backends.c._toolchain import Target
+from codegraft.backends.c._toolchain import Target, cache_sizes
 from codegraft.backends.c._translate import translate
 
 
@@ -122,7 +122,8 @@ def generate(model: ir.Model, target: Target, threads: int | None = None, machin
 
 def host_machine(target: Target) -> Machine:
     """The cost model's view of this CPU (cache sizes from the OS, vector width from ``target``)."""
-    return Machine.for_cpu(target.vector_floats, l2_bytes=1 << 20, l3_bytes=32 << 20)
+    caches = cache_sizes()
+    return Machine.for_cpu(target.vector_floats, l2_bytes=caches.l2, l3_bytes=caches.l3)
 
 
 def kernel_work(kernel: Kernel, vector: int) -> Work:

@@ -62,6 +62,39 @@ def _cpu_features() -> frozenset[str]:
     return frozenset()
 
 
+@dataclass(frozen=True)
+class CacheSizes:
+    """Data cache sizes in bytes: L1d and L2 per core, L3 (last level) shared."""
+
+    l1d: int = 32 << 10
+    l2: int = 1 << 20
+    l3: int = 32 << 20
+
+
+def cache_sizes(root: pathlib.Path = pathlib.Path("/sys/devices/system/cpu/cpu0/cache")) -> CacheSizes:
+    """This CPU's data caches as Linux reports them (``index*/level``, ``type``, ``size``).
+
+    A level the OS does not report keeps the default of :class:`CacheSizes` (off Linux: all)::
+
+        >>> cache_sizes(pathlib.Path("/nonexistent"))
+        CacheSizes(l1d=32768, l2=1048576, l3=33554432)
+    """
+    found: dict[int, int] = {}
+    for index in sorted(root.glob("index*")):
+        try:
+            level = int((index / "level").read_text())
+            kind = (index / "type").read_text().strip()
+            text = (index / "size").read_text().strip().upper()
+        except (OSError, ValueError):
+            continue
+        scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+        digits = text.rstrip("KMG")
+        if kind in ("Data", "Unified") and digits.isdigit():
+            found[level] = int(digits) * scale
+    default = CacheSizes()
+    return CacheSizes(found.get(1, default.l1d), found.get(2, default.l2), found.get(3, found.get(2, default.l3)))
+
+
 def host_target() -> Target:
     """The best target this CPU runs."""
     return target_for(cpu_features())
