@@ -27,17 +27,17 @@ HERE = pathlib.Path(__file__).resolve().parent
 
 
 def available_targets() -> list[str]:
-    """Targets to compare: openvino, c and iree (this CPU), where they can run here."""
+    """Targets to compare: openvino, c, iree (this CPU) and dnnl, where they can run here."""
     from codegraft.backends import list_backends
 
-    wanted = ("openvino", "c", "iree")
+    wanted = ("openvino", "c", "iree", "dnnl")
     return [info.name for info in list_backends() if info.name in wanted and info.available]
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="*", default=zoo.names(), help="zoo models (default: all)")
-    parser.add_argument("--targets", nargs="*", default=None, help="codegraft targets (default: openvino, c, iree)")
+    parser.add_argument("--targets", nargs="*", default=None, help="codegraft targets (default: openvino, c, iree, dnnl)")
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", type=pathlib.Path, default=HERE)

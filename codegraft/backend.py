@@ -7,6 +7,19 @@ NOTE: the contract is deliberately small.  A backend answers, per node, *yes or 
 Everything else - optimisation, layout and precision conversion, grouping nodes into
 cycle-free partitions, the host fallback, the artifact, the runtime - is codegraft's.
 
+The rules a backend can rely on:
+
+- ``supports`` is asked about *every* node the backend would take, the members of a pattern
+  match included: a match with a declined member is not claimed (the report says which
+  member and why), so a pattern never smuggles in a node ``supports`` refuses.
+- ``name`` (a string) and ``capabilities`` are checked when the backend is registered or
+  passed as a target; a missing one is named in the error.
+- ``version`` (optional string attribute) keys codegraft's caches (measured-placement
+  timings): change it whenever your generated code changes.
+- A backend that cannot run on this machine (no compiler, no driver, no library) should be
+  made unavailable by its factory raising :class:`~codegraft.errors.BackendUnavailable`
+  with the reason; ``codegraft backends`` shows it and nothing else is affected.
+
 A minimal backend::
 
     class MyBackend:
@@ -23,6 +36,24 @@ A minimal backend::
 
         def load(self, blob: bytes) -> Runnable:
             return MyRunnable(blob)
+
+Walking a partition in ``compile`` (``partition.model`` is an ``onnx_ir.Model``)::
+
+    graph = partition.model.graph
+    for value in graph.inputs:                  # what run() receives, in order
+        print(value.name, value.dtype, value.shape)        # shape: concrete dims or names
+    for name, value in graph.initializers.items():         # the constants this partition owns
+        weights = value.const_value.numpy()
+    for node in graph:                                      # topological order
+        attrs = node.attributes                             # get_int/get_float/get_ints(...)
+        stride = attrs.get_ints("strides", [1, 1])
+        x, w = node.inputs[0], node.inputs[1]               # ir.Value (None: omitted optional)
+        if w is not None and w.const_value is not None:     # a constant input
+            w_array = w.const_value.numpy()
+        producer = x.producer()                             # the node computing x, or None
+    for composite in partition.composites:                  # pattern matches claimed whole
+        parts = partition.captures(composite)               # capture name -> ir.Node | ir.Value
+        conv, act = parts["conv"], parts.get("act")         # absent when that part did not match
 """
 
 from __future__ import annotations
@@ -38,6 +69,7 @@ import onnx_ir as ir
 # Both are part of the vendor contract, so they are re-exported here.
 from codegraft.core.support import Support
 from codegraft.patterns._pattern import CompositeCheck, CompositeRule
+from codegraft.errors import BackendError
 
 Layout = Literal["NCHW", "NHWC"]
 Precision = Literal["float32", "float16", "bfloat16", "int8"]
@@ -70,16 +102,29 @@ class Capabilities:
 
 
 @dataclass(frozen=True)
+class Capture:
+    """One named part of a pattern match: a node (``kind="node"``) or a value, by name."""
+
+    name: str  # the pattern's capture name, e.g. "conv" or "bias"
+    kind: Literal["node", "value"]
+    ref: str  # the node's or the value's name in the model
+
+
+@dataclass(frozen=True)
 class Composite:
-    """A fused group found by a pattern: the backend receives it whole, named.
+    """A fused group found by a pattern: the backend receives it whole, named, with its captures.
 
     Its nodes also carry ``metadata_props["codegraft.composite"] = instance`` in the
-    partition model, so a backend walking the graph sees the grouping too.
+    partition model, so a backend walking the graph sees the grouping too.  The pattern's
+    named captures (``_name="conv"``, ``const("bias")``) come as :class:`Capture` by name;
+    :meth:`Partition.captures` resolves them to the partition's nodes and values, so a
+    backend never re-runs the matcher.
     """
 
     rule: str  # the pattern's name, e.g. "conv_bias_relu"
     instance: str  # unique name of this match, e.g. "conv_bias_relu_3"
     node_names: tuple[str, ...]
+    captures: tuple[Capture, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -102,6 +147,26 @@ class Partition:
     @property
     def input_names(self) -> list[str]:
         return [v.name or "" for v in self.model.graph.inputs]
+
+    def captures(self, composite: Composite) -> dict[str, ir.Node | ir.Value]:
+        """``composite``'s captures as this partition's nodes and values, by capture name.
+
+        Example: ``conv = partition.captures(c)["conv"]; bias = partition.captures(c).get("bias")``.
+        A capture whose node or value this partition's model no longer has (a layout or
+        precision conversion renamed it) is left out.
+        """
+        graph = self.model.graph
+        nodes = {node.name: node for node in graph}
+        values: dict[str | None, ir.Value] = {v.name: v for v in graph.inputs}
+        values.update(graph.initializers)
+        for node in graph:
+            values.update((v.name, v) for v in node.outputs)
+        found: dict[str, ir.Node | ir.Value] = {}
+        for capture in composite.captures:
+            item = nodes.get(capture.ref) if capture.kind == "node" else values.get(capture.ref)
+            if item is not None:
+                found[capture.name] = item
+        return found
 
     @property
     def output_names(self) -> list[str]:
@@ -175,6 +240,28 @@ def backend_patterns(backend: Backend) -> Sequence[CompositeRule]:
     return tuple(patterns()) if callable(patterns) else ()
 
 
+def check_backend(candidate: object, where: str = "") -> Backend:
+    """``candidate`` if it implements the :class:`Backend` contract, else a :class:`BackendError`
+    naming every missing or mistyped member.
+
+    Example: ``check_backend(object())`` raises ``backend object lacks: name (a str),
+    capabilities (a Capabilities), supports(), compile(), load()``.
+    """
+    problems = []
+    name = getattr(candidate, "name", None)
+    if not isinstance(name, str) or not name:
+        problems.append("name (a str)")
+    if not isinstance(getattr(candidate, "capabilities", None), Capabilities):
+        problems.append("capabilities (a Capabilities)")
+    for method in ("supports", "compile", "load"):
+        if not callable(getattr(candidate, method, None)):
+            problems.append(f"{method}()")
+    if problems:
+        what = where or (f"backend {name!r}" if isinstance(name, str) else f"backend {type(candidate).__name__}")
+        raise BackendError(f"{what} lacks: {', '.join(problems)} (see codegraft/backend.py)")
+    return candidate  # type: ignore[return-value]
+
+
 def backend_version(backend: Backend) -> str:
     """A backend's version string (``version`` attribute), used to key caches."""
     return str(getattr(backend, "version", "0"))
@@ -183,6 +270,7 @@ def backend_version(backend: Backend) -> str:
 __all__ = [
     "Backend",
     "Capabilities",
+    "Capture",
     "Composite",
     "CompositeCheck",
     "CompositeRule",
@@ -195,4 +283,5 @@ __all__ = [
     "Support",
     "backend_patterns",
     "backend_version",
+    "check_backend",
 ]

@@ -11,16 +11,40 @@ Example::
     model = light_model("resnet50")            # onnx.ModelProto with random weights
     feeds = random_feeds(model)
     expected = run_onnxruntime(model, feeds)
+
+    for result in check_ops(MyBackend()):      # op-by-op conformance against onnxruntime
+        print(result)                           # "Conv 3x3 pad 1 + bias: ok (2.1e-07)" or why not
 """
 
 from __future__ import annotations
 
 import pathlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import onnx
-from onnx import numpy_helper
+from onnx import helper, numpy_helper
+
+if TYPE_CHECKING:
+    from codegraft.backend import Backend
+
+__all__ = [
+    "LIGHT_MODELS",
+    "OP_CASES",
+    "OpCase",
+    "OpResult",
+    "SubsetBackend",
+    "assert_close",
+    "check_ops",
+    "light_model",
+    "light_model_path",
+    "op_model",
+    "randomize_constant_weights",
+    "random_feeds",
+    "run_onnxruntime",
+]
 
 # random_feeds lives in core (one copy, shared with the compiler); it is public here.
 from codegraft.core.feeds import random_feeds as random_feeds
@@ -218,3 +242,159 @@ class SubsetBackend:
         if not blob.startswith(prefix):
             raise ValueError(f"not a {self.name} blob")
         return OnnxRuntimeRunnable(blob[len(prefix) :], threads=1)
+
+
+# --- op-by-op conformance: one-node models against onnxruntime ------------------------------
+
+
+@dataclass(frozen=True)
+class OpCase:
+    """One single-node test model: an op, its input shapes, constants and attributes.
+
+    ``inputs`` are the graph inputs (random float32 of these shapes); ``constants`` are
+    initializers given after them, in order (weights, biases, shapes).  Example:
+    ``OpCase("Conv 1x1", "Conv", [(1, 8, 5, 5)], [("w", _rand(4, 8, 1, 1))])``.
+    """
+
+    name: str
+    op_type: str
+    inputs: Sequence[tuple[int, ...]]
+    constants: Sequence[tuple[str, np.ndarray]] = ()
+    attributes: Mapping[str, object] = field(default_factory=dict)
+    opset: int = 17
+
+
+@dataclass(frozen=True)
+class OpResult:
+    """How a backend did on one :class:`OpCase`: placed on it or not (why), and the error."""
+
+    case: str
+    op_type: str
+    placed: bool
+    reason: str = ""  # why it was declined, or what went wrong
+    error: float | None = None  # relative to the output's scale
+    passed: bool = False  # placed and within tolerance
+
+    def __str__(self) -> str:
+        if not self.placed:
+            return f"{self.case}: declined ({self.reason})"
+        if self.error is None:
+            return f"{self.case}: FAILED ({self.reason})"
+        return f"{self.case}: {'ok' if self.passed else 'WRONG'} ({self.error:.2g})"
+
+
+def _constant(seed: int, *shape: int, low: float = -1.0, high: float = 1.0) -> np.ndarray:
+    return np.random.default_rng(seed).uniform(low, high, size=shape).astype(np.float32)
+
+
+_X = (1, 8, 9, 9)
+OP_CASES: tuple[OpCase, ...] = (
+    *(OpCase(op, op, [_X]) for op in ("Relu", "Sigmoid", "Tanh", "Exp", "Neg", "Abs", "Erf", "Softplus")),
+    OpCase("LeakyRelu", "LeakyRelu", [_X], attributes={"alpha": 0.1}),
+    OpCase("Elu", "Elu", [_X], attributes={"alpha": 0.7}),
+    OpCase("HardSigmoid", "HardSigmoid", [_X], attributes={"alpha": 0.25, "beta": 0.4}),
+    OpCase("HardSwish", "HardSwish", [_X]),
+    OpCase("Clip 0..6", "Clip", [_X], [("lo", np.array(0.0, np.float32)), ("hi", np.array(6.0, np.float32))]),
+    OpCase("Sqrt", "Sqrt", [_X]),  # negative inputs: NaN on both sides
+    *(OpCase(f"{op} same shape", op, [_X, _X]) for op in ("Add", "Sub", "Mul", "Max", "Min")),
+    OpCase("Add per-channel", "Add", [_X], [("b", _constant(1, 1, 8, 1, 1))]),
+    OpCase("Mul per-channel", "Mul", [_X], [("s", _constant(2, 1, 8, 1, 1))]),
+    OpCase("Div by constant", "Div", [_X], [("d", _constant(3, 1, 8, 1, 1, low=0.5, high=2.0))]),
+    OpCase("Conv 3x3 pad 1 + bias", "Conv", [_X], [("w", _constant(4, 16, 8, 3, 3)), ("b", _constant(5, 16))],
+           {"pads": [1, 1, 1, 1]}),
+    OpCase("Conv 1x1 no bias", "Conv", [_X], [("w", _constant(6, 16, 8, 1, 1))]),
+    OpCase("Conv 3x3 stride 2", "Conv", [_X], [("w", _constant(7, 4, 8, 3, 3))], {"strides": [2, 2]}),
+    OpCase("Conv depthwise 3x3", "Conv", [_X], [("w", _constant(8, 8, 1, 3, 3))], {"group": 8, "pads": [1, 1, 1, 1]}),
+    OpCase("Conv grouped (2 groups)", "Conv", [_X], [("w", _constant(9, 8, 4, 3, 3))], {"group": 2}),
+    OpCase("Conv dilated", "Conv", [_X], [("w", _constant(10, 8, 8, 3, 3))], {"dilations": [2, 2]}),
+    OpCase("Conv asymmetric pads", "Conv", [_X], [("w", _constant(11, 8, 8, 3, 3))], {"pads": [0, 1, 2, 1]}),
+    OpCase("MatMul 2-D", "MatMul", [(4, 32)], [("w", _constant(12, 32, 16))]),
+    OpCase("MatMul batched", "MatMul", [(2, 4, 32)], [("w", _constant(13, 32, 16))]),
+    OpCase("Gemm transB + bias", "Gemm", [(4, 32)], [("w", _constant(14, 16, 32)), ("b", _constant(15, 16))],
+           {"transB": 1}),
+    OpCase("MaxPool 3x3 stride 2", "MaxPool", [_X], attributes={"kernel_shape": [3, 3], "strides": [2, 2]}),
+    OpCase("MaxPool pad 1", "MaxPool", [_X], attributes={"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}),
+    OpCase("AveragePool 2x2", "AveragePool", [_X], attributes={"kernel_shape": [2, 2], "strides": [2, 2]}),
+    OpCase("AveragePool pad, excluded", "AveragePool", [_X], attributes={"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}),
+    OpCase("AveragePool pad, included", "AveragePool", [_X],
+           attributes={"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "count_include_pad": 1}),
+    OpCase("MaxPool ceil_mode", "MaxPool", [_X],
+           attributes={"kernel_shape": [2, 2], "strides": [2, 2], "ceil_mode": 1}),
+    OpCase("GlobalAveragePool", "GlobalAveragePool", [_X]),
+    OpCase("GlobalMaxPool", "GlobalMaxPool", [_X]),
+    OpCase("BatchNormalization", "BatchNormalization", [_X],
+           [("scale", _constant(16, 8)), ("bias", _constant(17, 8)), ("mean", _constant(18, 8)),
+            ("var", _constant(19, 8, low=0.5, high=1.5))], {"epsilon": 1e-3}),
+    OpCase("LRN size 5", "LRN", [_X], attributes={"size": 5, "alpha": 1e-3, "beta": 0.75, "bias": 1.0}),
+    OpCase("Softmax last axis", "Softmax", [(4, 10)]),
+    OpCase("Softmax axis 1", "Softmax", [(2, 6, 5)], attributes={"axis": 1}),
+    OpCase("LayerNormalization", "LayerNormalization", [(2, 5, 16)],
+           [("g", _constant(20, 16)), ("b", _constant(21, 16))]),
+    OpCase("Concat channels", "Concat", [_X, (1, 4, 9, 9)], attributes={"axis": 1}),
+    OpCase("Flatten", "Flatten", [_X]),
+    OpCase("Reshape", "Reshape", [_X], [("shape", np.array([1, -1], np.int64))]),
+    OpCase("Transpose", "Transpose", [_X], attributes={"perm": [0, 2, 3, 1]}),
+)
+"""The cases :func:`check_ops` runs by default: elementwise, Conv (grouped, dilated,
+asymmetric pads), MatMul/Gemm, pools, normalisations, Softmax, data movement."""
+
+
+def op_model(case: OpCase) -> onnx.ModelProto:
+    """The one-node model of ``case`` (inputs ``x0, x1, ...``, output ``y``; shapes inferred)."""
+    inputs = [
+        helper.make_tensor_value_info(f"x{i}", onnx.TensorProto.FLOAT, list(shape))
+        for i, shape in enumerate(case.inputs)
+    ]
+    initializers = [numpy_helper.from_array(array, name) for name, array in case.constants]
+    node = helper.make_node(case.op_type, [v.name for v in inputs] + [t.name for t in initializers], ["y"],
+                            name=case.op_type.lower(), **case.attributes)  # type: ignore[arg-type]
+    output = helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)
+    graph = helper.make_graph([node], case.name, inputs, [output], initializer=initializers)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", case.opset)])
+    model.ir_version = 8
+    return onnx.shape_inference.infer_shapes(model, strict_mode=True)
+
+
+def check_ops(
+    backend: Backend, cases: Sequence[OpCase] = OP_CASES, *, rtol: float = 1e-4
+) -> list[OpResult]:
+    """Run each case as a one-node model on ``backend`` and compare with onnxruntime.
+
+    A case the backend declines is reported with its reason (not a failure); one it takes
+    must match within ``rtol`` relative to the output's scale.  A compile or run failure is
+    a failed result, never an exception, so a vendor sees the whole table at once::
+
+        results = check_ops(MyBackend())
+        assert all(r.passed for r in results if r.placed), "\n".join(map(str, results))
+    """
+    import codegraft
+
+    results = []
+    for case in cases:
+        model = op_model(case)
+        feeds = random_feeds(model)
+        try:
+            exe = codegraft.compile(model, targets=[backend], strict=True, passes=())
+            placed = [n for n in exe.report().nodes if n.backend == backend.name]
+            if not placed:
+                declined = [r for n in exe.report().nodes for b, r in n.declined if b == backend.name]
+                results.append(OpResult(case.name, case.op_type, False, "; ".join(declined) or "not placed"))
+                continue
+            got = exe.run(feeds)
+        except Exception as error:  # a conformance table reports failures, it does not stop at one
+            results.append(OpResult(case.name, case.op_type, True, f"{type(error).__name__}: {error}"))
+            continue
+        want = run_onnxruntime(model, feeds)["y"]
+        results.append(_compare(case, np.asarray(got["y"]), want, rtol))
+    return results
+
+
+def _compare(case: OpCase, got: np.ndarray, want: np.ndarray, rtol: float) -> OpResult:
+    if got.shape != want.shape:
+        return OpResult(case.name, case.op_type, True, f"shape {got.shape}, expected {want.shape}")
+    if not np.array_equal(np.isnan(got), np.isnan(want)):
+        return OpResult(case.name, case.op_type, True, "NaNs differ", float("inf"))
+    got, want = np.nan_to_num(got), np.nan_to_num(want)
+    scale = max(float(np.max(np.abs(want), initial=0.0)), 1e-6)
+    error = float(np.max(np.abs(got.astype(np.float64) - want), initial=0.0)) / scale
+    return OpResult(case.name, case.op_type, True, "", error, error <= rtol)

@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import numpy as np
+import onnx_ir as ir
 from onnx import TensorProto, helper, numpy_helper
 
 import codegraft as cg
 from codegraft.patterns import library
+from codegraft.plan.annotate import annotate
 from codegraft.testing import SubsetBackend, assert_close, light_model, random_feeds, run_onnxruntime
 
 
 def test_conv_bn_relu_composites_stay_whole_on_resnet50() -> None:
     model = light_model("resnet50")
-    # The backend runs no Relu alone: only inside a composite.
-    acc = SubsetBackend("acc", {"Conv", "BatchNormalization"}, rules=(library.CONV_BIAS_ACT.rule(),))
+    # passes=(): the BatchNormalizations stay, so the composites are Conv+BN+Relu
+    acc = SubsetBackend("acc", {"Conv", "BatchNormalization", "Relu"}, rules=(library.CONV_BIAS_ACT.rule(),))
     exe = cg.compile(model, targets=[acc], passes=())
     report = exe.report()
     composites: dict[str, set[str]] = {}
@@ -33,10 +35,13 @@ def test_conv_bn_relu_composites_stay_whole_on_resnet50() -> None:
 def test_pattern_check_reason_reaches_the_report() -> None:
     model = light_model("squeezenet")
     rule = library.CONV_BIAS_ACT.rule(check=lambda captures: cg.Support.no("bias is not 1-D"))
-    acc = SubsetBackend("acc", {"Conv"}, rules=(rule,))
-    exe = cg.compile(model, targets=[acc])
-    relu = next(n for n in exe.report().nodes if n.op_type == "Relu")
-    assert any(reason == f"pattern {rule.name}: bias is not 1-D" for _, reason in relu.declined)
+    # the Relu runs on acc alone (so the report lists no decline of acc for it), but the
+    # annotation keeps why the pattern did not take it, for --details and tools
+    acc = SubsetBackend("acc", {"Conv", "Relu"}, rules=(rule,))
+    graph = ir.from_proto(model).graph
+    annotation = annotate(graph, [acc], host="onnxruntime")
+    relu = next(i for i, info in enumerate(annotation.infos) if info.node.op_type == "Relu")
+    assert [d.reason for d in annotation.declines[relu]] == [f"pattern {rule.name}: bias is not 1-D"]
 
 
 def _qdq_model() -> object:

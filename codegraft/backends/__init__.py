@@ -18,11 +18,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
+from typing import Protocol
 
-from codegraft.backend import Backend
+from codegraft.backend import Backend, check_backend
 from codegraft.errors import BackendError, BackendUnavailable
 
 BackendFactory = Callable[..., Backend]  # () -> Backend, or (spec: str | None) -> Backend
+
+
+class _CanBeUnavailable(Backend, Protocol):
+    def unavailable_reason(self) -> str | None: ...
 
 
 def _onnxruntime() -> Backend:
@@ -42,7 +47,17 @@ def _openvino() -> Backend:
 def _c() -> Backend:
     from codegraft.backends.c import CBackend
 
-    backend = CBackend()
+    return _available(CBackend())
+
+
+def _dnnl() -> Backend:
+    from codegraft.backends.dnnl import DnnlBackend
+
+    return _available(DnnlBackend())
+
+
+def _available(backend: _CanBeUnavailable) -> Backend:
+    """``backend``, or :class:`BackendUnavailable` with its ``unavailable_reason()``."""
     reason = backend.unavailable_reason()
     if reason is not None:
         raise BackendUnavailable(reason)
@@ -62,6 +77,7 @@ BUILTIN_BACKENDS: dict[str, BackendFactory] = {
     "openvino": _openvino,
     "c": _c,
     "iree": _iree,
+    "dnnl": _dnnl,
 }
 # Spellings with options that ``codegraft backends`` lists too, so users find them.
 SHOWN_VARIANTS = ("iree:cuda",)
@@ -114,9 +130,7 @@ def get_backend(name: str) -> Backend:
         raise BackendUnavailable(f"backend {name!r} is unavailable: {error}") from None
     except Exception as error:
         raise BackendError(f"backend {name!r} ({origin}) failed to start: {type(error).__name__}: {error}") from None
-    if not isinstance(backend, Backend):
-        raise BackendError(f"backend {name!r} ({origin}) does not implement the Backend protocol")
-    return backend
+    return check_backend(backend, f"backend {name!r} ({origin})")
 
 
 def _takes_spec(factory: Callable[..., object]) -> bool:

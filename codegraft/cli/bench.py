@@ -336,6 +336,10 @@ def make_target(name: str, threads: int) -> Backend:
         from codegraft.backends.onnxruntime import OnnxRuntimeBackend
 
         return OnnxRuntimeBackend(threads=threads)
+    if name == "dnnl":
+        from codegraft.backends.dnnl import DnnlBackend
+
+        return DnnlBackend(num_threads=threads)
     from codegraft.backends import get_backend
 
     return get_backend(name)

@@ -11,7 +11,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
-from codegraft.backend import Backend, Runnable
+from codegraft.backend import Backend, Runnable, check_backend
 from codegraft.backends import get_backend
 from codegraft.backends.onnxruntime import OnnxRuntimeBackend
 from codegraft.compiler.steps import build_control_step, build_step, host_step, warn_fallbacks
@@ -187,9 +187,10 @@ def resolve_targets(targets: Sequence[Target] | None) -> list[Backend]:
     if not isinstance(targets, Sequence):
         raise BackendError(f"targets must be a list of backend names or objects, not {type(targets).__name__}")
     for target in targets:
-        if not isinstance(target, str) and not (hasattr(target, "name") and hasattr(target, "supports")):
+        if not isinstance(target, str) and not (hasattr(target, "name") or hasattr(target, "supports")):
             raise BackendError(f"target {target!r} is neither a backend name nor a backend object")
-    resolved = [get_backend(t) if isinstance(t, str) else t for t in targets]
+    # an object that looks like a backend is checked against the contract, naming what it lacks
+    resolved = [get_backend(t) if isinstance(t, str) else check_backend(t) for t in targets]
     names = [b.name for b in resolved]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:

@@ -20,6 +20,7 @@ from onnxscript.rewriter.rules import common as rewrite_rules
 
 from codegraft.core.gcpause import without_gc
 from codegraft.passes import _nothing_to_do, _output_fence
+from codegraft.passes.batchnorm import fold_batchnorm_into_conv
 
 __all__ = ["PASS_NAMES", "PassOptions", "PassRecord", "PipelineResult", "run_common_passes"]
 
@@ -28,6 +29,7 @@ PASS_NAMES: tuple[str, ...] = (
     "shape_inference",
     "identity",
     "fold_constants",
+    "fold_batchnorm",
     "cse",
     "dce",
 )
@@ -42,6 +44,8 @@ class PassOptions:
         identity: remove Identity nodes and no-ops (``x*1``, ``x+0``, inference Dropout,
             Cast to the same type, Transpose by the identity perm, ...).
         fold_constants: evaluate nodes whose inputs are all constants.
+        fold_batchnorm: fold inference BatchNormalization into the Conv before it
+            (constant weights and statistics; see :mod:`codegraft.passes.batchnorm`).
         cse: merge nodes that compute the same thing from the same inputs.
         dce: remove nodes and initializers nothing reads.
         fold_max_elements: a folded tensor larger than this is not stored (unless it
@@ -53,6 +57,7 @@ class PassOptions:
     shape_inference: bool = True
     identity: bool = True
     fold_constants: bool = True
+    fold_batchnorm: bool = True
     cse: bool = True
     dce: bool = True
     fold_max_elements: int = 1 << 20
@@ -318,6 +323,10 @@ def _materialize_constant_of_shape(model: ir.Model, max_elements: int) -> int:
     return count
 
 
+def _fold_batchnorm(run: _Run) -> str:
+    return f"{fold_batchnorm_into_conv(run.model)} BatchNormalization folded into Conv"
+
+
 def _cse(run: _Run) -> str:
     before = run.count_nodes()
     ir_passes.CommonSubexpressionEliminationPass()(run.model)
@@ -337,6 +346,7 @@ _PASSES = {
     "shape_inference": _shape_inference,
     "identity": _identity,
     "fold_constants": _fold_constants,
+    "fold_batchnorm": _fold_batchnorm,
     "cse": _cse,
     "dce": _dce,
 }

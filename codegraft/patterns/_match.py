@@ -43,6 +43,8 @@ from codegraft.patterns._pattern import (
 )
 
 Captured = ir.Value | ir.Node
+# Asked about every member of a structural match: the backend's own per-node answer.
+MemberCheck = Callable[[ir.Node], Support]
 
 
 @dataclass(frozen=True, eq=False)  # identity: hashable though captures is a mapping
@@ -147,12 +149,15 @@ def find_composites(
     rules: Sequence[CompositeRule],
     *,
     excluded: Collection[ir.Node] = (),
+    member_check: MemberCheck | None = None,
 ) -> MatchResult:
     """Non-overlapping matches of ``rules`` in ``graph``: earlier rules win, then graph order.
 
     Matches touching ``excluded`` nodes or an earlier match are skipped; those failing a
-    check, escaping or non-convex are skipped and reported in ``result.declines``.  The
-    result iterates over its matches like a list.
+    check, escaping or non-convex are skipped and reported in ``result.declines``.  With
+    ``member_check`` (the core passes the backend's ``supports``), a match with a member it
+    declines is skipped too, naming the member.  The result iterates over its matches like
+    a list.
 
     Example::
 
@@ -181,7 +186,7 @@ def find_composites(
         for root in roots:
             if root in taken:
                 continue
-            match, root_declines = _best_at(root, rule, order, outer, taken, near_misses)
+            match, root_declines = _best_at(root, rule, order, outer, taken, near_misses, member_check)
             if match is None:
                 declines.extend(root_declines)
             else:
@@ -211,6 +216,7 @@ def _best_at(
     outer: Mapping[ir.Node, ir.Node],
     taken: Collection[ir.Node],
     near_misses: list[Decline] | None = None,
+    member_check: MemberCheck | None = None,
 ) -> tuple[Match | None, list[Decline]]:
     """The first acceptable match rooted at ``root`` (preference order), else the declines.
 
@@ -234,6 +240,7 @@ def _best_at(
         match = _to_match(rule.name, pattern, b, order)
         reason = (
             _structural_problem(match, order, outer, multi_output=len(pattern.outputs) > 1)
+            or _declined_member(match, member_check)
             or _ask(pattern.check, match.captures)
             or _ask(rule.check, match.captures)
         )
@@ -268,6 +275,17 @@ def _ask(
     if not isinstance(result, Support):
         return f"check returned {type(result).__name__}, expected Support or bool"
     return None if result.ok else (result.reason or "check failed")
+
+
+def _declined_member(match: Match, member_check: MemberCheck | None) -> str | None:
+    """The first member ``member_check`` declines, with its reason; None when all pass."""
+    if member_check is None:
+        return None
+    for node in match.nodes:
+        verdict = member_check(node)
+        if not verdict.ok:
+            return f"member {node.name} ({node.op_type}) declined: {verdict.reason}"
+    return None
 
 
 def _structural_problem(

@@ -3,21 +3,27 @@
 Targets are asked in the user's order of preference.  For each target, its composite
 patterns claim whole groups first, then single nodes it supports; a node claimed by an earlier
 target is not offered to a later one, but every target is still asked so the report can say
-why each declined.  Whatever no target claims goes to the host.  Nodes with subgraphs (If,
-Loop, Scan) always run on the host with their bodies.
+why each declined.  A pattern match is claimed only if the target's ``supports`` accepts each
+of its members.  Each target declines a node at most once: a node refused by ``supports``
+and by a pattern gets one decline carrying both reasons.  Whatever no target claims goes to
+the host.  Nodes with subgraphs (If, Loop, Scan) always run on the host with their bodies.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import onnx_ir as ir
 
-from codegraft.backend import Backend, Composite, Support, backend_patterns
+from codegraft.backend import Backend, Capture, Composite, Support, backend_patterns
 from codegraft.core.dtypes import dtype_name
 from codegraft.core.gcpause import without_gc
 from codegraft.core.graphinfo import NodeInfo, node_infos
+
+if TYPE_CHECKING:
+    from codegraft.patterns import Match
 
 CONTROL_FLOW_REASON = "control flow runs on the host with its bodies"
 QDQ_OPS = frozenset({"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear"})
@@ -77,12 +83,16 @@ def check_node(backend: Backend, node: ir.Node) -> Support:
         return Support.no(f"{node.op_type}: int8 not declared by {backend.name}")
     allowed = backend.capabilities.dtypes
     if allowed is not None:
-        for value in (*node.inputs, *node.outputs):
-            if value is None:
-                continue
-            name = dtype_name(value.dtype)
-            if name not in allowed:
-                return Support.no(f"{name} not supported ({value.name})")
+        for role, values in (("input", node.inputs), ("output", node.outputs)):
+            for value in values:
+                if value is None:
+                    continue
+                name = dtype_name(value.dtype)
+                if name not in allowed:
+                    return Support.no(
+                        f"{node.op_type}: {role} value '{value.name}' is {name}, not in {backend.name}'s "
+                        f"declared dtypes ({', '.join(sorted(allowed))})"
+                    )
     try:
         verdict = backend.supports(node)
     except Exception as error:  # a vendor's bug must not take the compile down
@@ -120,20 +130,28 @@ def annotate(
         prepare = getattr(target, "prepare", None)
         if callable(prepare):
             prepare(graph)
-        composite_members.update(_claim_composites(graph, target, index_of, claimed, composite_of, declines))
+        verdict_of = _CachedCheck(target)
+        pattern_reasons: list[list[str]] = [[] for _ in range(count)]
+        composite_members.update(
+            _claim_composites(graph, target, index_of, claimed, composite_of, pattern_reasons, verdict_of)
+        )
         for i, info in enumerate(infos):
             if info.has_subgraphs:
                 continue
             if composite_of[i] is not None and claimed[i] == target.name:
                 capable[i].append(target.name)
                 continue
-            verdict = check_node(target, info.node)
+            verdict = verdict_of(info.node)
+            reasons = pattern_reasons[i]
             if verdict.ok:
                 capable[i].append(target.name)
                 if claimed[i] is None:
                     claimed[i] = target.name
             else:
-                declines[i].append(NodeDecline(target.name, verdict.reason))
+                # the member decline a pattern met on this very node repeats this reason
+                reasons = [verdict.reason, *(r for r in reasons if verdict.reason not in r)]
+            if reasons:
+                declines[i].append(NodeDecline(target.name, "; ".join(reasons)))
             if progress is not None:
                 progress(asked * count + i + 1)
 
@@ -168,15 +186,31 @@ def annotate(
     )
 
 
+class _CachedCheck:
+    """``check_node`` for one target, asked once per node (the matcher asks members again)."""
+
+    def __init__(self, target: Backend) -> None:
+        self.target = target
+        self.verdicts: dict[ir.Node, Support] = {}
+
+    def __call__(self, node: ir.Node) -> Support:
+        if node not in self.verdicts:
+            self.verdicts[node] = check_node(self.target, node)
+        return self.verdicts[node]
+
+
 def _claim_composites(
     graph: ir.Graph,
     target: Backend,
     index_of: dict[ir.Node, int],
     claimed: list[str | None],
     composite_of: list[Composite | None],
-    declines: list[list[NodeDecline]],
+    pattern_reasons: list[list[str]],
+    member_check: Callable[[ir.Node], Support],
 ) -> dict[str, tuple[int, ...]]:
-    """Claim ``target``'s pattern matches; returns each composite's member node indices."""
+    """Claim ``target``'s pattern matches; returns each composite's member node indices.
+
+    Why a pattern did not take a node goes to ``pattern_reasons`` (per node)."""
     members_of: dict[str, tuple[int, ...]] = {}
     rules = backend_patterns(target)
     if not rules:
@@ -184,21 +218,31 @@ def _claim_composites(
     from codegraft.patterns import find_composites
 
     excluded = [node for node, i in index_of.items() if claimed[i] is not None]
-    result = find_composites(graph, rules, excluded=excluded)
+    result = find_composites(graph, rules, excluded=excluded, member_check=member_check)
     for node, i in index_of.items():
-        for message in result.reasons(node):
-            declines[i].append(NodeDecline(target.name, message))
+        pattern_reasons[i].extend(result.reasons(node))
     for number, match in enumerate(result.matches):
         members = [index_of[node] for node in match.nodes if node in index_of]
         if len(members) != len(match.nodes) or any(claimed[i] is not None for i in members):
             continue  # a match inside a body, or one overlapping an earlier claim
         instance = f"{target.name}.{match.rule}_{number}"
-        composite = Composite(match.rule, instance, tuple(n.name or "" for n in match.nodes))
+        composite = Composite(match.rule, instance, tuple(n.name or "" for n in match.nodes), _captures(match))
         members_of[instance] = tuple(sorted(members))
         for i in members:
             claimed[i] = target.name
             composite_of[i] = composite
     return members_of
+
+
+def _captures(match: Match) -> tuple[Capture, ...]:
+    """A match's named captures, by the names of the nodes and values they bind."""
+    captures = []
+    for name, item in sorted(match.captures.items()):
+        if isinstance(item, ir.Node):
+            captures.append(Capture(name, "node", item.name or ""))
+        elif item.name:
+            captures.append(Capture(name, "value", item.name))
+    return tuple(captures)
 
 
 def _keep_quantized_units_whole(

@@ -95,6 +95,11 @@ class Report:
     def nodes_per_backend(self) -> dict[str, int]:
         return dict(Counter(n.backend for n in self.nodes))
 
+    def composites_per_backend(self) -> dict[str, int]:
+        """Fused groups (pattern matches claimed whole) per backend."""
+        instances = {(n.backend, n.composite) for n in self.nodes if n.composite}
+        return dict(Counter(backend for backend, _ in instances))
+
     def partitions_per_backend(self) -> dict[str, int]:
         return dict(Counter(p.backend for p in self.partitions))
 
@@ -162,7 +167,8 @@ class Report:
             f"codegraft: {len(self.nodes)} nodes, {len(self.partitions)} partitions "
             f"(targets: {', '.join(self.targets) or 'none'}; host: {self.host})"
         )
-        summary = _table(title, "backend", "nodes", "share", "partitions", "stored")
+        composites = self.composites_per_backend()
+        summary = _table(title, "backend", "nodes", "share", "partitions", "composites", "stored")
         total = max(len(self.nodes), 1)
         stored = Counter()  # type: Counter[str]
         for part in self.partitions:
@@ -170,6 +176,7 @@ class Report:
         for backend in sorted(per_backend_nodes, key=lambda b: -per_backend_nodes[b]):
             summary.add_row(backend, str(per_backend_nodes[backend]),
                             f"{100 * per_backend_nodes[backend] / total:.0f}%", str(per_backend_parts.get(backend, 0)),
+                            str(composites.get(backend, "")),
                             f"{stored[backend] / 1e6:.2f} MB" if stored[backend] else "")
         tables: list[object] = [summary]
 

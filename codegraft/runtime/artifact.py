@@ -31,7 +31,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from codegraft._version import __version__
-from codegraft.backend import Composite
+from codegraft.backend import Capture, Composite
 from codegraft.core.names import CONTROL_BACKEND
 from codegraft.errors import ArtifactError
 from codegraft.report.report import Report
@@ -138,9 +138,7 @@ def artifact_bytes(exe: Stored) -> bytes:
                 "outputs": list(step.outputs),
                 "native_code": step.native_code,
                 "precision": step.precision,
-                "composites": [
-                    {"rule": c.rule, "instance": c.instance, "node_names": list(c.node_names)} for c in step.composites
-                ],
+                "composites": [_composite_json(c) for c in step.composites],
                 "blob": None if step.blob is None else payload.add(step.blob),
                 "template": None if step.template is None else payload.add(step.template),
             }
@@ -240,9 +238,26 @@ def decode_step(entry: Mapping[str, Any], payload: memoryview, where: str) -> St
         blob=blob,
         template=template,
         native_code=bool(entry["native_code"]),
-        composites=tuple(Composite(c["rule"], c["instance"], tuple(c["node_names"])) for c in entry["composites"]),
+        composites=tuple(_composite_from_json(c) for c in entry["composites"]),
         precision=entry.get("precision", "float32"),
     )
+
+
+def _composite_json(composite: Composite) -> dict[str, object]:
+    return {
+        "rule": composite.rule,
+        "instance": composite.instance,
+        "node_names": list(composite.node_names),
+        "captures": [[c.name, c.kind, c.ref] for c in composite.captures],
+    }
+
+
+def _composite_from_json(entry: dict[str, Any]) -> Composite:
+    # artifacts written before captures existed have none
+    captures = tuple(
+        Capture(str(n), "node" if k == "node" else "value", str(r)) for n, k, r in entry.get("captures", ())
+    )
+    return Composite(entry["rule"], entry["instance"], tuple(entry["node_names"]), captures)
 
 
 def decode_constant(entry: Mapping[str, Any], payload: memoryview, where: str) -> np.ndarray:

@@ -16,7 +16,6 @@ Example::
 
 from __future__ import annotations
 
-import hashlib
 import pathlib
 import platform
 
@@ -27,14 +26,7 @@ from codegraft.backends.c._blob import Blob, BlobError
 from codegraft.backends.c._codegen import Program, generate
 from codegraft.backends.c._runtime import CRunnable
 from codegraft.backends.c._support import supports
-from codegraft.backends.c._toolchain import CompilerNotFoundError, Target, Toolchain, host_target
-
-
-def _source_version() -> str:
-    digest = hashlib.sha256()
-    for source in sorted(pathlib.Path(__file__).parent.glob("*.py")):
-        digest.update(source.read_bytes())
-    return f"1+{digest.hexdigest()[:12]}"
+from codegraft.backends.c._toolchain import CompilerNotFoundError, Target, Toolchain, host_target, source_version
 
 
 class CBackend:
@@ -50,7 +42,7 @@ class CBackend:
     name = "c"
     # Changes whenever the code generator's source does, so caches keyed by backend version
     # (measured placement's timings) never serve numbers of an older generator.
-    version = _source_version()
+    version = source_version(pathlib.Path(__file__).parent, "*.py")
     # dtypes=None: ``supports`` checks the dtype of *data* inputs itself, so a Reshape whose
     # shape input is an int64 constant is still taken (a declared {"float32"} would refuse it).
     capabilities = Capabilities(dynamic_shapes=False, dtypes=None, layout="NHWC", native_code=True)

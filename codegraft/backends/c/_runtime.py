@@ -22,7 +22,7 @@ from codegraft.backends.c._toolchain import CompilerNotFoundError, Toolchain, cp
 from codegraft.errors import CodegraftError, InputError
 
 
-def _aligned_floats(count: int, fill: np.ndarray | None = None) -> np.ndarray:
+def aligned_floats(count: int, fill: np.ndarray | None = None) -> np.ndarray:
     """A float32 array of ``count`` elements whose data starts on a 64-byte boundary."""
     raw = np.zeros(count + 16, np.float32)
     start = (-raw.ctypes.data % 64) // 4
@@ -47,6 +47,19 @@ def library_for_this_machine(blob: Blob, toolchain: Toolchain) -> bytes:
         ) from None
 
 
+def checked_inputs(inputs: Sequence[np.ndarray], shapes: tuple[tuple[int, ...], ...], what: str) -> list[np.ndarray]:
+    """``inputs`` as C-contiguous float32 arrays of the compiled ``shapes``, or an :class:`InputError`."""
+    if len(inputs) != len(shapes):
+        raise InputError(f"{what} takes {len(shapes)} inputs, got {len(inputs)}")
+    arrays = []
+    for index, (value, shape) in enumerate(zip(inputs, shapes, strict=True)):
+        array = np.asarray(value, dtype=np.float32, order="C")  # keeps 0-d arrays 0-d
+        if array.shape != shape:
+            raise InputError(f"{what} input {index}: shape {array.shape}, compiled for {shape}")
+        arrays.append(array)
+    return arrays
+
+
 class CRunnable:
     """A loaded partition: ``run`` takes the inputs in order and returns new output arrays."""
 
@@ -58,8 +71,8 @@ class CRunnable:
         self._entry = self._lib.cg_entry
         self._entry.restype = None
         self._entry.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
-        self._weights = _aligned_floats(blob.weights.size, blob.weights)
-        self._scratch = _aligned_floats(blob.scratch_floats)
+        self._weights = aligned_floats(blob.weights.size, blob.weights)
+        self._scratch = aligned_floats(blob.scratch_floats)
         self._inputs = blob.input_shapes
         self._outputs = blob.output_shapes
         self._threads = int(num_threads or 0)
@@ -98,14 +111,7 @@ class CRunnable:
 
     def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         """Run the partition; safe to call from several threads (calls take turns)."""
-        if len(inputs) != len(self._inputs):
-            raise InputError(f"C partition takes {len(self._inputs)} inputs, got {len(inputs)}")
-        arrays = []
-        for index, (value, shape) in enumerate(zip(inputs, self._inputs, strict=True)):
-            array = np.asarray(value, dtype=np.float32, order="C")  # keeps 0-d arrays 0-d
-            if array.shape != shape:
-                raise InputError(f"C partition input {index}: shape {array.shape}, compiled for {shape}")
-            arrays.append(array)
+        arrays = checked_inputs(inputs, self._inputs, "C partition")
         outputs = [np.empty(shape, np.float32) for shape in self._outputs]
         in_ptrs = (ctypes.c_void_p * max(len(arrays), 1))(*[a.ctypes.data for a in arrays])
         out_ptrs = (ctypes.c_void_p * max(len(outputs), 1))(*[a.ctypes.data for a in outputs])

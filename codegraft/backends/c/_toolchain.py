@@ -117,11 +117,14 @@ class Toolchain:
 
     ``compiler`` is a path or name (default: ``cc``, ``gcc`` or ``clang``, whichever is
     found first); ``cache_dir`` defaults to ``$CODEGRAFT_CACHE_DIR/c`` or
-    ``~/.cache/codegraft/c``.
+    ``~/.cache/codegraft/c``.  ``link_flags`` go after the source (include and library
+    folders, ``-l`` libraries: the ``dnnl`` backend links oneDNN this way); they are part
+    of the cache key.
     """
 
     compiler: str | None = None
     cache_dir: pathlib.Path | None = None
+    link_flags: tuple[str, ...] = ()
 
     def resolved_compiler(self) -> str:
         """Absolute path of the compiler, or :class:`CompilerNotFoundError`."""
@@ -150,7 +153,9 @@ class Toolchain:
         """Compile ``source`` into a shared library for ``target``; cached by hash."""
         compiler = self.resolved_compiler()
         flags = _base_flags(compiler) + target.flags
-        key = hashlib.sha256("\0".join((source, compiler, *flags, _version(compiler))).encode()).hexdigest()
+        key = hashlib.sha256(
+            "\0".join((source, compiler, *flags, *self.link_flags, _version(compiler))).encode()
+        ).hexdigest()
         cached = self.resolved_cache_dir() / f"{key}.so"
         if cached.exists():
             return cached.read_bytes()
@@ -158,13 +163,25 @@ class Toolchain:
             src = pathlib.Path(tmp) / "partition.c"
             lib = pathlib.Path(tmp) / "partition.so"
             src.write_text(source)
-            cmd = [compiler, *flags, str(src), "-o", str(lib), "-lm"]
+            cmd = [compiler, *flags, str(src), "-o", str(lib), *self.link_flags, "-lm"]
             done = subprocess.run(cmd, capture_output=True, text=True)
             if done.returncode != 0:
                 raise CodegraftError(f"C compilation failed ({' '.join(cmd)}):\n{done.stderr[-4000:]}")
             data = lib.read_bytes()
         store_library(self.resolved_cache_dir(), key, data)
         return data
+
+
+def source_version(folder: pathlib.Path, *patterns: str) -> str:
+    """A version string that changes whenever a file of ``folder`` matching ``patterns`` does.
+
+    Backends that generate code key caches by it (measured placement's timings), so a cache
+    never serves numbers of an older generator.  Example: ``source_version(here, "*.py")``.
+    """
+    digest = hashlib.sha256()
+    for source in sorted({path for pattern in patterns for path in folder.glob(pattern)}):
+        digest.update(source.read_bytes())
+    return f"1+{digest.hexdigest()[:12]}"
 
 
 def store_library(cache_dir: pathlib.Path, key: str, data: bytes) -> pathlib.Path:
