@@ -37,7 +37,9 @@ def available_targets() -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="*", default=zoo.names(), help="zoo models (default: all)")
-    parser.add_argument("--targets", nargs="*", default=None, help="codegraft targets (default: openvino, c, iree, dnnl)")
+    parser.add_argument(
+        "--targets", nargs="*", default=None, help="codegraft targets (default: openvino, c, iree, dnnl)"
+    )
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", type=pathlib.Path, default=HERE)

@@ -68,8 +68,8 @@ import onnx_ir as ir
 # Support is a basic type (imports nothing); CompositeRule belongs to the pattern language.
 # Both are part of the vendor contract, so they are re-exported here.
 from codegraft.core.support import Support
-from codegraft.patterns._pattern import CompositeCheck, CompositeRule
 from codegraft.errors import BackendError
+from codegraft.patterns._pattern import CompositeCheck, CompositeRule
 
 Layout = Literal["NCHW", "NHWC"]
 Precision = Literal["float32", "float16", "bfloat16", "int8"]
