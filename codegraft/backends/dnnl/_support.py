@@ -188,7 +188,8 @@ def _check_transpose(node: ir.Node) -> str:
 
 def _check_view(node: ir.Node) -> str:
     if node.op_type == "Reshape":
-        return _check_reshape(node)
+        # the result's shape must be known when the partition is generated
+        return _check_reshape(node) if _const(present(node, 1)) else "the shape input must be a constant"
     if node.op_type == "Dropout":
         return _check_dropout(node)
     if node.op_type in ("Squeeze", "Unsqueeze"):
