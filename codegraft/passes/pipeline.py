@@ -373,6 +373,12 @@ def _idle_fold_constants(run: _Run) -> str | None:
     )
 
 
+def _idle_fold_batchnorm(run: _Run) -> str | None:
+    # a scan as cheap as the pass's own: no BatchNormalization, nothing to fold
+    has_batchnorm = any(node.op_type == "BatchNormalization" for node in run.model.graph)
+    return None if has_batchnorm else "0 BatchNormalization folded into Conv"
+
+
 def _idle_cse(run: _Run) -> str | None:
     return None if _nothing_to_do.may_eliminate_common_subexpressions(run.model) else "merged 0 duplicate nodes"
 
@@ -385,6 +391,7 @@ _IDLE_DETAIL: dict[str, Callable[[_Run], str | None]] = {
     "shape_inference": _idle_shape_inference,
     "identity": _idle_identity,
     "fold_constants": _idle_fold_constants,
+    "fold_batchnorm": _idle_fold_batchnorm,
     "cse": _idle_cse,
     "dce": _idle_dce,
 }
