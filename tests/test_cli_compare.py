@@ -161,3 +161,27 @@ def test_a_named_dimension_set_by_shape_holds_for_every_input(tmp_path: pathlib.
     result = runner.invoke(app, ["compare", str(path), "--shape", "x=3x4", "--shape", "m=2x4"])
     assert result.exit_code == 2
     assert "--shape m=2x4: input 'm' axis 0 is batch=2, but input 'x' set batch=3" in result.output
+
+
+def test_reference_refusing_random_sizes_is_one_clear_line(tmp_path: pathlib.Path) -> None:
+    # A free dimension the model really needs at 4: random inputs (free dims = 1) make onnxruntime
+    # itself fail, as YOLO-style detectors do at 1x1 images; found trying nudenet's 320n.onnx.
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Reshape", ["x", "shape"], ["y"])],
+        "needs_four",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 2])],
+        [helper.make_tensor("shape", TensorProto.INT64, [2], [2, 2])],
+    )
+    path = tmp_path / "needs_four.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    result = CliRunner().invoke(app, ["compare", str(path), "-t", "c"])
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert lines[-1].startswith("error: onnxruntime (the reference) cannot run the model on these inputs (x [1])")
+    assert "--shape" in lines[-1]
+    assert "internal error" not in result.output
+    ok = CliRunner().invoke(app, ["compare", str(path), "-t", "c", "--shape", "x=4"])
+    assert ok.exit_code == 0, ok.output

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from codegraft.errors import CodegraftError
+from codegraft.errors import CodegraftError, InputError
 
 # progress(label, done, total)
 Progress = Callable[[str, int, int], None]
@@ -187,7 +187,15 @@ def compare_configs(
         if progress is not None:
             progress(label, done, total)
 
-    reference = run_reference(proto, feeds)
+    try:
+        reference = run_reference(proto, feeds)
+    except Exception as error:  # noqa: BLE001 - onnxruntime refusing these inputs is the user's to fix
+        shapes = ", ".join(f"{n} {list(np.shape(v))}" for n, v in feeds.items())
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise InputError(
+            f"onnxruntime (the reference) cannot run the model on these inputs ({shapes}): {first}; "
+            "give the model's real sizes with --shape name=1x3x224x224"
+        ) from error
     tick("onnxruntime (reference)")
     optimised = _OptimisedReference(proto) if boundaries else None
     results = []

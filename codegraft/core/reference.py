@@ -19,7 +19,7 @@ def run_reference(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> di
 
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    options.log_severity_level = 3
+    options.log_severity_level = 4  # failures surface as exceptions; no second copy on stderr
     model = readable_by_runtime(model)  # onnx may write a newer IR version than onnxruntime reads
     session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
     names = [o.name for o in session.get_outputs()]
