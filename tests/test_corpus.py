@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import subprocess
 
+import numpy as np
+import onnx
 import pytest
+from onnx import TensorProto, helper
 
 from bench import corpus
 
@@ -51,3 +54,28 @@ def test_a_few_corpus_models_run_right(name: str) -> None:
 @pytest.mark.parametrize("name", [m.name for m in corpus.MODELS if m.name not in IN_CI])
 def test_every_corpus_model_runs_right(name: str) -> None:
     _check(name)
+
+
+def _quantized_model(quantize: bool) -> onnx.ModelProto:
+    """x -> Sigmoid -> (DynamicQuantizeLinear -> DequantizeLinear) -> y."""
+    nodes = [helper.make_node("Sigmoid", ["x"], ["s"])]
+    if quantize:
+        nodes += [
+            helper.make_node("DynamicQuantizeLinear", ["s"], ["q", "scale", "zero"]),
+            helper.make_node("DequantizeLinear", ["q", "scale", "zero"], ["y"]),
+        ]
+    else:
+        nodes.append(helper.make_node("Identity", ["s"], ["y"]))
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [512, 1024])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [512, 1024])],
+    )  # fmt: skip
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_rounding_sensitivity_is_one_quantization_step_for_quantized_models_only() -> None:
+    feeds = {"x": np.random.default_rng(0).standard_normal((512, 1024)).astype(np.float32) * 4}
+    assert corpus.rounding_sensitivity(_quantized_model(False), feeds) == 0.0
+    # 512k values through a uint8 quantizer: one-ulp moves flip some roundings, each by one step (1/255 of the range).
+    sensitivity = corpus.rounding_sensitivity(_quantized_model(True), feeds)
+    assert 0.5 / 255 < sensitivity < 1.5 / 255
