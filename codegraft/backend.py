@@ -15,7 +15,9 @@ The rules a backend can rely on:
 - ``name`` (a string) and ``capabilities`` are checked when the backend is registered or
   passed as a target; a missing one is named in the error.
 - ``version`` (optional string attribute) keys codegraft's caches (measured-placement
-  timings): change it whenever your generated code changes.
+  timings, compiled partitions): change it whenever your generated code changes.
+- ``cache_fingerprint()`` (optional, see :class:`CachingBackend`) opts a backend into the
+  compiled-partition cache: a recompile then loads the blob it compiled before.
 - A backend that cannot run on this machine (no compiler, no driver, no library) should be
   made unavailable by its factory raising :class:`~codegraft.errors.BackendUnavailable`
   with the reason; ``codegraft backends`` shows it and nothing else is affected.
@@ -234,6 +236,58 @@ class Backend(Protocol):
         ...
 
 
+@runtime_checkable
+class CachingBackend(Protocol):
+    """Optional: a :class:`Backend` whose compiled partitions codegraft may cache on disk.
+
+    ``cache_fingerprint()`` returns a string naming everything *besides* the partition, the
+    precision and layout codegraft asked for, and the backend's ``name`` and ``version``
+    that changes what :meth:`Backend.compile` returns: its options (threads, tuning), the
+    CPU or device it compiles for and that target's features, its compiler's or runtime
+    library's version.  Two calls returning the same string promise the same blob for the
+    same partition; ``None`` means "do not cache" (the backend cannot tell).  Without the
+    method a backend is never cached, so a wrong fingerprint is the only way a stale blob
+    can come back: when in doubt, put it in.
+
+    The cache key also covers the partition's ONNX bytes (weights included), codegraft's
+    own source and the onnx, onnx-ir and numpy versions; a hit skips layout and precision
+    conversion and ``compile``, and calls only ``load`` (a blob that fails to load is
+    compiled again).
+
+    Example::
+
+        class MyBackend:
+            name, version = "mine", "3"
+            def __init__(self, threads: int = 4, arch: str = "v2") -> None:
+                self.threads, self.arch = threads, arch
+            def cache_fingerprint(self) -> str | None:
+                return f"threads={self.threads} arch={self.arch} sdk={my_sdk.__version__}"
+            ...
+    """
+
+    name: str
+    capabilities: Capabilities
+
+    def supports(self, node: ir.Node) -> Support: ...
+
+    def compile(self, partition: Partition) -> bytes: ...
+
+    def load(self, blob: bytes) -> Runnable: ...
+
+    def cache_fingerprint(self) -> str | None:
+        """What besides the partition shapes the compiled blob; ``None``: do not cache."""
+        ...
+
+
+def backend_fingerprint(backend: Backend) -> str | None:
+    """``backend.cache_fingerprint()``, or ``None`` for a backend without one (never cached)."""
+    fingerprint = getattr(backend, "cache_fingerprint", None)
+    if not callable(fingerprint):
+        return None
+    value = fingerprint()
+    return None if value is None else str(value)
+
+
 def backend_patterns(backend: Backend) -> Sequence[CompositeRule]:
     """The backend's composite rules; a backend without ``patterns()`` has none."""
     patterns = getattr(backend, "patterns", None)
@@ -269,6 +323,7 @@ def backend_version(backend: Backend) -> str:
 
 __all__ = [
     "Backend",
+    "CachingBackend",
     "Capabilities",
     "Capture",
     "Composite",
@@ -281,6 +336,7 @@ __all__ = [
     "ProfilingRunnable",
     "Runnable",
     "Support",
+    "backend_fingerprint",
     "backend_patterns",
     "backend_version",
     "check_backend",

@@ -1,4 +1,4 @@
-"""The ``codegraft`` command: compile, run, inspect, compare, bench, backends, and signing."""
+"""The ``codegraft`` command: compile, run, inspect, compare, bench, backends, signing and the cache."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.progress import TaskID
 from rich.table import Table
 
+from codegraft.cli.cache import cache_app, clear_command, info_command
 from codegraft.cli.sign import SignOption, TrustedKeysOption, keygen_command, sign_command, verify_command
 
 app = typer.Typer(
@@ -139,6 +140,9 @@ def compile_command(
     ] = None,
     sign: SignOption = None,
     quiet: QuietOption = False,
+    cache: Annotated[
+        bool, typer.Option("--cache/--no-cache", help="Reuse partitions compiled before (see 'codegraft cache')."),
+    ] = True,
 ) -> None:
     """Compile MODEL for the targets and write one artifact file."""
     import codegraft as cg
@@ -146,7 +150,7 @@ def compile_command(
     with _stage_bars(quiet) as progress:
         exe = cg.compile(
             str(model), targets=targets or [], min_partition_size=min_partition_size, precision=precision,
-            placement=placement, strict=strict, export_onnx=onnx_out, progress=progress,
+            placement=placement, strict=strict, export_onnx=onnx_out, progress=progress, cache=cache,
         )
     output = output if output is not None else pathlib.Path(model.stem + ".cgx")
     exe.save(output, signing_key=sign)
@@ -482,6 +486,9 @@ def backends_command(
 
 for _name, _command in (("keygen", keygen_command), ("sign", sign_command), ("verify", verify_command)):
     app.command(_name)(_guard(_command))
+cache_app.command("info")(_guard(info_command))
+cache_app.command("clear")(_guard(clear_command))
+app.add_typer(cache_app, name="cache")
 
 
 def main() -> None:

@@ -23,7 +23,8 @@ from codegraft.backend import Backend, Partition, Runnable
 from codegraft.core.names import CONTROL_BACKEND
 from codegraft.core.options import CompileOptions
 from codegraft.errors import BackendError, CodegraftError
-from codegraft.lower.lowering import LoweringRequest, ShapeSpecialisingRunnable, compile_blob, load_runnable
+from codegraft.lower.cache import compile_cache
+from codegraft.lower.lowering import LoweringRequest, ShapeSpecialisingRunnable, compile_and_load
 from codegraft.plan.annotate import Annotation
 from codegraft.plan.control import body_graphs, body_model
 from codegraft.plan.extract import PartitionPlan, partition_proto
@@ -56,24 +57,26 @@ def build_step(
     request = LoweringRequest(part.name, part.composites, precision, samples)
     base = PartitionReport(part.name, part.backend, len(part.node_indices), part.inputs, part.outputs)
     caps = backend.capabilities
+    cache = compile_cache(options.cache) if backend is not host else None
     # Static-shape backends, and any backend given an input whose rank nobody could infer
     # (OpenVINO refuses a Parameter of dynamic rank), compile per input shape seen at run time.
     if backend is not host and not static_inputs(proto) and (not caps.dynamic_shapes or unknown_rank(proto)):
         template = proto.SerializeToString()
-        runnable: Runnable = ShapeSpecialisingRunnable(backend, template, request, host, strict=options.strict)
+        runnable: Runnable = ShapeSpecialisingRunnable(
+            backend, template, request, host, strict=options.strict, cache=cache
+        )
         step = Step(part.name, part.backend, part.inputs, part.outputs, None, template, caps.native_code,
                     part.composites, options.precision)
         return step, runnable, replace(base, deferred=True)
     try:
-        blob, conversion_note = compile_blob(backend, proto, request)
-        runnable = load_runnable(backend, blob, part.name)
+        lowered = compile_and_load(backend, proto, request, cache)
     except BackendError as error:
         if options.strict or backend is host:
             raise
         return host_fallback(part, proto, host, error)
-    step = Step(part.name, part.backend, part.inputs, part.outputs, blob, None, caps.native_code,
+    step = Step(part.name, part.backend, part.inputs, part.outputs, lowered.blob, None, caps.native_code,
                 part.composites, options.precision)
-    return step, runnable, replace(base, conversion_note=conversion_note)
+    return step, lowered.runnable, replace(base, conversion_note=lowered.note)
 
 
 def build_control_step(

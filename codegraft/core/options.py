@@ -24,6 +24,8 @@ class CompileOptions:
     ``passes``: names of the common passes to run (``None``: the default set; ``()``: none).
     ``placement``: ``"first"`` (first target that supports a node) or ``"measured"``.
     ``threads``: intra-op threads of the host (0: all cores).
+    ``cache``: reuse partitions compiled before, from ``$CODEGRAFT_CACHE_DIR/compiled``, for
+    backends that opt in (``False``, or ``CODEGRAFT_COMPILE_CACHE=0``: compile every one afresh).
 
     Values are checked when the object is made; a bad one raises :class:`OptionError`
     naming the allowed values::
@@ -38,6 +40,7 @@ class CompileOptions:
     placement: Literal["first", "measured"] = "first"
     threads: int = 0
     sample_inputs: tuple[dict[str, np.ndarray], ...] = field(default=())
+    cache: bool = True
 
     def __post_init__(self) -> None:
         check_choice("precision", self.precision, PRECISIONS)

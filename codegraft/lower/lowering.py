@@ -17,6 +17,7 @@ import onnx_ir as ir
 
 from codegraft.backend import Backend, Composite, OpTime, Partition, ProfilingRunnable, Runnable
 from codegraft.errors import BackendError
+from codegraft.lower.cache import CachedPartition, CompileCache
 
 log = logging.getLogger("codegraft")
 
@@ -160,6 +161,48 @@ def compile_blob(backend: Backend, proto: onnx.ModelProto, request: LoweringRequ
         raise BackendError(message) from error
 
 
+@dataclass(frozen=True)
+class Lowered:
+    """A partition compiled (or taken from the cache) and loaded."""
+
+    blob: bytes
+    note: str  # the layout and precision notes of :class:`Prepared`
+    runnable: Runnable
+    cached: bool = False
+
+
+def compile_and_load(
+    backend: Backend, proto: onnx.ModelProto, request: LoweringRequest, cache: CompileCache | None = None
+) -> Lowered:
+    """:func:`compile_blob` then :func:`load_runnable`, through ``cache`` when one is given.
+
+    A hit only loads the cached blob; one that fails to load is removed and the partition
+    compiled again.  A blob is stored only once it has loaded.  Errors as for
+    :func:`compile_blob` and :func:`load_runnable`.
+    """
+    key = None
+    if cache is not None:
+        key = cache.key(
+            backend, proto, name=request.name, composites=request.composites, precision=request.precision,
+            samples=request.samples,
+        )
+    if cache is not None and key is not None:
+        hit = cache.get(key)
+        if hit is not None:
+            try:
+                return Lowered(hit.blob, hit.note, backend.load(hit.blob), cached=True)
+            except Exception as error:
+                log.warning("compiled-partition cache: %s's cached %s did not load (%s: %s); compiling it again",
+                            backend.name, request.name, type(error).__name__, error)
+                cache.stats.rejected += 1
+                cache.discard(key)
+    blob, note = compile_blob(backend, proto, request)
+    runnable = load_runnable(backend, blob, request.name)
+    if cache is not None and key is not None:
+        cache.put(key, CachedPartition(blob, note))
+    return Lowered(blob, note, runnable)
+
+
 def load_runnable(backend: Backend, blob: bytes, name: str) -> Runnable:
     try:
         return backend.load(blob)
@@ -197,12 +240,14 @@ class ShapeSpecialisingRunnable:
         *,
         strict: bool,
         compiled: dict[tuple[tuple[int, ...], ...], bytes] | None = None,
+        cache: CompileCache | None = None,
     ) -> None:
         self._backend = backend
         self._template = onnx.ModelProto.FromString(template)
         self._request = request
         self._fallback = fallback
         self._strict = strict
+        self._cache = cache
         self._lock = threading.Lock()
         self._runnables: dict[tuple[tuple[int, ...], ...], Runnable] = {}
         self.compiled: dict[tuple[tuple[int, ...], ...], bytes] = dict(compiled or {})
@@ -229,8 +274,12 @@ class ShapeSpecialisingRunnable:
         proto = specialise(self._template, key)
         request = replace(self._request, name=f"{self._request.name}@{'x'.join(map(str, key[0])) if key else ''}")
         try:
-            blob = self.compiled.get(key) or compile_blob(self._backend, proto, request)[0]
-            runnable = load_runnable(self._backend, blob, request.name)
+            stored = self.compiled.get(key)
+            if stored is not None:
+                blob, runnable = stored, load_runnable(self._backend, stored, request.name)
+            else:
+                lowered = compile_and_load(self._backend, proto, request, self._cache)
+                blob, runnable = lowered.blob, lowered.runnable
         except BackendError as error:
             if self._strict:
                 raise

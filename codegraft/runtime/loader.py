@@ -21,6 +21,7 @@ from codegraft.backends import get_backend
 from codegraft.backends.onnxruntime import OnnxRuntimeBackend
 from codegraft.core.names import CONTROL_BACKEND
 from codegraft.errors import ArtifactError, BackendError
+from codegraft.lower.cache import compile_cache
 from codegraft.lower.lowering import LoweringRequest, ShapeSpecialisingRunnable, load_runnable
 from codegraft.report.report import Report
 from codegraft.runtime.artifact import artifact_path, decode_constant, decode_step, parse, read_artifact_file
@@ -131,7 +132,8 @@ def _runnable(step: Step, backend: Backend | None, host: Backend, strict: bool, 
     if step.blob is None:
         assert step.template is not None
         request = LoweringRequest(step.name, step.composites, step.precision)
-        return ShapeSpecialisingRunnable(backend, step.template, request, host, strict=strict)
+        # each new shape is compiled here, through the compiled-partition cache unless it is off
+        return ShapeSpecialisingRunnable(backend, step.template, request, host, strict=strict, cache=compile_cache())
     try:
         return load_runnable(backend, step.blob, step.name)
     except BackendError as error:

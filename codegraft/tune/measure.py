@@ -25,6 +25,7 @@ import onnx
 import onnx_ir as ir
 
 from codegraft.backend import Backend, Composite, Runnable, backend_version
+from codegraft.core.cachedir import CACHE_ENV, cache_folder
 from codegraft.core.feeds import random_array, random_inputs
 from codegraft.core.options import CompileOptions
 from codegraft.core.reference import values_inside
@@ -33,7 +34,6 @@ from codegraft.lower.lowering import LoweringRequest, compile_blob, load_runnabl
 from codegraft.plan.annotate import Annotation
 from codegraft.plan.extract import PartitionPlan, partition_io, partition_proto
 
-CACHE_ENV = "CODEGRAFT_CACHE_DIR"
 # Timing: warm-up runs, then timed runs until both limits are reached (whichever is later).
 _WARMUP = 2
 _MIN_RUNS = 9
@@ -47,9 +47,7 @@ ALTERNATE_ROUNDS = 5
 # --- the cache ------------------------------------------------------------------------------
 def default_cache_dir() -> pathlib.Path:
     """``$CODEGRAFT_CACHE_DIR/placement``, else ``~/.cache/codegraft/placement``."""
-    root = os.environ.get(CACHE_ENV)
-    base = pathlib.Path(root) if root else pathlib.Path.home() / ".cache" / "codegraft"
-    return base / "placement"
+    return cache_folder("placement")
 
 
 class MeasurementCache:

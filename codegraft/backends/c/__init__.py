@@ -16,6 +16,8 @@ Example::
 
 from __future__ import annotations
 
+import json
+import os
 import pathlib
 import platform
 
@@ -23,7 +25,7 @@ import onnx_ir as ir
 
 from codegraft.backend import Capabilities, Partition, Support
 from codegraft.backends.c._blob import Blob, BlobError
-from codegraft.backends.c._codegen import Program, generate
+from codegraft.backends.c._codegen import Program, generate, host_machine
 from codegraft.backends.c._runtime import CRunnable
 from codegraft.backends.c._support import supports
 from codegraft.backends.c._toolchain import CompilerNotFoundError, Target, Toolchain, host_target, source_version
@@ -77,6 +79,23 @@ class CBackend:
     def supports(self, node: ir.Node) -> Support:
         """Yes, or ``"<op>: <reason>"``; decided from the node alone."""
         return supports(node)
+
+    def cache_fingerprint(self) -> str:
+        """What besides the partition shapes the blob, for codegraft's compiled-partition cache:
+        the target CPU's features and flags, the threads, the cost model's view of this CPU,
+        the architecture and the compiler (see :class:`codegraft.backend.CachingBackend`).
+
+        NOTE: whatever :func:`generate` or :meth:`compile` reads besides the partition must be
+        named here, or a recompile may be served a blob made for other settings.
+        """
+        target = self.target or host_target()
+        return json.dumps({
+            "target": [sorted(target.features), list(target.flags), target.vector_floats],
+            "threads": self.num_threads or os.cpu_count() or 1,
+            "machine": repr(host_machine(target)),
+            "arch": platform.machine(),
+            "toolchain": self.toolchain.fingerprint(),
+        }, sort_keys=True)
 
     def generate(self, partition: Partition) -> Program:
         """The C source (and weights) for a partition, without compiling it."""

@@ -19,6 +19,7 @@ import tempfile
 from dataclasses import dataclass
 from functools import cache, lru_cache
 
+from codegraft.core.cachedir import cache_folder
 from codegraft.errors import CodegraftError
 
 # Feature sets we compile for, best first: (features the CPU must have, gcc flags).
@@ -140,14 +141,15 @@ class Toolchain:
 
     def resolved_cache_dir(self) -> pathlib.Path:
         """The cache folder (created on first use)."""
-        if self.cache_dir is not None:
-            root = self.cache_dir
-        elif os.environ.get("CODEGRAFT_CACHE_DIR"):
-            root = pathlib.Path(os.environ["CODEGRAFT_CACHE_DIR"]) / "c"
-        else:
-            root = pathlib.Path.home() / ".cache" / "codegraft" / "c"
+        root = self.cache_dir if self.cache_dir is not None else cache_folder("c")
         root.mkdir(parents=True, exist_ok=True)
         return root
+
+    def fingerprint(self) -> str:
+        """The compiler (path and version) and flags that shape a library, for cache keys;
+        :class:`CompilerNotFoundError` without a compiler."""
+        compiler = self.resolved_compiler()
+        return "\0".join((compiler, _version(compiler), *_base_flags(compiler), *self.link_flags))
 
     def build(self, source: str, target: Target) -> bytes:
         """Compile ``source`` into a shared library for ``target``; cached by hash."""

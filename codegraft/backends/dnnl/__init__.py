@@ -16,6 +16,7 @@ Example::
 
 from __future__ import annotations
 
+import json
 import pathlib
 import platform
 
@@ -80,6 +81,15 @@ class DnnlBackend:
     def patterns(self) -> list[CompositeRule]:
         """Conv + bias + residual sum + activation; Gemm/MatMul + bias + activation."""
         return rules()
+
+    def cache_fingerprint(self) -> str | None:
+        """What besides the partition shapes the blob, for codegraft's compiled-partition cache:
+        oneDNN's version and place, the architecture and the compiler; ``None`` without oneDNN.
+        (The source is generated from the partition alone; threads are set at load.)"""
+        if self._onednn is None:
+            return None
+        onednn = f"{self._onednn.version} {self._onednn.library}"
+        return json.dumps({"onednn": onednn, "arch": platform.machine(), "toolchain": self.toolchain.fingerprint()})
 
     def generate(self, partition: Partition) -> Program:
         """The C source and weights for a partition, without compiling it."""
