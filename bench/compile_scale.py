@@ -12,8 +12,9 @@ on the same files, alternating run by run with this one, and prints the ratio; t
 load average is printed before and after, since a shared machine moves absolute times.
 
 ``--recompile`` times ``codegraft.compile`` of the onnx wheel's ``light_resnet50.onnx`` for
-``c`` in one process: once with an empty cache (cold: the C compiler runs) and then again
-with the cache warm, with the time per stage of the last one.
+``c`` in one process, ``--repeat`` rounds alternating three kinds: cold (empty caches: the C
+compiler runs), without the compiled-partition cache (C libraries cached: what a recompile
+cost before it) and a cache hit; wall and CPU time, medians.
 
 Run: ``python -m bench.compile_scale [--sizes 1000 10000 100000] [--repeat 3] [--recompile]``
 """
@@ -140,24 +141,49 @@ def scale(sizes: list[int], repeat: int, baseline: pathlib.Path | None, folder: 
 
 
 def recompile(times: int) -> None:
+    """Cold, warm-libraries and cached compiles of light_resnet50 for c, alternating, in one process."""
+    import gc
+
     import codegraft as cg
+    from codegraft.lower.cache import compile_cache
     from codegraft.testing import light_model_path
 
-    path = light_model_path("resnet50")
-    with tempfile.TemporaryDirectory() as cache:
-        os.environ["CODEGRAFT_CACHE_DIR"] = cache
+    path = str(light_model_path("resnet50"))
+    kinds = {
+        "cold": "empty caches: the C compiler runs",
+        "no partition cache": "C libraries cached, every partition lowered (a recompile before the cache)",
+        "cache hit": "compiled partitions loaded from the cache",
+    }
+    wall: dict[str, list[float]] = {k: [] for k in kinds}
+    cpu: dict[str, list[float]] = {k: [] for k in kinds}
+    with tempfile.TemporaryDirectory() as root:
+        warm_dir = pathlib.Path(root) / "warm"
+        os.environ["CODEGRAFT_CACHE_DIR"] = str(warm_dir)
+        os.environ.pop("CODEGRAFT_COMPILE_CACHE", None)
+        cg.compile(path, targets=["c"])  # fills the warm folder
         print(f"load average before: {load()}")
-        seconds = []
-        for attempt in range(times + 1):
-            start = time.perf_counter()
-            exe = cg.compile(str(path), targets=["c"])
-            seconds.append(time.perf_counter() - start)
-            label = "cold (empty cache)" if attempt == 0 else "warm (cache hit)"
-            print(f"light_resnet50 -> c, {label}: {seconds[-1]:.2f} s  "
-                  + " ".join(f"{s.name} {s.seconds:.2f}" for s in exe.report().stages), flush=True)
+        for attempt in range(times):
+            for kind in kinds:
+                folder = pathlib.Path(root) / f"cold{attempt}" if kind == "cold" else warm_dir
+                os.environ["CODEGRAFT_CACHE_DIR"] = str(folder)
+                gc.collect()
+                start, start_cpu = time.perf_counter(), time.process_time()
+                exe = cg.compile(path, targets=["c"], cache=kind != "no partition cache")
+                wall[kind].append(time.perf_counter() - start)
+                cpu[kind].append(time.process_time() - start_cpu)
+                print(f"light_resnet50 -> c, {kind}: {wall[kind][-1]:.2f} s (CPU {cpu[kind][-1]:.2f})  "
+                      + " ".join(f"{s.name} {s.seconds:.2f}" for s in exe.report().stages), flush=True)
+                del exe
         print(f"load average after: {load()}")
-        warm = seconds[1:]
-        print(f"cold {seconds[0]:.2f} s; warm median {statistics.median(warm):.2f} s, min {min(warm):.2f} s")
+        hits = compile_cache()
+        print(f"partition cache of the warm folder: {hits.stats if hits else 'off'}\n")
+    print("| light_resnet50 -> c | median (s) | min (s) | CPU median (s) |")
+    print("|---|---:|---:|---:|")
+    for kind, what in kinds.items():
+        print(f"| {kind} ({what}) | {statistics.median(wall[kind]):.2f} | {min(wall[kind]):.2f} "
+              f"| {statistics.median(cpu[kind]):.2f} |")
+    ratio = statistics.median(wall["no partition cache"]) / statistics.median(wall["cache hit"])
+    print(f"\ncache hit vs no partition cache: {ratio:.1f}x faster ({times} alternating rounds)")
 
 
 def main() -> None:
