@@ -231,3 +231,23 @@ def test_cli_cache_info_and_clear(cache_dir: pathlib.Path, tmp_path: pathlib.Pat
     assert not _entries(cache_dir)
     assert runner.invoke(app, ["cache", "clear", "--all"]).exit_code == 0
     assert not list((tmp_path / "c").glob("*.so"))
+
+
+def test_openvino_partitions_are_cached(cache_dir: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    ov = pytest.importorskip("codegraft.backends.openvino")
+    compiles: list[int | None] = []
+    original = ov.OpenVINOBackend._compile
+
+    def counting(self, partition):  # type: ignore[no-untyped-def]
+        compiles.append(self.num_threads)
+        return original(self, partition)
+
+    monkeypatch.setattr(ov.OpenVINOBackend, "_compile", counting)
+    cold = cg.compile(static_net(), [ov.OpenVINOBackend(num_threads=1)])
+    warm = cg.compile(static_net(), [ov.OpenVINOBackend(num_threads=1)])
+    assert compiles == [1]
+    assert _without_times(warm.report()) == _without_times(cold.report())
+    got, want = warm.run({"x": X}), cold.run({"x": X})
+    assert all(np.array_equal(got[name], want[name]) for name in want)
+    cg.compile(static_net(), [ov.OpenVINOBackend(num_threads=2)])
+    assert compiles == [1, 2]

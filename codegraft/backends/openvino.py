@@ -37,6 +37,7 @@ import onnx
 import onnx_ir as ir
 
 from codegraft.backend import Capabilities, OpTime, Partition, Runnable, Support
+from codegraft.backends.c._toolchain import cpu_features
 from codegraft.errors import BackendError, BackendUnavailable
 
 if TYPE_CHECKING:
@@ -220,6 +221,19 @@ class OpenVINOBackend:
         return Support.yes()
 
     # --- compile and load ------------------------------------------------------------
+    def cache_fingerprint(self) -> str:
+        """What besides the partition shapes the blob, for codegraft's compiled-partition cache:
+        threads, ``keep_onnx``, and the CPU OpenVINO's export was made for (its name, the
+        plugin's capabilities and the CPU's feature flags); OpenVINO's version is ``version``."""
+        return json.dumps({
+            "threads": self.num_threads or 0,
+            "keep_onnx": self.keep_onnx,
+            "device": _DEVICE,
+            "cpu": str(self._core.get_property(_DEVICE, "FULL_DEVICE_NAME")),
+            "capabilities": sorted(str(c) for c in self._core.get_property(_DEVICE, "OPTIMIZATION_CAPABILITIES")),
+            "features": sorted(cpu_features()),
+        }, sort_keys=True)
+
     def compile(self, partition: Partition) -> bytes:
         """Compile with OpenVINO and export; the blob also keeps the partition's ONNX
         (unless ``keep_onnx`` is off).  OpenVINO's errors come out on one line."""
