@@ -132,3 +132,38 @@ def test_a_scalar_input_reaches_openvino_as_a_scalar(tmp_path: pathlib.Path) -> 
     outputs = loaded.run(feeds)
     assert outputs["three"].shape == ()
     assert_close(outputs, run_onnxruntime(proto, feeds))
+
+
+def test_shapes_failing_to_compile_at_run_time_are_in_the_report_and_warned_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Two partitions compiled per input shape (free batch, a static-shape backend); each fails at
+    # the shape it meets, runs on the host there: both in the report, one warning line.
+    nodes = [
+        helper.make_node("Relu", ["x"], ["a"]),
+        helper.make_node("Concat", ["a", "a"], ["b"], axis=1),
+        helper.make_node("Softmax", ["b"], ["c"], axis=1),  # the host's: splits the two partitions
+        helper.make_node("Relu", ["c"], ["d"]),
+        helper.make_node("Concat", ["d", "d"], ["y"], axis=1),
+    ]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 16])],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    static = SubsetBackend("static", {"Relu", "Concat"}, dynamic_shapes=False, fail_on="Concat")
+    exe = cg.compile(model, targets=[static])
+    assert [p.deferred for p in exe.report().partitions if p.backend == "static"] == [True, True]
+    feeds = random_feeds(model, dim_values={"batch": 3})
+    with caplog.at_level(logging.WARNING, logger="codegraft"):
+        assert_close(exe.run(feeds), run_onnxruntime(model, feeds))
+    failed = exe.report().fallbacks()
+    assert len(failed) == 2
+    for partition in failed:
+        assert partition.requested_backend == "static"
+        assert "failed to compile for input shapes 3x" in (partition.fallback_error or "")
+        assert "simulated failure" in (partition.fallback_error or "")
+    assert "fell back from static" in str(exe.report())
+    lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(lines) == 1, lines
+    assert "simulated failure" in lines[0] and "\n" not in lines[0]

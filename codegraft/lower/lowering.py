@@ -227,9 +227,13 @@ def specialise(proto: onnx.ModelProto, shapes: Sequence[tuple[int, ...]]) -> onn
 class ShapeSpecialisingRunnable:
     """Runs a partition on a static-shape backend: one compile per distinct input shape.
 
-    A shape whose compile fails runs on ``fallback`` (the host) instead, logged, unless
-    ``strict``.
+    A shape whose compile fails runs on ``fallback`` (the host) instead, unless ``strict``:
+    ``on_failure(partition, shape_key, fallback_name, error)`` is told when set (the executable owning this
+    runnable sets it, to put the fallback in its report and warn once per backend), else it is
+    logged here.
     """
+
+    on_failure: Callable[[str, tuple[tuple[int, ...], ...], str, str], None] | None = None
 
     def __init__(
         self,
@@ -283,8 +287,11 @@ class ShapeSpecialisingRunnable:
         except BackendError as error:
             if self._strict:
                 raise
-            log.warning("%s; running it on %s instead", str(error).strip().splitlines()[0], self._fallback.name)
             self.failures[key] = str(error)
+            if self.on_failure is not None:
+                self.on_failure(self._request.name, key, self._fallback.name, str(error))
+            else:
+                log.warning("%s; running it on %s instead", str(error).strip().splitlines()[0], self._fallback.name)
             host_blob = self._fallback.compile(Partition(request.name, ir.from_proto(proto)))
             return self._fallback.load(host_blob)
         self.compiled[key] = blob

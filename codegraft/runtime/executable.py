@@ -25,6 +25,7 @@ import numpy as np
 
 from codegraft.backend import Backend, OpTime, ProfilingRunnable, Runnable
 from codegraft.errors import BackendError, CodegraftError, InputError
+from codegraft.lower.lowering import ShapeSpecialisingRunnable
 from codegraft.report.report import Report
 from codegraft.runtime.artifact import write_artifact
 from codegraft.runtime.latency import Latency
@@ -135,6 +136,9 @@ class Executable:
         self._backends = dict(backends)
         self._input_by_name = {spec.name: spec for spec in self.inputs}
         self._drop_after = _last_uses(self.steps, set(self.outputs))
+        for runnable in self._runnables:
+            if isinstance(runnable, ShapeSpecialisingRunnable):
+                runnable.on_failure = self._shape_failed_to_compile
 
     # -- running ---------------------------------------------------------------------------
     def run(self, *inputs: object) -> dict[str, Any]:
@@ -265,6 +269,34 @@ class Executable:
             replace(n, backend=host_step.backend) if n.partition == failed.name else n for n in self._report.nodes
         )
         self._report = replace(self._report, partitions=partitions, nodes=nodes)
+
+    def _shape_failed_to_compile(
+        self, partition: str, shapes: tuple[tuple[int, ...], ...], host: str, error: str
+    ) -> None:
+        """A partition compiled per input shape failed at these shapes and runs on the host at
+        them: the report says so (each time), the log once per backend, like any fallback."""
+        where = ", ".join("x".join(map(str, shape)) or "scalar" for shape in shapes)
+        with self._switch_lock:
+            step = next((s for s in self.steps if s.name == partition), None)
+            backend = step.backend if step is not None else "?"
+            first_warning = backend not in self._failed_backends
+            self._failed_backends.add(backend)
+            reason = f"failed to compile for input shapes {where}, runs on {host} at those: {error}"
+            partitions = tuple(
+                replace(p, requested_backend=backend,
+                        fallback_error=f"{p.fallback_error}; {reason}" if p.fallback_error else reason)
+                if p.name == partition else p
+                for p in self._report.partitions
+            )  # fmt: skip
+            self._report = replace(self._report, partitions=partitions)
+        first_line = error.strip().splitlines()[0]
+        if first_warning:
+            log.warning(
+                "%s (%s); %s runs each of its partitions that fail from now on (details in the report)",
+                first_line, f"input shapes {where}", host,
+            )  # fmt: skip
+        else:
+            log.debug("%s; running it on %s at input shapes %s", first_line, host, where)
 
     def _validated(self, feeds: Mapping[str, object]) -> dict[str, np.ndarray]:
         if not isinstance(feeds, Mapping):
