@@ -42,9 +42,9 @@ class CBackend:
     """
 
     name = "c"
-    # Changes whenever the code generator's source does, so caches keyed by backend version
-    # (measured placement's timings) never serve numbers of an older generator.
-    version = source_version(pathlib.Path(__file__).parent, "*.py")
+    # Changes whenever the code generator's source (Python or C text) does, so caches keyed by
+    # backend version (measured placement's timings) never serve numbers of an older generator.
+    version = source_version(pathlib.Path(__file__).parent, "**/*.py", "**/*.c")
     # dtypes=None: ``supports`` checks the dtype of *data* inputs itself, so a Reshape whose
     # shape input is an int64 constant is still taken (a declared {"float32"} would refuse it).
     capabilities = Capabilities(dynamic_shapes=False, dtypes=None, layout="NHWC", native_code=True)

@@ -1,0 +1,71 @@
+
+typedef struct { const float* x; const float* w; float* y; const float* const* ops; } ${name}_t;
+static inline __attribute__((always_inline)) void ${name}_block(const float* xr, const float* w, float* acc, long ih0,
+                                                            long ow0, long np, const int interior) {
+  for (long c = 0; c < ${cv}; c += VW) {
+    vf a[${pb}];
+    #pragma GCC unroll ${pb}
+    for (int p = 0; p < ${pb}; p++) a[p] = (vf){0};
+    #pragma GCC unroll ${kh}
+    for (long i = 0; i < ${kh}; i++) {
+      const long ih = ih0 + i * ${dh};
+      if (ih < 0 || ih >= ${h}) continue;
+      const float* rp = xr + ih * ${row} + c;
+      const long iw0 = ow0 * ${sw} - ${pl};
+      if (interior) {
+        vf in[${span}];
+        #pragma GCC unroll ${span}
+        for (int q = 0; q < ${span}; q++) in[q] = *(const vfu*)(rp + (iw0 + q) * ${c});
+        #pragma GCC unroll ${kw}
+        for (int j = 0; j < ${kw}; j++) {
+          const vf wv = *(const vfu*)(w + (i * ${kw} + j) * ${c} + c);
+          #pragma GCC unroll ${pb}
+          for (int p = 0; p < ${pb}; p++) a[p] += in[p * ${sw} + j * ${dw}] * wv;
+        }
+      } else {
+        #pragma GCC unroll ${kw}
+        for (int j = 0; j < ${kw}; j++) {
+          const vf wv = *(const vfu*)(w + (i * ${kw} + j) * ${c} + c);
+          for (int p = 0; p < np; p++) {
+            const long iw = iw0 + p * ${sw} + j * ${dw};
+            if (iw >= 0 && iw < ${w}) a[p] += *(const vfu*)(rp + iw * ${c}) * wv;
+          }
+        }
+      }
+    }
+    #pragma GCC unroll ${pb}
+    for (int p = 0; p < ${pb}; p++) *(vfu*)(acc + p * ${c} + c) = a[p];
+  }
+  for (long p = 0; p < np; p++)
+    for (long c = ${cv}; c < ${c}; c++) {
+      float sum = 0.0f;
+      for (long i = 0; i < ${kh}; i++) {
+        const long ih = ih0 + i * ${dh};
+        if (ih < 0 || ih >= ${h}) continue;
+        for (long j = 0; j < ${kw}; j++) {
+          const long iw = (ow0 + p) * ${sw} - ${pl} + j * ${dw};
+          if (iw >= 0 && iw < ${w}) sum += xr[(ih * ${w} + iw) * ${c} + c] * w[(i * ${kw} + j) * ${c} + c];
+        }
+      }
+      acc[p * ${c} + c] = sum;
+    }
+}
+static void ${name}_row(const void* ctx, long task) {
+  const ${name}_t* k = ctx;
+  const long n = task / ${oh}, oh = task % ${oh};
+  const float* xr = k->x + n * ${image};
+  const long ih0 = oh * ${sh} - ${pt};
+  float acc[${block}] __attribute__((aligned(64)));
+  for (long ow0 = 0; ow0 < ${ow}; ow0 += ${pb}) {
+    const long np = cg_min(${pb}, ${ow} - ow0);
+    if (np == ${pb} && ow0 >= ${first_in} && ow0 + ${last_pixel} <= ${last_in})
+      ${name}_block(xr, k->w, acc, ih0, ow0, ${pb}, 1);
+    else
+      ${name}_block(xr, k->w, acc, ih0, ow0, np, 0);
+    ${epilogue}(k->ops, k->y, ${c}, acc, ${c}, task * ${ow} + ow0, np, 0, ${c});
+  }
+}
+static void ${name}(const float* x, const float* w, float* y, const float* const* ops) {
+  const ${name}_t k = {x, w, y, ops};
+  cg_parallel(${rows}, ${name}_row, &k);
+}

@@ -1,0 +1,281 @@
+
+#include <math.h>
+#include <string.h>
+
+typedef float vf __attribute__((vector_size(VW * 4)));
+typedef void (*cg_ep)(const float* const* ops, float* y, long ldy, const float* t, long ldt,
+                      long r0, long nr, long c0, long nc);
+
+static inline long cg_min(long a, long b) { return a < b ? a : b; }
+
+/* Branch-free math the vectoriser can inline (libm's expf/erff/tanhf are scalar calls).
+   cg_exp: Cody-Waite reduction and a degree-6 polynomial, ~2 ulp over [-87, 88], inputs
+   clamped there (callers saturate anyway); cg_erf: Abramowitz-Stegun 7.1.26, |error| < 1.5e-7.
+   NaN propagates as in onnxruntime: every comparison is written so a NaN operand takes the
+   branch that returns it (x86 minps/maxps return their second operand on NaN, so
+   "x > hi ? hi : x" is still one instruction). */
+static inline float cg_exp(float x) {
+  x = x > 88.0f ? 88.0f : x;
+  x = x < -87.0f ? -87.0f : x;
+  /* n = round(x / ln 2) by the 1.5 * 2^23 trick: no float->int conversion, which (like
+     floorf) keeps gcc 12 from vectorising the loop */
+  union { float f; int i; } big, scale;
+  big.f = x * 1.44269504088896341f + 12582912.0f;
+  const float n = big.f - 12582912.0f;
+  const float r = x - n * 0.693359375f + n * 2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  scale.i = (big.i - 0x4B400000 + 127) << 23;
+  return p * scale.f;
+}
+static inline float cg_exp_op(float x) {
+  return x > 88.72283935546875f ? INFINITY : (x < -103.97f ? 0.0f : cg_exp(x));
+}
+static inline float cg_sigmoid(float x) { return 1.0f / (1.0f + cg_exp(-x)); }
+static inline float cg_tanh(float x) {
+  const float a = x < 0.0f ? -x : x;
+  const float big = 1.0f - 2.0f / (cg_exp(2.0f * a) + 1.0f);
+  const float a2 = a * a;
+  const float small = a * (1.0f + a2 * (-0.333333333f + a2 * (0.133333333f - a2 * 0.053968254f)));
+  const float t = a < 0.0625f ? small : big;
+  return x < 0.0f ? -t : t;
+}
+static inline float cg_erf(float x) {
+  const float a = x < 0.0f ? -x : x;
+  const float t = 1.0f / (1.0f + 0.3275911f * a);
+  const float poly =
+      t * (0.254829592f + t * (-0.284496736f + t * (1.421413741f + t * (-1.453152027f + t * 1.061405429f))));
+  const float e = 1.0f - poly * cg_exp(-a * a);
+  return x < 0.0f ? -e : e;
+}
+static inline float cg_fmin(float a, float b) { return a < b ? a : b; }
+static inline float cg_fmax(float a, float b) { return a > b ? a : b; }
+/* The Max and Min ops: a NaN in either operand is the result (onnxruntime's Max/Min). */
+static inline float cg_max_op(float a, float b) { return a < b || b != b ? b : a; }
+static inline float cg_min_op(float a, float b) { return a > b || b != b ? b : a; }
+/* Clip: NaN stays NaN (onnxruntime's Clip), bounds as given otherwise. */
+static inline float cg_clamp(float x, float lo, float hi) {
+  x = x < lo ? lo : x;
+  return x > hi ? hi : x;
+}
+
+/* One GEMM-shaped job: rows of a (padded, channels-last) input times packed weights. */
+typedef struct {
+  const float* x; long pstride; long cstride; long cg;
+  long N, Hp, Wp, OH, OW, sh, sw;
+  long ntaps; const long* tapoff;
+  long groups, mg, nmb; const float* wp;
+  float* y; long ldy; long rbase;
+  cg_ep ep; const float* const* ops;
+  long per_task;  /* row tiles per task, from the thread cost model (_thread_cost.py) */
+} cg_gemm_t;
+
+/* Zero-padded copy of channels-last x[N][H][W][C] into xp[N][Hp][Wp][C]; one task per row. */
+typedef struct { const float* x; float* xp; long N, H, W, C, pt, pl, Hp, Wp; } cg_pad_t;
+static void cg_pad_row(const void* ctx, long task) {
+  const cg_pad_t* k = ctx;
+  const long n = task / k->Hp, h = task % k->Hp, C = k->C, W = k->W, Wp = k->Wp, pl = k->pl;
+  float* dst = k->xp + (n * k->Hp + h) * Wp * C;
+  const long hi = h - k->pt;
+  if (hi < 0 || hi >= k->H) { memset(dst, 0, sizeof(float) * Wp * C); return; }
+  memset(dst, 0, sizeof(float) * pl * C);
+  memcpy(dst + pl * C, k->x + (n * k->H + hi) * W * C, sizeof(float) * W * C);
+  memset(dst + (pl + W) * C, 0, sizeof(float) * (Wp - pl - W) * C);
+}
+static void cg_pad(const float* x, float* xp, long N, long H, long W, long C, long pt, long pl, long Hp, long Wp) {
+  const cg_pad_t k = {x, xp, N, H, W, C, pt, pl, Hp, Wp};
+  cg_parallel(N * Hp, cg_pad_row, &k);
+}
+
+/* Pack B (element (k, n) at b[k*sk + n*sn]) as [nmb][K][mbw], zero beyond N; one task per block. */
+typedef struct { const float* b; long K, N, sk, sn; float* packed; long mbw; } cg_pack_t;
+static void cg_pack_block(const void* ctx, long mb) {
+  const cg_pack_t* p = ctx;
+  for (long k = 0; k < p->K; k++) {
+    float* dst = p->packed + (mb * p->K + k) * p->mbw;
+    for (long j = 0; j < p->mbw; j++) {
+      const long n = mb * p->mbw + j;
+      dst[j] = n < p->N ? p->b[k * p->sk + n * p->sn] : 0.0f;
+    }
+  }
+}
+static void cg_pack(const float* b, long K, long N, long sk, long sn, float* packed, long nmb, long mbw) {
+  const cg_pack_t p = {b, K, N, sk, sn, packed, mbw};
+  cg_parallel(nmb, cg_pack_block, &p);
+}
+
+typedef float vfu __attribute__((vector_size(VW * 4), aligned(4)));  /* unaligned loads */
+
+/* Max (mode 0) or average pooling excluding (1) or including (2) pads, channels-last.
+   hlim/wlim: input extent plus end padding, which bounds the divisor of mode 2.  One task per output row. */
+typedef struct {
+  const float* x; float* y; long N, H, W, C, OH, OW, kh, kw, sh, sw, ph, pw, dh, dw; int mode; long hlim, wlim;
+} cg_pool_t;
+static void cg_pool_row(const void* ctx, long task) {
+  const cg_pool_t* k = ctx;
+  const long n = task / k->OH, oh = task % k->OH, C = k->C;
+  for (long ow = 0; ow < k->OW; ow++) {
+    float* yp = k->y + ((n * k->OH + oh) * k->OW + ow) * C;
+    const long hs = oh * k->sh - k->ph, ws = ow * k->sw - k->pw;
+    const float init = k->mode == 0 ? -INFINITY : 0.0f;
+    for (long c = 0; c < C; c++) yp[c] = init;
+    long count = 0;
+    for (long i = 0; i < k->kh; i++) {
+      const long h = hs + i * k->dh;
+      if (h < 0 || h >= k->H) continue;
+      for (long j = 0; j < k->kw; j++) {
+        const long ww = ws + j * k->dw;
+        if (ww < 0 || ww >= k->W) continue;
+        const float* xp = k->x + ((n * k->H + h) * k->W + ww) * C;
+        count++;
+        if (k->mode == 0) {
+          for (long c = 0; c < C; c++) yp[c] = xp[c] > yp[c] ? xp[c] : yp[c];
+        } else {
+          for (long c = 0; c < C; c++) yp[c] += xp[c];
+        }
+      }
+    }
+    if (k->mode != 0) {
+      long size = count;
+      if (k->mode == 2) size = (cg_min(hs + k->kh, k->hlim) - hs) * (cg_min(ws + k->kw, k->wlim) - ws);
+      const float div = (float)size;
+      for (long c = 0; c < C; c++) yp[c] = yp[c] / div;
+    }
+  }
+}
+static void cg_pool(const float* x, float* y, long N, long H, long W, long C, long OH, long OW, long kh, long kw,
+                    long sh, long sw, long ph, long pw, long dh, long dw, int mode, long hlim, long wlim) {
+  const cg_pool_t k = {x, y, N, H, W, C, OH, OW, kh, kw, sh, sw, ph, pw, dh, dw, mode, hlim, wlim};
+  cg_parallel(N * OH, cg_pool_row, &k);
+}
+
+/* Mean over HW of channels-last x[N][HW][C]; one task per (image, block of 64 channels). */
+typedef struct { const float* x; float* y; long HW, C, nb; } cg_gap_t;
+static void cg_gap_block(const void* ctx, long task) {
+  const cg_gap_t* k = ctx;
+  const long n = task / k->nb, c0 = (task % k->nb) * 64, c1 = cg_min(k->C, c0 + 64);
+  float* yp = k->y + n * k->C;
+  for (long c = c0; c < c1; c++) yp[c] = 0.0f;
+  for (long i = 0; i < k->HW; i++) {
+    const float* xp = k->x + (n * k->HW + i) * k->C;
+    for (long c = c0; c < c1; c++) yp[c] += xp[c];
+  }
+  for (long c = c0; c < c1; c++) yp[c] = yp[c] / (float)k->HW;
+}
+static void cg_global_avg(const float* x, float* y, long N, long HW, long C) {
+  const cg_gap_t k = {x, y, HW, C, (C + 63) / 64};
+  cg_parallel(N * k.nb, cg_gap_block, &k);
+}
+
+/* LRN across the channel axis of [outer][C][inner]; one task per outer index. */
+typedef struct { const float* x; float* y; long C, inner, lo, hi; float scale, beta, bias; } cg_lrn_t;
+static void cg_lrn_task(const void* ctx, long o) {
+  const cg_lrn_t* k = ctx;
+  const long C = k->C, inner = k->inner;
+  const float* xp = k->x + o * C * inner;
+  float* yp = k->y + o * C * inner;
+  for (long c = 0; c < C; c++) {
+    const long c0 = c - k->lo < 0 ? 0 : c - k->lo, c1 = c + k->hi > C - 1 ? C - 1 : c + k->hi;
+    for (long i = 0; i < inner; i++) {
+      float s = 0.0f;
+      for (long j = c0; j <= c1; j++) { const float v = xp[j * inner + i]; s += v * v; }
+      yp[c * inner + i] = xp[c * inner + i] / powf(k->bias + k->scale * s, k->beta);
+    }
+  }
+}
+static void cg_lrn(const float* x, float* y, long outer, long C, long inner, long lo, long hi, float scale, float beta,
+                   float bias) {
+  const cg_lrn_t k = {x, y, C, inner, lo, hi, scale, beta, bias};
+  cg_parallel(outer, cg_lrn_task, &k);
+}
+
+/* Softmax over the middle axis of [outer][n][inner]; one task per (outer, inner) line.
+   Contiguous lines (inner == 1) keep VW partial maxima and sums in vector registers: the
+   compiler will not reorder a float reduction by itself (no -ffast-math here). */
+typedef int vi __attribute__((vector_size(VW * 4)));
+typedef struct { const float* x; float* y; long n, inner; int log; } cg_softmax_t;
+static void cg_softmax_line(const void* ctx, long task) {
+  const cg_softmax_t* k = ctx;
+  const long o = task / k->inner, i = task % k->inner, n = k->n, inner = k->inner;
+  const float* xp = k->x + o * n * inner + i;
+  float* yp = k->y + o * n * inner + i;
+  float m = -INFINITY, s = 0.0f;
+  long j = 0;
+  if (inner == 1) {
+    vf vm = (vf){0} - INFINITY;
+    for (; j + VW <= n; j += VW) {
+      const vf v = *(const vfu*)(xp + j);
+      const vi take = v > vm;
+      vm = (vf)(((vi)v & take) | ((vi)vm & ~take));
+    }
+    for (int l = 0; l < VW; l++) m = vm[l] > m ? vm[l] : m;
+  }
+  for (; j < n; j++) m = xp[j * inner] > m ? xp[j * inner] : m;
+  j = 0;
+  if (inner == 1) {
+    for (long t = 0; t < n; t++) yp[t] = cg_exp(xp[t] - m);
+    vf vs = (vf){0};
+    for (; j + VW <= n; j += VW) vs += *(const vfu*)(yp + j);
+    for (int l = 0; l < VW; l++) s += vs[l];
+    for (; j < n; j++) s += yp[j];
+    if (k->log) {
+      const float shift = m + logf(s);  /* log softmax: x - max - log(sum) */
+      for (long t = 0; t < n; t++) yp[t] = xp[t] - shift;
+    } else {
+      for (long t = 0; t < n; t++) yp[t] = yp[t] / s;
+    }
+    return;
+  }
+  for (j = 0; j < n; j++) yp[j * inner] = cg_exp(xp[j * inner] - m);
+  for (j = 0; j < n; j++) s += yp[j * inner];
+  if (k->log) {
+    const float shift = m + logf(s);
+    for (j = 0; j < n; j++) yp[j * inner] = xp[j * inner] - shift;
+  } else {
+    for (j = 0; j < n; j++) yp[j * inner] = yp[j * inner] / s;
+  }
+}
+static void cg_softmax(const float* x, float* y, long outer, long n, long inner, int log) {
+  const cg_softmax_t k = {x, y, n, inner, log};
+  cg_parallel(outer * inner, cg_softmax_line, &k);
+}
+
+/* LayerNormalization over contiguous rows of n: two passes (mean, then the centred sum of
+   squares, as accurate as onnxruntime's), VW partial sums in registers, then scale and
+   bias (weights of n floats, or NULL for no bias) applied in the same loop as the store. */
+typedef struct { const float* x; float* y; const float* g; const float* b; long n; float eps; } cg_layernorm_t;
+static void cg_layernorm_row(const void* ctx, long row) {
+  const cg_layernorm_t* k = ctx;
+  const long n = k->n;
+  const float* xp = k->x + row * n;
+  float* yp = k->y + row * n;
+  vf vs = (vf){0};
+  long j = 0;
+  for (; j + VW <= n; j += VW) vs += *(const vfu*)(xp + j);
+  float s = 0.0f;
+  for (int l = 0; l < VW; l++) s += vs[l];
+  for (; j < n; j++) s += xp[j];
+  const float mean = s / (float)n;
+  vf vq = (vf){0};
+  for (j = 0; j + VW <= n; j += VW) { const vf d = *(const vfu*)(xp + j) - mean; vq += d * d; }
+  float q = 0.0f;
+  for (int l = 0; l < VW; l++) q += vq[l];
+  for (; j < n; j++) { const float d = xp[j] - mean; q += d * d; }
+  const float inv = 1.0f / sqrtf(q / (float)n + k->eps);
+  const float* g = k->g;
+  const float* b = k->b;
+  if (b) {
+    for (j = 0; j < n; j++) yp[j] = (xp[j] - mean) * inv * g[j] + b[j];
+  } else {
+    for (j = 0; j < n; j++) yp[j] = (xp[j] - mean) * inv * g[j];
+  }
+}
+static void cg_layernorm(const float* x, float* y, const float* g, const float* b, long outer, long n, float eps) {
+  const cg_layernorm_t k = {x, y, g, b, n, eps};
+  cg_parallel(outer, cg_layernorm_row, &k);
+}
