@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import os
 import pathlib
+import re
 import statistics
 import subprocess
 import sys
@@ -265,9 +266,10 @@ class CorpusResult:
         return not self.failure and self.error <= max(TOLERANCE, NOISE_FACTOR * self.noise)
 
 
-def check(model: CorpusModel, *, runs: int = 0, threads: int = 2) -> CorpusResult:
+def check(model: CorpusModel, *, runs: int = 0, threads: int = 2, placement: str = "first") -> CorpusResult:
     """Compile for ``c`` + ``openvino``, compare with onnxruntime; with ``runs``, time it
-    against onnxruntime and OpenVINO alone (alternating, in rounds, medians)."""
+    against onnxruntime and OpenVINO alone (alternating, in rounds, medians).  ``placement``:
+    ``"first"`` (the first target in order that takes a node) or ``"measured"`` (timed)."""
     import codegraft as cg
     from codegraft.cli.bench import _onnxruntime_peer
     from codegraft.testing import run_onnxruntime
@@ -278,7 +280,7 @@ def check(model: CorpusModel, *, runs: int = 0, threads: int = 2) -> CorpusResul
     optimised = _max_rel_error(_onnxruntime_peer(proto.SerializeToString(), threads)(feeds), expected)
     noise = max(optimised, rounding_sensitivity(proto, feeds))
     try:
-        exe = cg.compile(proto, targets=list(TARGETS), threads=threads)
+        exe = cg.compile(proto, targets=list(TARGETS), threads=threads, placement=placement)
         actual = exe.run(feeds)
     except Exception as exc:  # noqa: BLE001 - one model's failure is a row of the table
         failure = f"{type(exc).__name__}: {exc}"
@@ -336,24 +338,38 @@ def _time(
 
 
 def table(results: list[CorpusResult]) -> str:
-    """The README table."""
+    """The README table: shares of the nodes per backend, error, times as ratios to the peers."""
     lines = [
-        "| model | family | nodes | c | openvino | host | max rel. error | onnxruntime's own | right | "
-        "vs onnxruntime | vs OpenVINO |",
-        "|---|---|---:|---:|---:|---:|---:|---:|:-:|---:|---:|",
+        "| model | family | package | nodes | c | openvino | host | max rel. error | onnxruntime's own | right | "
+        "vs onnxruntime | vs OpenVINO | note |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|:-:|---:|---:|---|",
     ]
     for r in results:
+        head = f"| {r.model.name} | {r.model.family} | {r.model.wheel} | {r.nodes} |"
         if r.failure:
-            lines.append(f"| {r.model.name} | {r.model.family} | {r.nodes} | | | | failed: {r.failure[:120]} "
-                         f"| {r.noise:.0e} | no | | |")
+            lines.append(f"{head} | | | | {r.noise:.0e} | no | | | failed: {r.failure[:120]} |")
             continue
         share = [f"{r.share.get(b, 0.0):.0%}" for b in ("c", "openvino", "onnxruntime")]
         ours = r.times_ms.get("codegraft")
         peers = ("onnxruntime", "openvino")
         ratios = [f"{ours / r.times_ms[p]:.2f}x" if ours and p in r.times_ms else "-" for p in peers]
-        lines.append(f"| {r.model.name} | {r.model.family} | {r.nodes} | {' | '.join(share)} | {r.error:.0e} | "
-                     f"{r.noise:.0e} | {'yes' if r.right else 'NO'} | {' | '.join(ratios)} |")
+        lines.append(
+            f"{head} {' | '.join(share)} | {r.error:.0e} | {r.noise:.0e} | {'yes' if r.right else 'NO'} | "
+            f"{' | '.join(ratios)} | {fallback_note(r.fallbacks)} |"
+        )
     return "\n".join(lines)
+
+
+def fallback_note(fallbacks: tuple[str, ...]) -> str:
+    """``2 partitions fell back to the host: Reshape: the shape is not known at compile time``."""
+    if not fallbacks:
+        return ""
+    # The reason without the names of values and nodes in it: one entry per kind of failure.
+    reasons = dict.fromkeys(
+        re.sub(r" \([^)]*\)| ?'[^']*'", "", f.rsplit("Error: ", 1)[-1].split("\n")[0])[:90] for f in fallbacks
+    )
+    plural = "s" if len(fallbacks) > 1 else ""
+    return f"{len(fallbacks)} partition{plural} fell back to the host: {'; '.join(reasons)}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -363,6 +379,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=30, help="timed runs per configuration (0: no timing)")
     parser.add_argument("--out", default="", help="also write the table to this file")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--placement", default="first", choices=("first", "measured"),
+                        help="codegraft's placement: the first target that takes a node, or measured")  # fmt: skip
     args = parser.parse_args(argv)
     if args.fetch:
         fetch()
@@ -373,7 +391,7 @@ def main(argv: list[str] | None = None) -> int:
         fetch(chosen)
     results = []
     for model in chosen:
-        result = check(model, runs=args.runs, threads=args.threads)
+        result = check(model, runs=args.runs, threads=args.threads, placement=args.placement)
         status = result.failure or f"error {result.error:.1e} (onnxruntime's own {result.noise:.0e})"
         if result.fallbacks:
             status += f", fallbacks {result.fallbacks}"

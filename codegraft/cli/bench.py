@@ -28,6 +28,7 @@ import numpy as np
 import onnx
 
 from codegraft.backend import Backend
+from codegraft.core.irversion import readable_by_runtime
 from codegraft.runtime.latency import Latency, time_calls
 
 # progress(label, done, total): called after each step of the measurement.
@@ -251,7 +252,9 @@ def _configs(
     notes: dict[str, str],
     concurrency: int = 1,
 ) -> list[_Config]:
-    data = proto.SerializeToString()
+    # The peers read the model at an IR version the installed onnxruntime reads (onnx 1.23 writes
+    # 14, onnxruntime 1.30 reads 13), as codegraft writes its partitions; nothing else changes.
+    data = readable_by_runtime(proto).SerializeToString()
     configs = [_Config(PEER_ORT, True, lambda: _onnxruntime_peer(data, threads))]
     if _openvino_installed():
         configs.append(_Config(PEER_OPENVINO, True, lambda: _openvino_peer(data, threads, concurrency)))

@@ -21,6 +21,7 @@ import onnx
 import onnx_ir as ir
 from onnxruntime import quantization as ort_quant
 
+from codegraft.core.irversion import readable_by_runtime
 from codegraft.passes._graph_util import name_nodes
 from codegraft.passes.opset import upgrade_opset
 
@@ -92,7 +93,9 @@ def quantize_int8(
     if not calibration:
         raise ValueError("quantize_int8 needs at least one calibration sample")
     # QDQ needs opset 10, per-axis scales (per_channel, int32 biases) opset 13
-    proto = ir.serde.serialize_model(upgrade_opset(model, QDQ_OPSET))
+    # onnxruntime's calibrator loads the model it is given: at an IR version it reads (onnx 1.23
+    # writes 14, onnxruntime 1.30 reads 13).
+    proto = readable_by_runtime(ir.serde.serialize_model(upgrade_opset(model, QDQ_OPSET)))
     with tempfile.TemporaryDirectory(prefix="codegraft-quant-") as tmp:
         # onnxruntime writes the result (and calibration scratch models) to files
         output = pathlib.Path(tmp) / "quantized.onnx"
