@@ -76,7 +76,9 @@ def ladder(nodes: int, *, channels: int = 4, size: int = 8, seed: int = 0) -> on
 def inspect_once(path: pathlib.Path, package_root: pathlib.Path) -> tuple[float, float, dict[str, float]]:
     """Wall and CPU seconds of one ``codegraft inspect PATH -t c --json`` in a fresh process,
     and its stages (CPU time moves less than wall time on a loaded machine)."""
+    # as installed packages run: bytecode cached (a checkout's first run writes it)
     env = {**os.environ, "PYTHONPATH": str(package_root)}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     code = (  # checkouts from before the stage folders have codegraft._cli
         "import sys\ntry:\n    from codegraft.cli.main import main\nexcept ImportError:\n"
         "    from codegraft._cli import main\nsys.argv[0] = 'codegraft'\nmain()"
@@ -109,33 +111,44 @@ def scale(sizes: list[int], repeat: int, baseline: pathlib.Path | None, folder: 
         ours: list[float] = []
         cpus: list[float] = []
         theirs: list[float] = []
+        their_cpus: list[float] = []
         stages: list[dict[str, float]] = []
+        their_stages: list[dict[str, float]] = []
         for _ in range(repeat):  # alternate, so both see the same load
             seconds, cpu, stage = inspect_once(path, ROOT)
             ours.append(seconds)
             cpus.append(cpu)
             stages.append(stage)
             if baseline is not None:
-                theirs.append(inspect_once(path, baseline)[0])
+                seconds, cpu, stage = inspect_once(path, baseline)
+                theirs.append(seconds)
+                their_cpus.append(cpu)
+                their_stages.append(stage)
         median = statistics.median(ours)
         per_stage = {name: statistics.median(s[name] for s in stages) for name in stages[0]}
         cpu = statistics.median(cpus)
-        rows.append((size, median, cpu, per_stage, statistics.median(theirs) if theirs else None))
+        base = (statistics.median(theirs), statistics.median(their_cpus)) if theirs else None
+        rows.append((size, median, cpu, per_stage, base))
         print(f"{size:>7} nodes: median {median:.2f} s (min {min(ours):.2f}, CPU {cpu:.2f}) "
-              + " ".join(f"{k} {v:.2f}" for k, v in per_stage.items())
-              + (f"; baseline {statistics.median(theirs):.2f} s" if theirs else ""), flush=True)
+              + " ".join(f"{k} {v:.2f}" for k, v in per_stage.items()), flush=True)
+        if base is not None:
+            their_per_stage = {name: statistics.median(s[name] for s in their_stages) for name in their_stages[0]}
+            print(f"{'':>7}  baseline: median {base[0]:.2f} s (min {min(theirs):.2f}, CPU {base[1]:.2f}) "
+                  + " ".join(f"{k} {v:.2f}" for k, v in their_per_stage.items()), flush=True)
     print(f"load average after: {load()}\n")
     names = list(rows[0][3])
     header = "| nodes | end to end (s) | CPU (s) | " + " | ".join(names) + " | growth |"
-    header += " baseline (s) | speed-up |" if baseline else ""
+    header += " baseline (s) | baseline CPU (s) | speed-up (wall, CPU) |" if baseline else ""
     print(header)
     print("|" + "---:|" * (header.count("|") - 1))
     previous: tuple[int, float] | None = None
     for size, median, cpu, per_stage, base in rows:
         growth = f"{size / previous[0]:.0f}x nodes: {median / previous[1]:.1f}x time" if previous else ""
         cells = [f"{size:,}", f"{median:.2f}", f"{cpu:.2f}", *(f"{per_stage.get(n, 0.0):.2f}" for n in names), growth]
-        if baseline:
-            cells += [f"{base:.2f}", f"{base / median:.1f}x"] if base else ["", ""]
+        if baseline and base:
+            cells += [f"{base[0]:.2f}", f"{base[1]:.2f}", f"{base[0] / median:.1f}x, {base[1] / cpu:.1f}x"]
+        elif baseline:
+            cells += ["", "", ""]
         print("| " + " | ".join(cells) + " |")
         previous = (size, median)
 

@@ -17,6 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from bench.compile_scale import ladder
 from codegraft.compiler.inspect import inspect_model
+from codegraft.frontend import model
 from codegraft.frontend.model import import_model
 from codegraft.passes import PASS_NAMES, PassOptions, _nothing_to_do, pipeline, run_common_passes
 from codegraft.report.report import NodeReport, PartitionReport, PassReport, PlacementReport, Report, StageReport
@@ -166,3 +167,62 @@ def test_inspect_reports_time_per_stage_and_tells_progress() -> None:
     assert list(dict.fromkeys(ends)) == stages
     assert "time per stage" in report.render()
     assert Report.from_json(report.to_json()).stages == report.stages
+
+
+def _model_with_value_infos() -> onnx.ModelProto:
+    """A graph whose value infos take every path of the import's typed fast path: plain ones,
+    one with a doc string, one with metadata, a denotation, a repeated name, one naming a
+    graph output, an initializer and a graph input, and a value without a shape."""
+    nodes = [
+        helper.make_node("Relu", ["x"], ["a"]),
+        helper.make_node("Add", ["a", "w"], ["b"]),
+        helper.make_node("Sigmoid", ["b"], ["c"]),
+        helper.make_node("Mul", ["b", "c"], ["d"]),
+        helper.make_node("Neg", ["d"], ["e"]),
+        helper.make_node("Relu", ["e"], ["y"]),
+        helper.make_node("Relu", ["e"], ["f"]),
+    ]
+    infos = [
+        helper.make_tensor_value_info("a", TensorProto.FLOAT, [1, 4]),
+        helper.make_tensor_value_info("b", TensorProto.FLOAT, [1, 4], doc_string="noted"),
+        helper.make_tensor_value_info("c", TensorProto.FLOAT, ["n", 4]),
+        helper.make_tensor_value_info("d", TensorProto.FLOAT, [1, 4]),
+        helper.make_tensor_value_info("d", TensorProto.FLOAT, [1, "m"]),  # repeated: the last counts
+        helper.make_tensor_value_info("e", TensorProto.FLOAT, None),  # no shape
+        helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, "q"]),  # a graph output
+        helper.make_tensor_value_info("w", TensorProto.FLOAT, [4]),  # an initializer
+        helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "p"]),  # a graph input
+        helper.make_tensor_value_info("f", TensorProto.FLOAT, [1, 4]),
+    ]
+    infos[2].type.tensor_type.shape.dim[1].denotation = "DATA_CHANNEL"
+    helper.set_metadata_props(infos[-1], {"k": "v"})
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+        [numpy_helper.from_array(np.ones(4, np.float32), "w")], value_info=infos,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _denotations(shape: ir.Shape | None) -> list[str | None] | None:
+    return None if shape is None else [shape.get_denotation(i) for i in range(len(shape))]
+
+
+@pytest.mark.parametrize("make", [_model_with_value_infos, lambda: ladder(200), lambda: light_model("squeezenet")])
+def test_import_reads_value_types_as_onnx_ir_does(make) -> None:  # type: ignore[no-untyped-def]
+    proto = make()
+    if make is not _model_with_value_infos:
+        proto = onnx.shape_inference.infer_shapes(proto)
+    ours = model._from_proto(onnx.ModelProto.FromString(proto.SerializeToString()))
+    theirs = ir.from_proto(proto)
+
+    def described(m: ir.Model) -> list[tuple[object, ...]]:
+        values = [*m.graph.inputs, *m.graph.initializers.values(), *(v for n in m.graph for v in n.outputs)]
+        return [(v.name, v.type, v.shape, _denotations(v.shape), v.doc_string, dict(v.metadata_props)) for v in values]
+
+    assert described(ours) == described(theirs)
+    assert ir.to_proto(ours).SerializeToString(deterministic=True) == ir.to_proto(theirs).SerializeToString(
+        deterministic=True
+    )
+    shapes = [v.shape for n in ours.graph for v in n.outputs if v.shape is not None]
+    assert all(s.frozen for s in shapes)  # shared between values, so never changed in place

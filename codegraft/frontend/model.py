@@ -37,7 +37,7 @@ def import_model(source: ModelSource, *, example_inputs: Sequence[Any] | None = 
     except Exception as error:  # onnx raises several internal error types here
         raise ModelError(f"{where}: shape inference failed: {one_line(error)}") from None
     try:
-        model = ir.from_proto(proto)
+        model = _from_proto(proto)
         for pass_ in (
             common_passes.NameFixPass(),
             common_passes.LiftConstantsToInitializersPass(lift_all_constants=True, size_limit=0),
@@ -51,6 +51,80 @@ def import_model(source: ModelSource, *, example_inputs: Sequence[Any] | None = 
     # installed onnxruntime reads would make every partition unloadable (see core.irversion).
     model.ir_version = ir_version_for(model)
     return model
+
+
+def _from_proto(proto: onnx.ModelProto) -> ir.Model:
+    """``ir.from_proto(proto)``, with the graph's inferred value types read once per distinct type.
+
+    NOTE: after shape inference the graph holds one ValueInfoProto per value, and onnx-ir
+    deserialises each one in Python (a type, a shape, its dimensions: two fifths of
+    ``from_proto`` on a 100k-node model), although an exported model has few distinct value
+    types.  Here the plain ones (a tensor type with a shape and nothing else: no doc string,
+    metadata or denotation) of node outputs and initializers are taken out of the proto
+    before ``from_proto``, deserialised by onnx-ir once per distinct type, and set on the
+    values after: the same frozen ``Shape`` and ``TensorType`` onnx-ir would have made, shared
+    between values of one type (frozen shapes are never changed in place; passes assign new
+    ones).  Every other entry (graph outputs, whose own ValueInfoProto is applied after these
+    by onnx-ir; anything with more than a plain type) stays for onnx-ir to read as before.
+    ``proto`` is consumed: it is the copy shape inference returned.
+    """
+    graph = proto.graph
+    if not len(graph.value_info) or (len(proto.functions) and proto.ir_version < 10):
+        # (before IR 10, function values' types are stored in the graph's value_info)
+        return ir.from_proto(proto)
+    declared = {name for node in graph.node for name in node.output}
+    declared.update(tensor.name for tensor in graph.initializer)
+    declared.difference_update(info.name for info in (*graph.input, *graph.output))
+    declared.discard("")
+    plain: dict[str, bytes] = {}
+    plain_type: dict[bytes, bool] = {}
+    repeated: set[str] = set()  # onnx-ir takes the last of several entries: leave those to it
+    for info in graph.value_info:
+        name = info.name
+        if name in plain or name in repeated:
+            plain.pop(name, None)
+            repeated.add(name)
+            continue
+        key = info.type.SerializeToString(deterministic=True)
+        if key not in plain_type:
+            plain_type[key] = _plain_tensor_type(info.type)
+        if name in declared and plain_type[key] and not info.doc_string and not len(info.metadata_props):
+            plain[name] = key
+        else:
+            repeated.add(name)  # not ours to read: any later entry of this name is not either
+    if not plain:
+        return ir.from_proto(proto)
+    rest = [onnx.ValueInfoProto.FromString(info.SerializeToString()) for info in graph.value_info
+            if info.name not in plain]
+    graph.ClearField("value_info")
+    graph.value_info.extend(rest)
+    model = ir.from_proto(proto)
+    types: dict[bytes, tuple[ir.Shape | None, ir.TypeProtocol | None]] = {}
+    values: list[ir.Value] = [v for node in model.graph for v in node.outputs]
+    values.extend(model.graph.initializers.values())
+    for value in values:
+        key = plain.get(value.name or "")
+        if key is None:
+            continue
+        known = types.get(key)
+        if known is None:
+            type_proto = onnx.TypeProto.FromString(key)
+            known = types[key] = (
+                ir.serde.deserialize_type_proto_for_shape(type_proto),
+                ir.serde.deserialize_type_proto_for_type(type_proto),
+            )
+        value.shape, value.type = known
+    return model
+
+
+def _plain_tensor_type(type_proto: onnx.TypeProto) -> bool:
+    """A tensor type with a shape, and no denotation."""
+    if type_proto.denotation or type_proto.WhichOneof("value") != "tensor_type":
+        return False
+    tensor_type = type_proto.tensor_type
+    if not tensor_type.elem_type or not tensor_type.HasField("shape"):
+        return False
+    return not any(dim.denotation for dim in tensor_type.shape.dim)
 
 
 def check_model_proto(proto: onnx.ModelProto, where: str) -> None:

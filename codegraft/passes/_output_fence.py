@@ -23,15 +23,17 @@ _FENCE_DOMAIN = "codegraft.fence"
 
 
 @contextlib.contextmanager
-def outputs_fenced(model: ir.Model) -> Iterator[None]:
+def outputs_fenced(model: ir.Model, *, flat: bool = False) -> Iterator[None]:
     """Run the body with every graph output behind a fence; output names survive it.
 
     Subgraphs (If branches, Loop and Scan bodies) are fenced too: a branch that returns
     ``Identity(outer)`` would otherwise have the Identity removed and the outer-scope value
     made an output of the branch as well, which onnx-ir refuses ("already an output of a
-    different graph") and onnxruntime cannot load.
+    different graph") and onnxruntime cannot load.  ``flat=True`` says the caller knows the
+    model has no subgraphs (saves looking for them: a walk over every node).
     """
-    fenced_graphs = [(graph, _fence(graph)) for graph in (model.graph, *_subgraphs(model.graph))]
+    graphs = (model.graph,) if flat else (model.graph, *_subgraphs(model.graph))
+    fenced_graphs = [(graph, _fence(graph)) for graph in graphs]
     model.opset_imports[_FENCE_DOMAIN] = 1
     try:
         yield

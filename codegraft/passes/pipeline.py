@@ -164,7 +164,7 @@ def _run_one(name: str, run: _Run) -> PassRecord:
         if name != "shape_inference":
             # Fencing appends a node per output, and the graph names nodes it is given by
             # counting them: fence as the pass would have, so later names come out the same.
-            with _output_fence.outputs_fenced(model):
+            with _output_fence.outputs_fenced(model, flat=True):  # provable: flat
                 pass
         return PassRecord(name, before, before, 0, idle)
     folded_before = _folded_values(model)
@@ -172,7 +172,7 @@ def _run_one(name: str, run: _Run) -> PassRecord:
     if name == "shape_inference":  # renames nothing, and the fence domain has no schema
         detail = _PASSES[name](run)
     else:
-        with _output_fence.outputs_fenced(model):
+        with _output_fence.outputs_fenced(model, flat=run.provable):
             detail = _PASSES[name](run)
     _restore_output_types(model, signature, name)
     folded = len(_folded_values(model) - folded_before)
