@@ -47,6 +47,22 @@ def subgraphs_of(node: ir.Node) -> list[ir.Graph]:
     return graphs
 
 
+_GRAPH_ATTRIBUTES = (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS)
+
+
+def is_flat(model: ir.Model) -> bool:
+    """No subgraphs (If, Loop, Scan bodies) and no local functions: every node is in ``model.graph``.
+
+    Example::
+
+        if is_flat(model):
+            nodes = list(model.graph)  # all of them, no recursion needed
+    """
+    if model.functions:
+        return False
+    return not any(attr.type in _GRAPH_ATTRIBUTES for node in model.graph for attr in node.attributes.values())
+
+
 def _defined_in(value: ir.Value, graph: ir.Graph | None) -> bool:
     """Whether ``value`` belongs to ``graph`` (a node output, input or initializer of it)."""
     producer = value.producer()

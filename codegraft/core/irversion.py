@@ -23,6 +23,8 @@ import re
 import onnx
 import onnx_ir as ir
 
+from codegraft.core.graphinfo import is_flat
+
 # IR 4: initializers need not be graph inputs (codegraft removes them from the inputs).
 _LEAST = 4
 # IR 8: model-local functions.
@@ -97,11 +99,12 @@ def _needed(opsets: dict[str, int], has_functions: bool, element_types: set[str]
 
 
 def _ir_element_types(model: ir.Model) -> set[str]:
-    names = {v.dtype.name for v in model.graph.initializers.values() if v.dtype is not None}
-    names.update(v.dtype.name for v in model.graph.inputs if v.dtype is not None)
-    for node in ir.traversal.RecursiveGraphIterator(model.graph):
-        names.update(v.dtype.name for v in node.outputs if v.dtype is not None)
-    return names
+    graph = model.graph
+    dtypes = {v.dtype for v in graph.initializers.values()}
+    dtypes.update(v.dtype for v in graph.inputs)
+    nodes = graph if is_flat(model) else ir.traversal.RecursiveGraphIterator(graph)
+    dtypes.update(v.dtype for node in nodes for v in node.outputs)
+    return {dtype.name for dtype in dtypes if dtype is not None}
 
 
 def _element_types(model: onnx.ModelProto) -> set[str]:

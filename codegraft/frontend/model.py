@@ -7,6 +7,7 @@ written at the IR version the installed onnxruntime reads (:mod:`codegraft.core.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from collections.abc import Sequence
@@ -19,6 +20,7 @@ from google.protobuf.message import Message
 from onnx_ir.passes import common as common_passes
 
 from codegraft.core.gcpause import without_gc
+from codegraft.core.graphinfo import is_flat
 from codegraft.core.irversion import ir_version_for
 from codegraft.errors import ModelError
 from codegraft.frontend.torch_export import export_module, is_torch_module
@@ -38,11 +40,7 @@ def import_model(source: ModelSource, *, example_inputs: Sequence[Any] | None = 
         raise ModelError(f"{where}: shape inference failed: {one_line(error)}") from None
     try:
         model = _from_proto(proto)
-        for pass_ in (
-            common_passes.NameFixPass(),
-            common_passes.LiftConstantsToInitializersPass(lift_all_constants=True, size_limit=0),
-            common_passes.RemoveInitializersFromInputsPass(),
-        ):
+        for pass_ in _normalising_passes(model):
             pass_(model)
     except Exception as error:  # the checker passed, so this is a model onnx-ir cannot represent
         raise ModelError(f"{where} cannot be read into the IR: {type(error).__name__}: {one_line(error)}") from None
@@ -51,6 +49,40 @@ def import_model(source: ModelSource, *, example_inputs: Sequence[Any] | None = 
     # installed onnxruntime reads would make every partition unloadable (see core.irversion).
     model.ir_version = ir_version_for(model)
     return model
+
+
+def _normalising_passes(model: ir.Model) -> list[ir.passes.PassBase]:
+    """onnx-ir's passes that name every value, lift constants and free initializers from the
+    inputs, less those a scan of a flat model proves have nothing to do (each walks the whole
+    graph: a third of a second each on a 100k-node model)."""
+    flat = is_flat(model)
+    graph = model.graph
+    passes: list[ir.passes.PassBase] = []
+    if not (flat and _names_complete(graph)):
+        passes.append(common_passes.NameFixPass())
+    if not (flat and not any(node.op_type == "Constant" for node in graph)):
+        passes.append(common_passes.LiftConstantsToInitializersPass(lift_all_constants=True, size_limit=0))
+    if not (flat and all(graph.initializers.get(value.name or "") is not value for value in graph.inputs)):
+        passes.append(common_passes.RemoveInitializersFromInputsPass())
+    return passes
+
+
+def _names_complete(graph: ir.Graph) -> bool:
+    """Every node and value of a flat ``graph`` has a name no other node or value has (what
+    onnx-ir's NameFixPass makes sure of); values are its inputs, initializers and node outputs,
+    which hold every value a node reads or the graph returns."""
+    node_names = [node.name for node in graph]
+    if not all(node_names) or len(set(node_names)) != len(node_names):
+        return False
+    values = dict.fromkeys(graph.inputs)
+    values.update(dict.fromkeys(graph.initializers.values()))
+    values.update(dict.fromkeys(v for node in graph for v in node.outputs))
+    if not all(v in values for v in graph.outputs):
+        return False
+    if not all(v is None or v in values for node in graph for v in node.inputs):
+        return False
+    value_names = [v.name for v in values]
+    return all(value_names) and len(set(value_names)) == len(value_names)
 
 
 def _from_proto(proto: onnx.ModelProto) -> ir.Model:
@@ -168,28 +200,49 @@ _MESSAGE = FieldDescriptor.TYPE_MESSAGE
 _TENSOR_TEXT = ("name", "doc_string", "external_data", "metadata_props")
 
 
-def _check_text(message: Message, path: str, where: str) -> None:
+_TENSOR_TEXT_FIELDS = tuple(onnx.TensorProto.DESCRIPTOR.fields_by_name[name] for name in _TENSOR_TEXT)
+
+
+# Where a message sits: the root's name, or (parent, field name, index or None).  Spelled
+# out (``model.graph.node[3].name``) only for an error: the check visits every node.
+_Path = str | tuple[object, str, int | None]
+
+
+def _spell(path: _Path) -> str:
+    if isinstance(path, str):
+        return path
+    parent, name, index = path
+    return f"{_spell(parent)}.{name}" + ("" if index is None else f"[{index}]")  # type: ignore[arg-type]
+
+
+def _check_text(message: Message, path: _Path, where: str) -> None:
     """Every string field decodes as UTF-8 (checked per field; tensor payloads are not visited)."""
-    if isinstance(message, onnx.TensorProto):  # not ListFields: it would copy the weights
+    if type(message) is onnx.TensorProto:  # not ListFields: it would copy the weights
         problem = _tensor_size_problem(message)
         if problem:
-            raise ModelError(f"{where}: tensor {message.name!r} ({path}) {problem}")
-        fields = [(message.DESCRIPTOR.fields_by_name[name], getattr(message, name)) for name in _TENSOR_TEXT]
+            raise ModelError(f"{where}: tensor {message.name!r} ({_spell(path)}) {problem}")
+        fields = [(field, getattr(message, field.name)) for field in _TENSOR_TEXT_FIELDS]
     else:
         fields = message.ListFields()
-    for field, value in fields:  # the path is spelled out only for an error: this visits every node
+    for field, value in fields:
         if field.type == _TEXT:
+            if field.is_repeated:
+                try:
+                    "".join(value)  # raises on an item that is bytes (not UTF-8)
+                    continue
+                except TypeError:
+                    pass
             items = value if field.is_repeated else (value,)
             for index, item in enumerate(items):
                 if not isinstance(item, str):
-                    here = f"{path}.{field.name}" + (f"[{index}]" if field.is_repeated else "")
+                    here = _spell((path, field.name, index if field.is_repeated else None))
                     raise ModelError(f"{where}: {here} is not valid UTF-8 text ({bytes(item)[:40]!r})")
         elif field.type == _MESSAGE:
             if field.is_repeated:
                 for index, item in enumerate(value):
-                    _check_text(item, f"{path}.{field.name}[{index}]", where)
+                    _check_text(item, (path, field.name, index), where)
             else:
-                _check_text(value, f"{path}.{field.name}", where)
+                _check_text(value, (path, field.name, None), where)
 
 
 _PACKED_4BIT = {onnx.TensorProto.INT4, onnx.TensorProto.UINT4, getattr(onnx.TensorProto, "FLOAT4E2M1", -1)}
@@ -198,7 +251,7 @@ _TWO_PER_ELEMENT = {onnx.TensorProto.COMPLEX64, onnx.TensorProto.COMPLEX128}
 
 def _tensor_size_problem(tensor: onnx.TensorProto) -> str:
     """Why ``tensor``'s stored data cannot be its declared shape, or ''."""
-    if any(d < 0 for d in tensor.dims):
+    if min(tensor.dims, default=0) < 0:
         return f"has a negative dimension {list(tensor.dims)}"
     if tensor.data_location == onnx.TensorProto.EXTERNAL:
         return ""  # onnx.load has read or refused it; nothing stored here to count
@@ -206,11 +259,9 @@ def _tensor_size_problem(tensor: onnx.TensorProto) -> str:
     if tensor.data_type == onnx.TensorProto.STRING:
         stored, expected = len(tensor.string_data), count
     elif tensor.HasField("raw_data"):
-        try:
-            itemsize = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
-        except (KeyError, ValueError, TypeError):
+        bits = _bits_per_element(tensor.data_type)
+        if bits is None:
             return ""  # a type numpy cannot name; onnx's own checks decide
-        bits = 4 if tensor.data_type in _PACKED_4BIT else 8 * itemsize
         stored, expected = len(tensor.raw_data), -(-count * bits // 8)
     else:
         try:
@@ -224,6 +275,16 @@ def _tensor_size_problem(tensor: onnx.TensorProto) -> str:
         unit = "bytes" if tensor.HasField("raw_data") and tensor.data_type != onnx.TensorProto.STRING else "values"
         return f"stores {stored} {unit}; shape {list(tensor.dims)} needs {expected}"
     return ""
+
+
+@functools.cache
+def _bits_per_element(data_type: int) -> int | None:
+    """Bits one element of ``data_type`` takes in ``raw_data``, or None when numpy cannot name it."""
+    try:
+        itemsize = onnx.helper.tensor_dtype_to_np_dtype(data_type).itemsize
+    except (KeyError, ValueError, TypeError):
+        return None
+    return 4 if data_type in _PACKED_4BIT else 8 * itemsize
 
 
 def _drop_repeated_outputs(model: ir.Model) -> None:

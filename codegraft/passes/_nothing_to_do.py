@@ -20,6 +20,8 @@ from dataclasses import dataclass
 
 import onnx_ir as ir
 
+from codegraft.core.graphinfo import is_flat
+
 __all__ = [
     "NoOpRule",
     "can_prove",
@@ -30,7 +32,6 @@ __all__ = [
     "shapes_complete",
 ]
 
-_GRAPH_ATTRIBUTES = (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS)
 _ONNX_DOMAINS = ("", "ai.onnx")
 
 
@@ -43,9 +44,7 @@ def can_prove(model: ir.Model) -> bool:
     anything or not, so skipping a pass would change the result there.
     """
     outputs = model.graph.outputs
-    if model.functions or len(set(outputs)) != len(outputs):
-        return False
-    return not any(attr.type in _GRAPH_ATTRIBUTES for node in model.graph for attr in node.attributes.values())
+    return len(set(outputs)) == len(outputs) and is_flat(model)
 
 
 def shapes_complete(model: ir.Model) -> bool:

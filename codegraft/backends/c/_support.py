@@ -123,7 +123,8 @@ def supports(node: ir.Node) -> Support:
 def _empty(node: ir.Node) -> str:
     """Kernels index by sizes and divide by them: an empty tensor goes to the host instead."""
     for value in (*node.inputs, *node.outputs):
-        if value is not None and value.shape is not None and any(d == 0 for d in value.shape if isinstance(d, int)):
+        # (a symbolic dimension never equals 0)
+        if value is not None and value.shape is not None and 0 in value.shape.dims:
             return f"{value.name!r} is empty (shape {list(value.shape)}); empty tensors run on the host"
     return ""
 
@@ -145,16 +146,22 @@ _NON_DATA_INPUTS: dict[str, frozenset[int]] = {
 }
 
 
+_FLOAT = ir.DataType.FLOAT
+_NO_INPUTS: frozenset[int] = frozenset()
+
+
 def _float_data(node: ir.Node) -> str:
-    skip = _NON_DATA_INPUTS.get(node.op_type, frozenset())
+    skip = _NON_DATA_INPUTS.get(node.op_type, _NO_INPUTS)
     for index, value in enumerate(node.inputs):
         if value is None or index in skip:
             continue
-        if value.dtype is not None and value.dtype != ir.DataType.FLOAT:
-            return f"input {index} is {value.dtype.name.lower()}, only float32 is supported"
+        dtype = value.dtype
+        if dtype is not None and dtype != _FLOAT:
+            return f"input {index} is {dtype.name.lower()}, only float32 is supported"
     for index, value in enumerate(node.outputs):
-        if value.dtype is not None and value.dtype != ir.DataType.FLOAT and value.uses():
-            return f"output {index} is {value.dtype.name.lower()}, only float32 is supported"
+        dtype = value.dtype
+        if dtype is not None and dtype != _FLOAT and value.uses():
+            return f"output {index} is {dtype.name.lower()}, only float32 is supported"
     return ""
 
 
@@ -168,16 +175,18 @@ def _check_conv(node: ir.Node) -> str:
     if not _const(weight):
         return "the weight must be a constant initializer"
     assert weight is not None and weight.const_value is not None
-    rank = len(weight.const_value.shape)
+    weight_shape = weight.const_value.shape  # (a new Shape each time it is asked for)
+    rank = len(weight_shape)
     if rank not in (3, 4):
         return f"{rank - 2}-D convolution is not supported (only 1-D and 2-D)"
     bias = present(node, 2)
     if bias is not None and not _const(bias):
         return "the bias must be a constant initializer"
-    return _check_window(node, rank - 2)
+    return _check_window(node, rank - 2, weight_shape)
 
 
-def _check_window(node: ir.Node, spatial: int) -> str:
+def _check_window(node: ir.Node, spatial: int, weight_shape: ir.ShapeProtocol | None = None) -> str:
+    """``weight_shape``: a Conv's constant weight, whose spatial dims are the kernel's."""
     auto_pad = attr_str(node, "auto_pad", "NOTSET")
     if auto_pad not in ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"):
         return f"auto_pad={auto_pad} is not supported"
@@ -193,9 +202,8 @@ def _check_window(node: ir.Node, spatial: int) -> str:
     kernel = attr_ints(node, "kernel_shape")
     if kernel is not None and len(kernel) != spatial:
         return f"kernel_shape has {len(kernel)} values, expected {spatial}"
-    weight = present(node, 1) if node.op_type == "Conv" else None
-    if kernel is None and weight is not None and weight.const_value is not None:
-        shape = [int(d) for d in weight.const_value.shape.numpy()]
+    if kernel is None and weight_shape is not None and node.op_type == "Conv":
+        shape = [int(d) for d in weight_shape.numpy()]
         kernel = shape[1:-1] if node.domain == NHWC_DOMAIN else shape[2:]
     strides = attr_ints(node, "strides") or [1] * spatial
     if auto_pad.startswith("SAME") and kernel and any(k < s for k, s in zip(kernel, strides, strict=False)):
