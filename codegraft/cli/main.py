@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import pathlib
 from collections.abc import Callable, Iterator
@@ -16,6 +17,7 @@ from rich.table import Table
 
 from codegraft.cli.cache import cache_app, clear_command, info_command
 from codegraft.cli.sign import SignOption, TrustedKeysOption, keygen_command, sign_command, verify_command
+from codegraft.core.gcpause import paused_gc
 
 app = typer.Typer(
     name="codegraft",
@@ -119,6 +121,28 @@ def _guard(func):  # type: ignore[no-untyped-def]
             raise typer.Exit(code=3) from None
 
     return wrapper
+
+
+# Set by main(): the process ends when the command returns (not so for a CliRunner in tests).
+_process_ends_after_command = False
+
+
+@contextlib.contextmanager
+def _holding_a_whole_model() -> Iterator[None]:
+    """Run a command that keeps a whole model's IR alive with the garbage collector paused.
+
+    NOTE: the pipeline's stages pause collection already; between and after them, the first
+    collection would walk the millions of IR objects they made (seconds on a 100k-node model)
+    to find nothing to free, since the IR is alive until the command ends.  When the process
+    ends with the command, what it made is frozen instead (never collected; the memory goes
+    back with the process); in a longer-lived process the collector just resumes.
+    """
+    with paused_gc():
+        try:
+            yield
+        finally:
+            if _process_ends_after_command:
+                gc.freeze()
 
 
 @app.command("compile")
@@ -291,29 +315,32 @@ def inspect_command(
     """Show where each node would run and why, without compiling."""
     from codegraft.compiler.inspect import inspect_model
 
-    with _stage_bars(quiet) as progress:
-        inspection = inspect_model(str(model), targets or [], min_partition_size=min_partition_size, progress=progress)
-    report = inspection.report
-    if as_json:
-        typer.echo(report.to_json())
-    else:
-        for table in report.tables(details=details):
-            console.print(table)
-    if onnx_out is not None:
-        import onnx
+    with _holding_a_whole_model():
+        with _stage_bars(quiet) as progress:
+            inspection = inspect_model(
+                str(model), targets or [], min_partition_size=min_partition_size, progress=progress
+            )
+        report = inspection.report
+        if as_json:
+            typer.echo(report.to_json())
+        else:
+            for table in report.tables(details=details):
+                console.print(table)
+        if onnx_out is not None:
+            import onnx
 
-        onnx.save(inspection.partitioned_onnx(), onnx_out)
-        err_console.print(f"wrote {onnx_out} (partitions as local functions; open it in Netron)")
-    for path, fmt in ((svg, "svg"), (html, "html")):
-        if path is not None:
-            from codegraft.compiler.inspect import draw_report
-            from codegraft.report.draw import COLLAPSE_ABOVE
+            onnx.save(inspection.partitioned_onnx(), onnx_out)
+            err_console.print(f"wrote {onnx_out} (partitions as local functions; open it in Netron)")
+        for path, fmt in ((svg, "svg"), (html, "html")):
+            if path is not None:
+                from codegraft.compiler.inspect import draw_report
+                from codegraft.report.draw import COLLAPSE_ABOVE
 
-            draw_report(inspection, path, fmt=fmt, collapse=collapse)
-            nodes = len(inspection.report.nodes)
-            note = f" (one box per partition: {nodes} nodes; --expand draws each)" if (
-                collapse is None and nodes > COLLAPSE_ABOVE) else ""
-            err_console.print(f"wrote {path}{note}", highlight=False)
+                draw_report(inspection, path, fmt=fmt, collapse=collapse)
+                nodes = len(inspection.report.nodes)
+                note = f" (one box per partition: {nodes} nodes; --expand draws each)" if (
+                    collapse is None and nodes > COLLAPSE_ABOVE) else ""
+                err_console.print(f"wrote {path}{note}", highlight=False)
 
 
 @app.command("bench")
@@ -493,8 +520,10 @@ app.add_typer(cache_app, name="cache")
 
 def main() -> None:
     """Console-script entry point: usage errors, too, are one line (not click's box)."""
-    import gc
     import sys
+
+    global _process_ends_after_command
+    _process_ends_after_command = True
 
     usage_errors: tuple[type[Exception], ...] = (typer.TyperException,)  # typer >= 0.20 vendors click
     aborts: tuple[type[BaseException], ...] = (typer.Abort,)

@@ -11,26 +11,20 @@ pass would have changed something, so the model after the pipeline is the same e
 
 The scans apply only where :func:`can_prove` says so (no subgraphs, no local functions);
 the pipeline runs every pass on other models, as the passes walk those in their own ways.
+The answers for all passes come from one walk (:func:`scan`), taken again only after a pass
+changed the model: a graph walk in Python costs about the same whatever it looks at.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import onnx_ir as ir
 
 from codegraft.core.graphinfo import is_flat
 
-__all__ = [
-    "NoOpRule",
-    "can_prove",
-    "may_eliminate_common_subexpressions",
-    "may_fold",
-    "may_remove_unused",
-    "no_op_candidates",
-    "shapes_complete",
-]
+__all__ = ["Facts", "NoOpRule", "can_prove", "scan"]
 
 _ONNX_DOMAINS = ("", "ai.onnx")
 
@@ -47,24 +41,6 @@ def can_prove(model: ir.Model) -> bool:
     return len(set(outputs)) == len(outputs) and is_flat(model)
 
 
-def shapes_complete(model: ir.Model) -> bool:
-    """Every value of a model that passed :func:`can_prove` has a dtype and a static shape: inference cannot add any.
-
-    A symbolic or unknown dimension counts as incomplete, since onnx's data propagation may
-    still resolve it.
-    """
-    graph = model.graph
-    values: Iterable[ir.Value] = (*graph.inputs, *graph.initializers.values())
-    if not all(_known(v) for v in values):
-        return False
-    return all(_known(v) for node in graph for v in node.outputs)
-
-
-def _known(value: ir.Value) -> bool:
-    shape = value.shape
-    return value.dtype is not None and shape is not None and shape.is_static()
-
-
 @dataclass(frozen=True)
 class NoOpRule:
     """Rewrite rules that can only fire on ``op_type`` nodes of the default domain.
@@ -79,27 +55,122 @@ class NoOpRule:
     rules: tuple[object, ...]
 
 
-def no_op_candidates(model: ir.Model, table: Iterable[NoOpRule]) -> tuple[bool, set[str]]:
-    """``(any Identity node, op types some no-op rule could fire on)`` (after :func:`can_prove`).
+@dataclass(frozen=True)
+class Facts:
+    """What one walk of a model that passed :func:`can_prove` says each pass could do.
 
-    A ``Constant`` node anywhere counts as a candidate for every rule: the rewriter marks
-    Constant outputs as constants before matching, and that marking must happen as before.
+    Attributes:
+        shapes_complete: every value has a dtype and a static shape, so shape inference
+            cannot add any (a symbolic or unknown dimension counts as incomplete, since
+            onnx's data propagation may still resolve it).
+        values, shapes_known: node outputs, and how many of them have a shape.
+        identity: an Identity node is there (onnx-ir's Identity elimination has work).
+        no_op_ops: op types some no-op rule of the table could fire on.  A ``Constant`` node
+            anywhere counts for every rule: the rewriter marks Constant outputs as constants
+            before matching, and that marking must happen as before.
+        may_fold: onnxscript's constant folder could change something.  It folds nodes whose
+            inputs are all constants, and runs a partial evaluator on a few op types (Shape,
+            Reshape, Cast, Identity, ...; its own registry says which).  ``Add``'s evaluator
+            only adds up shape values, which come from constants or from other evaluated
+            nodes, so an Add of two computed tensors is no candidate.
+        batchnorm: a BatchNormalization is there to fold.
+        may_eliminate_common_subexpressions: two nodes share op, output count and input
+            values: the necessary part of onnx-ir's CSE key (it also compares attributes).
+        may_remove_unused: onnx-ir's dead-code and unused-opset passes could change
+            something.  They remove nodes with no used output, unused initializers and opset
+            imports no node uses, trim trailing omitted inputs and unused optional outputs,
+            and drop a BatchNormalization's ``training_mode`` attribute: a node with any
+            unused output, a trailing omitted input or a ``training_mode`` is a candidate.
     """
-    table = tuple(table)
-    wanted = {entry.op_type: entry.needs_constant for entry in table}
-    identity = False
-    found: set[str] = set()
-    for node in model.graph:
-        if node.domain not in _ONNX_DOMAINS:
-            continue
-        op = node.op_type
-        if op == "Identity":
-            identity = True
-        elif op == "Constant":
-            found.update(wanted)
-        elif op in wanted and (not wanted[op] or any(_constant(v) for v in node.inputs)):
-            found.add(op)
-    return identity, found
+
+    shapes_complete: bool
+    values: int
+    shapes_known: int
+    identity: bool
+    no_op_ops: frozenset[str]
+    may_fold: bool
+    batchnorm: bool
+    may_eliminate_common_subexpressions: bool
+    may_remove_unused: bool
+
+
+def scan(model: ir.Model, no_op_table: Iterable[NoOpRule]) -> Facts:
+    """One walk over a model that passed :func:`can_prove`; see :class:`Facts`."""
+    graph = model.graph
+    wanted = {entry.op_type: entry.needs_constant for entry in no_op_table}
+    evaluated = _partial_evaluator_ops()
+    outputs = set(graph.outputs)
+    static: dict[int, bool] = {}  # by id(shape): values of one type share their shape object
+
+    def known(value: ir.Value) -> bool:
+        shape = value.shape
+        if value.dtype is None or shape is None:
+            return False
+        answer = static.get(id(shape))
+        if answer is None:
+            answer = static[id(shape)] = shape.is_static()
+        return answer
+
+    complete = all(known(v) for v in (*graph.inputs, *graph.initializers.values()))
+    values = shapes_known = 0
+    identity = batchnorm = unused = common = False
+    fold = evaluated is None
+    no_ops: set[str] = set()
+    seen: set[tuple[object, ...]] = set()
+    domains = {""}
+    for node in graph:
+        domain, op, inputs, node_outputs = node.domain, node.op_type, node.inputs, node.outputs
+        for value in node_outputs:
+            values += 1
+            if value.shape is not None:
+                shapes_known += 1
+            if complete and not known(value):
+                complete = False
+            if not unused and not value.uses() and value not in outputs:
+                unused = True
+        onnx_domain = domain in _ONNX_DOMAINS
+        if onnx_domain:
+            if op == "Identity":
+                identity = True
+            elif op == "Constant":
+                no_ops.update(wanted)
+            elif op in wanted and op not in no_ops and (not wanted[op] or any(_constant(v) for v in inputs)):
+                no_ops.add(op)
+        if not fold:
+            fold = _may_fold_node(node, op, domain, inputs, evaluated)  # type: ignore[arg-type]
+        if op == "BatchNormalization":
+            batchnorm = True
+            if "training_mode" in node.attributes:
+                unused = True
+        if not common:
+            key = (domain, op, node.overload, len(node_outputs), *map(id, inputs))
+            common = key in seen
+            seen.add(key)
+        domains.add(domain)
+        if inputs and inputs[-1] is None:
+            unused = True
+    if not unused:
+        inputs_ = set(graph.inputs)
+        unused = any(not v.uses() and v not in outputs and v not in inputs_ for v in graph.initializers.values())
+        unused = unused or not set(model.opset_imports) <= domains
+    return Facts(complete, values, shapes_known, identity, frozenset(no_ops), fold, batchnorm, common, unused)
+
+
+def _may_fold_node(
+    node: ir.Node, op: str, domain: str, inputs: Sequence[ir.Value | None], evaluated: frozenset[tuple[str, str]]
+) -> bool:
+    present = [v for v in inputs if v is not None]
+    if op == "Constant" or all(v.const_value is not None for v in present):
+        return True
+    if (domain, op) not in evaluated:
+        return False
+    if op != "Add" or domain not in _ONNX_DOMAINS:
+        return True
+    for value in present:
+        producer = value.producer()
+        if value.const_value is not None or (producer is not None and (producer.domain, producer.op_type) in evaluated):
+            return True
+    return False
 
 
 def _constant(value: ir.Value | None) -> bool:
@@ -111,35 +182,6 @@ def _constant(value: ir.Value | None) -> bool:
     return producer is not None and producer.op_type == "Constant"
 
 
-def may_fold(model: ir.Model) -> bool:
-    """Whether onnxscript's constant folder could change a model that passed :func:`can_prove`.
-
-    It folds nodes whose inputs are all constants, and runs a partial evaluator on a few op
-    types (Shape, Reshape, Cast, Identity, ...; its own registry says which).  ``Add``'s
-    evaluator only adds up shape values, which come from constants or from other evaluated
-    nodes, so an Add of two computed tensors is no candidate.
-    """
-    evaluated = _partial_evaluator_ops()
-    if evaluated is None:
-        return True
-    for node in model.graph:
-        key = (node.domain, node.op_type)
-        inputs = [v for v in node.inputs if v is not None]
-        if node.op_type == "Constant" or all(v.const_value is not None for v in inputs):
-            return True
-        if key not in evaluated:
-            continue
-        if node.op_type != "Add" or node.domain not in _ONNX_DOMAINS:
-            return True
-        for value in inputs:
-            producer = value.producer()
-            if value.const_value is not None or (
-                producer is not None and (producer.domain, producer.op_type) in evaluated
-            ):
-                return True
-    return False
-
-
 def _partial_evaluator_ops() -> frozenset[tuple[str, str]] | None:
     """The ops onnxscript's folder evaluates partially, or ``None`` if its registry moved."""
     try:
@@ -148,45 +190,3 @@ def _partial_evaluator_ops() -> frozenset[tuple[str, str]] | None:
         return None
     evaluators = getattr(registry, "op_evaluators", None)
     return frozenset(evaluators) if isinstance(evaluators, dict) else None
-
-
-def may_eliminate_common_subexpressions(model: ir.Model) -> bool:
-    """Whether two nodes of a model that passed :func:`can_prove` share op, output count and input values.
-
-    That is the necessary part of onnx-ir's CSE key (it also compares attributes), without
-    hashing any attribute.
-    """
-    seen: set[tuple[object, ...]] = set()
-    for node in model.graph:
-        key = (node.domain, node.op_type, node.overload, len(node.outputs), *map(id, node.inputs))
-        if key in seen:
-            return True
-        seen.add(key)
-    return False
-
-
-def may_remove_unused(model: ir.Model) -> bool:
-    """Whether onnx-ir's dead-code and unused-opset passes could change a model that passed :func:`can_prove`.
-
-    They remove nodes with no used output, unused initializers and opset imports no node
-    uses, trim trailing omitted inputs and unused optional outputs, and drop a
-    BatchNormalization's ``training_mode`` attribute: a node with any unused output, a
-    trailing omitted input or a ``training_mode`` is a candidate.
-    """
-    graph = model.graph
-    outputs = set(graph.outputs)
-    inputs = set(graph.inputs)
-    domains = {""}
-    for node in graph:
-        domains.add(node.domain)
-        if node.inputs and node.inputs[-1] is None:
-            return True
-        if node.op_type == "BatchNormalization" and "training_mode" in node.attributes:
-            return True
-        for value in node.outputs:
-            if not value.uses() and value not in outputs:
-                return True
-    for value in graph.initializers.values():
-        if not value.uses() and value not in outputs and value not in inputs:
-            return True
-    return not set(model.opset_imports) <= domains

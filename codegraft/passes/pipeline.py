@@ -142,13 +142,23 @@ def run_common_passes(
     return PipelineResult(model=model, records=tuple(records))
 
 
-@dataclass(frozen=True)
+@dataclass
 class _Run:
     """One pipeline run: the model, the options, and whether the nothing-to-do scans apply."""
 
     model: ir.Model
     options: PassOptions
     provable: bool
+    _facts: _nothing_to_do.Facts | None = None  # the model's, until a pass changes it
+
+    @property
+    def facts(self) -> _nothing_to_do.Facts:
+        if self._facts is None:
+            self._facts = _nothing_to_do.scan(self.model, _NO_OPS)
+        return self._facts
+
+    def changed(self) -> None:
+        self._facts = None
 
     def count_nodes(self) -> int:
         if self.provable:  # no subgraphs: the graph's own length
@@ -167,6 +177,7 @@ def _run_one(name: str, run: _Run) -> PassRecord:
             with _output_fence.outputs_fenced(model, flat=True):  # provable: flat
                 pass
         return PassRecord(name, before, before, 0, idle)
+    run.changed()  # the pass may read facts of the model as it finds it (fenced)
     folded_before = _folded_values(model)
     signature = [(v.name, v.type, v.shape) for v in model.graph.outputs]
     if name == "shape_inference":  # renames nothing, and the fence domain has no schema
@@ -175,6 +186,7 @@ def _run_one(name: str, run: _Run) -> PassRecord:
         with _output_fence.outputs_fenced(model, flat=run.provable):
             detail = _PASSES[name](run)
     _restore_output_types(model, signature, name)
+    run.changed()
     folded = len(_folded_values(model) - folded_before)
     return PassRecord(name, before, run.count_nodes(), folded, detail)
 
@@ -222,9 +234,12 @@ def _string_initializers(model: ir.Model) -> list[str]:
 
 
 def _shapes_known(run: _Run) -> str:
-    values = [v for node in run.model.graph for v in node.outputs]
-    known = sum(1 for v in values if v.shape is not None)
-    return f"shapes known for {known} of {len(values)} values"
+    if run.provable:
+        known, count = run.facts.shapes_known, run.facts.values
+    else:
+        values = [v for node in run.model.graph for v in node.outputs]
+        known, count = sum(1 for v in values if v.shape is not None), len(values)
+    return f"shapes known for {known} of {count} values"
 
 
 def _identity(run: _Run) -> str:
@@ -232,9 +247,9 @@ def _identity(run: _Run) -> str:
     identities = sum(1 for n in model.graph if n.op_type == "Identity" and n.domain == "")
     rules, eliminate = _NO_OP_RULE_SET, True
     if run.provable:
-        has_identity, ops = _nothing_to_do.no_op_candidates(model, _NO_OPS)
-        rules = _rule_set(ops)
-        eliminate = has_identity
+        facts = run.facts
+        rules = _rule_set(set(facts.no_op_ops))
+        eliminate = facts.identity
     if eliminate:
         ir_passes.IdentityEliminationPass()(model)
     # no-ops become Identity nodes (x*1 -> Identity(x)); eliminate those too
@@ -353,19 +368,19 @@ _PASSES = {
 
 # What each pass's record says when a scan proves it has nothing to do (``None``: it may).
 def _idle_shape_inference(run: _Run) -> str | None:
-    if _string_initializers(run.model) or not _nothing_to_do.shapes_complete(run.model):
+    if _string_initializers(run.model) or not run.facts.shapes_complete:
         return None
     return _shapes_known(run)
 
 
 def _idle_identity(run: _Run) -> str | None:
-    if any(_nothing_to_do.no_op_candidates(run.model, _NO_OPS)):
+    if run.facts.identity or run.facts.no_op_ops:
         return None
     return "0 Identity nodes and 0 no-ops considered"
 
 
 def _idle_fold_constants(run: _Run) -> str | None:
-    if _nothing_to_do.may_fold(run.model):
+    if run.facts.may_fold:
         return None
     return (
         "0 values folded into constants, 0 ConstantOfShape fills materialised "
@@ -374,17 +389,15 @@ def _idle_fold_constants(run: _Run) -> str | None:
 
 
 def _idle_fold_batchnorm(run: _Run) -> str | None:
-    # a scan as cheap as the pass's own: no BatchNormalization, nothing to fold
-    has_batchnorm = any(node.op_type == "BatchNormalization" for node in run.model.graph)
-    return None if has_batchnorm else "0 BatchNormalization folded into Conv"
+    return None if run.facts.batchnorm else "0 BatchNormalization folded into Conv"
 
 
 def _idle_cse(run: _Run) -> str | None:
-    return None if _nothing_to_do.may_eliminate_common_subexpressions(run.model) else "merged 0 duplicate nodes"
+    return None if run.facts.may_eliminate_common_subexpressions else "merged 0 duplicate nodes"
 
 
 def _idle_dce(run: _Run) -> str | None:
-    return None if _nothing_to_do.may_remove_unused(run.model) else "removed 0 unused nodes, 0 unused initializers"
+    return None if run.facts.may_remove_unused else "removed 0 unused nodes, 0 unused initializers"
 
 
 _IDLE_DETAIL: dict[str, Callable[[_Run], str | None]] = {
