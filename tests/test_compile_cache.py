@@ -251,3 +251,26 @@ def test_openvino_partitions_are_cached(cache_dir: pathlib.Path, monkeypatch: py
     assert all(np.array_equal(got[name], want[name]) for name in want)
     cg.compile(static_net(), [ov.OpenVINOBackend(num_threads=2)])
     assert compiles == [1, 2]
+
+
+def test_dnnl_partitions_are_cached(cache_dir: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from codegraft.backends.dnnl import DnnlBackend
+
+    backend = DnnlBackend()
+    if backend.unavailable_reason():
+        pytest.skip(f"dnnl backend unavailable: {backend.unavailable_reason()}")
+    compiles: list[str] = []
+    original = DnnlBackend.compile
+
+    def counting(self: DnnlBackend, partition: cg.Partition) -> bytes:
+        compiles.append(partition.name)
+        return original(self, partition)
+
+    monkeypatch.setattr(DnnlBackend, "compile", counting)
+    cold = cg.compile(static_net(), [DnnlBackend()])
+    first = len(compiles)
+    warm = cg.compile(static_net(), [DnnlBackend()])
+    assert first and len(compiles) == first and compile_cache().stats.hits == first  # type: ignore[union-attr]
+    assert _without_times(warm.report()) == _without_times(cold.report())
+    got, want = warm.run({"x": X}), cold.run({"x": X})
+    assert all(np.array_equal(got[name], want[name]) for name in want)
