@@ -49,8 +49,7 @@ def _size(paths: list[pathlib.Path]) -> int:
 
 
 def info_command(as_json: Annotated[bool, typer.Option("--json", help="Print as JSON.")] = False) -> None:
-    """Where the caches are, how many entries and bytes each holds, and whether the
-    compiled-partition cache is on."""
+    """Where the caches are, their entries and sizes, and whether compiled partitions are cached."""
     rows: list[dict[str, str | int]] = []
     for kind, (folder, what, _) in _KINDS.items():
         files = [p for p in _files(kind) if p.suffix != ".tmp"]
@@ -70,7 +69,7 @@ def info_command(as_json: Annotated[bool, typer.Option("--json", help="Print as 
         table.add_row(str(row["cache"]), str(row["holds"]), str(row["entries"]), f"{int(row['bytes']) / 1e6:.1f} MB")
     console.print(table)
     state = "on" if enabled else f"off ({SWITCH_ENV})"
-    console.print(f"compiled-partition cache: {state}, limit {limit / 1e6:.0f} MB (least recently used go first)")
+    console.print(f"compiled-partition cache: {state}, limit {limit / (1 << 20):.0f} MiB (least recently used go first)")
 
 
 def clear_command(
