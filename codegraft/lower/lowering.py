@@ -230,7 +230,8 @@ class ShapeSpecialisingRunnable:
     A shape whose compile fails runs on ``fallback`` (the host) instead, unless ``strict``:
     ``on_failure(partition, shape_key, fallback_name, error)`` is told when set (the executable owning this
     runnable sets it, to put the fallback in its report and warn once per backend), else it is
-    logged here.
+    logged here.  ``compiled`` holds blobs already made per shape (from an artifact); other
+    shapes are compiled through ``cache`` (the compiled-partition cache) when one is given.
     """
 
     on_failure: Callable[[str, tuple[tuple[int, ...], ...], str, str], None] | None = None
