@@ -10,8 +10,8 @@ code made from it): a SHA-256 over
 - the backend: its name, ``version`` and ``cache_fingerprint()`` (its options, the CPU and
   its features, its compiler's or library's version); a backend without that method, or
   returning ``None``, is never cached;
-- codegraft's own lowering: a hash of codegraft's source (layout and precision passes run
-  before the backend) and the onnx, onnx-ir and numpy versions.
+- codegraft's own lowering: a hash of codegraft's files (layout and precision passes run
+  before the backend; C kernels kept as text) and the onnx, onnx-ir and numpy versions.
 
 An entry holds the backend's blob and the lowering note the report shows, so the report of
 a hit reads as the compile's.  Every read checks magic, format, key, length and digest;
@@ -303,10 +303,12 @@ def _read(file: BinaryIO, key: str) -> CachedPartition:
 
 @lru_cache(maxsize=1)
 def _codegraft_source_hash() -> str:
-    """Changes whenever any of codegraft's Python source does (passes run inside lowering)."""
+    """Changes whenever any of codegraft's files does: its Python (passes run inside lowering)
+    and the C text backends compile (kernels kept in ``.c`` files), compiled files left out."""
     package = pathlib.Path(__file__).resolve().parent.parent
     digest = hashlib.sha256()
-    for path in sorted(package.rglob("*.py")):
+    files = (p for p in package.rglob("*") if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc")
+    for path in sorted(files):
         digest.update(str(path.relative_to(package)).encode() + b"\0")
         digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
