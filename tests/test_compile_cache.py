@@ -178,6 +178,29 @@ def test_a_cached_blob_that_does_not_load_is_compiled_again(
     assert all(len(e.read_bytes()) > 1000 for e in _entries(cache_dir))  # replaced by the real blobs
 
 
+def test_a_recompile_in_the_same_process_reads_no_file_unless_it_changed(
+    cache_dir: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import codegraft.lower.cache as cache_module
+
+    reads: list[str] = []
+    original = cache_module._read
+
+    def counting(file, key):  # type: ignore[no-untyped-def]
+        reads.append(key)
+        return original(file, key)
+
+    monkeypatch.setattr(cache_module, "_read", counting)
+    want = cg.compile(static_net(), ["c"]).run({"x": X})  # writes the entries, remembers them
+    got = cg.compile(static_net(), ["c"]).run({"x": X})
+    assert reads == [] and all(np.array_equal(got[name], want[name]) for name in want)
+    entries = _entries(cache_dir)
+    for entry in entries:
+        entry.write_bytes(entry.read_bytes())  # same bytes, but written: read and checked again
+    cg.compile(static_net(), ["c"])
+    assert sorted(reads) == sorted(e.stem for e in entries)
+
+
 def test_off_by_option_and_by_environment(
     cache_dir: pathlib.Path, c_compiles: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

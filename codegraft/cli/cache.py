@@ -69,7 +69,8 @@ def info_command(as_json: Annotated[bool, typer.Option("--json", help="Print as 
         table.add_row(str(row["cache"]), str(row["holds"]), str(row["entries"]), f"{int(row['bytes']) / 1e6:.1f} MB")
     console.print(table)
     state = "on" if enabled else f"off ({SWITCH_ENV})"
-    console.print(f"compiled-partition cache: {state}, limit {limit / (1 << 20):.0f} MiB (least recently used go first)")
+    console.print(f"compiled-partition cache: {state}, limit {limit / (1 << 20):.0f} MiB "
+                  "(least recently used go first)")
 
 
 def clear_command(

@@ -19,7 +19,11 @@ anything off is a miss, logged, and the file removed; a blob that then fails to 
 removed and compiled again (:func:`codegraft.lower.lowering.compile_and_load`), and an
 entry is written only after its blob loaded.  Writes are atomic (a temporary file renamed),
 so parallel compiles race safely; after each write the least recently used entries go until
-the folder is under its size limit.
+the folder is under its size limit.  Entries a cache object read or wrote stay in memory (up
+to 512 MiB, least recently used first; the bytes are the executables' own, not a copy) and
+serve again without a read or a hash while their file is unchanged (same inode, size,
+modification and change times), so a recompile in the same process (a notebook, dynamo's
+recompiles) costs no disk traffic.
 
 Off with ``compile(..., cache=False)``, ``--no-cache`` or ``CODEGRAFT_COMPILE_CACHE=0``;
 emptied with ``codegraft cache clear``.
@@ -45,7 +49,9 @@ import os
 import pathlib
 import struct
 import tempfile
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -63,6 +69,7 @@ log = logging.getLogger("codegraft")
 SWITCH_ENV = "CODEGRAFT_COMPILE_CACHE"  # 0/off/false/no: no compiled-partition cache
 MAX_MB_ENV = "CODEGRAFT_COMPILE_CACHE_MAX_MB"
 DEFAULT_MAX_BYTES = 2 << 30
+DEFAULT_MEMORY_BYTES = 512 << 20  # entries kept in memory per cache object (shared with executables)
 SUFFIX = ".cgpart"
 
 _MAGIC = b"CGXPART\0"
@@ -96,10 +103,21 @@ class CompileCache:
     megabytes, else 2 GiB); least recently used entries go first.
     """
 
-    def __init__(self, directory: pathlib.Path | None = None, *, max_bytes: int | None = None) -> None:
+    def __init__(
+        self,
+        directory: pathlib.Path | None = None,
+        *,
+        max_bytes: int | None = None,
+        memory_bytes: int = DEFAULT_MEMORY_BYTES,
+    ) -> None:
         self.directory = directory if directory is not None else cache_folder("compiled")
         self.max_bytes = max_bytes if max_bytes is not None else _max_bytes_from_env()
+        self.memory_bytes = memory_bytes
         self.stats = CacheStats()
+        # key -> (the file's identity when its content was checked, the entry): a recompile in
+        # this process skips reading and hashing a file that has not changed since
+        self._memory: OrderedDict[str, tuple[tuple[int, ...], CachedPartition]] = OrderedDict()
+        self._lock = threading.Lock()
 
     def key(
         self,
@@ -144,8 +162,22 @@ class CompileCache:
         return digest.hexdigest()
 
     def get(self, key: str) -> CachedPartition | None:
-        """The entry under ``key`` if it is there and intact; a damaged one is removed."""
+        """The entry under ``key`` if it is there and intact; a damaged one is removed.
+
+        An entry this object read or wrote before, whose file is still the same (inode, size,
+        modification and change times), comes from memory: no read, no hash.
+        """
         path = self._path(key)
+        try:
+            remembered = self._recall(key, _identity(path))
+        except OSError:
+            self.stats.misses += 1
+            return None
+        if remembered is not None:
+            _mark_used(path)
+            self._remember(key, path, remembered)  # the file's identity after marking it
+            self.stats.hits += 1
+            return remembered
         try:
             with path.open("rb") as file:
                 entry = _read(file, key)
@@ -159,6 +191,7 @@ class CompileCache:
             self.discard(key)
             return None
         _mark_used(path)
+        self._remember(key, path, entry)
         self.stats.hits += 1
         return entry
 
@@ -178,10 +211,13 @@ class CompileCache:
             log.debug("compiled-partition cache: not stored (%s)", error)
             return
         self.stats.stored += 1
+        self._remember(key, self._path(key), entry)
         self._evict(keep=key)
 
     def discard(self, key: str) -> None:
         """Remove the entry under ``key`` (nothing if absent)."""
+        with self._lock:
+            self._memory.pop(key, None)
         try:
             self._path(key).unlink()
         except OSError:
@@ -197,6 +233,29 @@ class CompileCache:
 
     def _path(self, key: str) -> pathlib.Path:
         return self.directory / f"{key}{SUFFIX}"
+
+    def _recall(self, key: str, identity: tuple[int, ...]) -> CachedPartition | None:
+        with self._lock:
+            remembered = self._memory.get(key)
+            if remembered is None or remembered[0] != identity:
+                return None
+            self._memory.move_to_end(key)
+            return remembered[1]
+
+    def _remember(self, key: str, path: pathlib.Path, entry: CachedPartition) -> None:
+        if len(entry.blob) > self.memory_bytes:
+            return
+        try:
+            identity = _identity(path)
+        except OSError:
+            return
+        with self._lock:
+            self._memory[key] = (identity, entry)
+            self._memory.move_to_end(key)
+            total = sum(len(e.blob) for _, e in self._memory.values())
+            while total > self.memory_bytes:
+                _, (_, oldest) = self._memory.popitem(last=False)
+                total -= len(oldest.blob)
 
     def _evict(self, keep: str) -> None:
         entries = self.entries()
@@ -326,6 +385,12 @@ def _max_bytes_from_env() -> int:
     except ValueError:
         log.warning("%s=%r is not a number of megabytes; using %d", MAX_MB_ENV, text, DEFAULT_MAX_BYTES >> 20)
         return DEFAULT_MAX_BYTES
+
+
+def _identity(path: pathlib.Path) -> tuple[int, ...]:
+    """What changes when the file is replaced or written (:class:`OSError` when it is gone)."""
+    status = path.stat()
+    return (status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns)
 
 
 def _mark_used(path: pathlib.Path) -> None:
