@@ -223,6 +223,12 @@ class CompileCache:
         except OSError:
             pass
 
+    def forget(self) -> None:
+        """Drop the entries kept in memory: the next :meth:`get` reads and checks the file, as a
+        new process would."""
+        with self._lock:
+            self._memory.clear()
+
     def entries(self) -> list[pathlib.Path]:
         """The entries' files, least recently used first."""
         try:
