@@ -6,16 +6,33 @@ the team, including one the OS has not scheduled yet; on a machine where another
 each of a model's hundreds of loops then waits a scheduler tick, and a 20 ms model takes
 hundreds.  Here the calling thread claims tasks from an atomic counter with the workers and
 waits only for tasks a worker has actually started: a worker that wakes late finds no work
-and costs nothing.  Workers spin briefly between loops (loops of one call follow each
-other closely; after a few pauses they yield the core instead of burning it, which matters
-on a machine shared with other work), then sleep on a condition variable.  Each kernel runs on at most
-``cg_op_threads`` threads, set before it by the generated code from the cost model of
-``_thread_cost.py``: a kernel given one thread runs inline and wakes nobody.  One loop at a time per library: a
-second caller that finds the pool busy runs its loop on its own thread.
+and costs nothing.
 
-The handshake between the caller retiring a job and a worker joining it is the classic
-store-then-load on two sequentially consistent atomics (``current`` and ``active``): either
-the worker sees the job gone, or the caller sees the worker and waits for it.
+Waking (issue 18).  A loop is *published* in one of a few job slots and announced by
+bumping one futex word (``cg_epoch``); only as many sleeping workers as the loop can use
+are woken, with one ``futex_wake`` per loop, not per task.  Idle workers first spin on that
+word with ``pause`` for a budget of microseconds, then sleep on it.  The budget adapts per
+worker: it doubles when a worker had just fallen asleep when the next loop came (loops of
+one call follow each other closely), halves when it spun for nothing, and drops to zero
+when the worker finds itself preempted while spinning (a gap between two clock reads far
+longer than the pauses between them: another runnable thread wanted this core, so the
+machine is oversubscribed and spinning only steals from it).  So a quiet machine gets
+spinning latency, a busy one gets sleeping workers.  The caller never waits for a worker
+that has not started a task.
+
+Each kernel runs on at most ``cg_op_threads`` threads, set before it by the generated code
+from the cost model of ``_thread_cost.py``: a kernel given one thread runs inline and wakes
+nobody.  Several loops may be live at once (independent branches run side by side, see
+``_branches.py``: a branch running on a worker publishes its own kernels' loops in another
+slot, and idle workers join them up to each loop's limit); with every slot taken, a loop
+runs on its caller's thread.
+
+The handshake between a caller retiring a job and a worker joining it is the classic
+store-then-load on two sequentially consistent atomics per slot (the slot pointer and its
+``active`` count): either the worker sees the slot empty, or the caller sees the worker and
+waits for it.  The same pattern guards sleeping: a worker counts itself in ``cg_sleepers``
+and then re-reads ``cg_epoch``; a publisher bumps ``cg_epoch`` and then reads
+``cg_sleepers``, so no wake-up is lost.
 """
 
 from __future__ import annotations
@@ -25,32 +42,66 @@ POOL = r"""
 #include <stdatomic.h>
 #include <unistd.h>
 #include <sched.h>
+#include <time.h>
+#ifdef __linux__
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#endif
 
 typedef void (*cg_task)(const void* ctx, long i);
-typedef struct { cg_task fn; const void* ctx; long ntasks; atomic_long next; int limit; } cg_job;
+typedef struct { cg_task fn; const void* ctx; long ntasks; atomic_long next; int limit; atomic_int joined; } cg_job;
 
+#define CG_SLOTS 8
+#define CG_SPIN_MIN_NS 2000L     /* a freshly woken worker spins at least this long... */
+#define CG_SPIN_MAX_NS 400000L   /* ...and at most this */
+#define CG_PREEMPTED_NS 50000L   /* a gap this long between two clock reads: we lost the core */
+typedef struct { _Alignas(64) _Atomic(cg_job*) job; atomic_int active; } cg_slot_t;
+static cg_slot_t cg_slots[CG_SLOTS];
 static pthread_once_t cg_once = PTHREAD_ONCE_INIT;
-static pthread_mutex_t cg_busy = PTHREAD_MUTEX_INITIALIZER;
-static pthread_mutex_t cg_mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t cg_cv = PTHREAD_COND_INITIALIZER;
-static _Atomic(cg_job*) cg_current;
-static atomic_int cg_active, cg_sleepers;
-static atomic_long cg_seq;  /* bumped per job: jobs reuse one stack address */
+static _Alignas(64) atomic_uint cg_epoch;  /* bumped per published loop; the futex word */
+static _Alignas(64) atomic_int cg_sleepers;
 static int cg_workers;
 static _Thread_local int cg_want;  /* threads requested for the current call; 0: all */
 static _Thread_local int cg_op_threads;  /* threads the cost model gave the current kernel; 0: no limit */
+#ifndef __linux__
+static pthread_mutex_t cg_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t cg_cv = PTHREAD_COND_INITIALIZER;
+#endif
 
 static inline void cg_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
 #endif
 }
 
-/* Wait politely: a few pause instructions, then give the core away (on a busy machine the
-   thread we wait for may need this very core to finish). */
-static inline void cg_backoff(int spin) {
-  if (spin < 64) cg_relax();
-  else sched_yield();
+static inline long cg_now_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec * 1000000000L + t.tv_nsec;
+}
+
+/* Sleep until cg_epoch moves from `seen` (spurious returns are fine: callers re-check). */
+static void cg_sleep(unsigned seen) {
+#ifdef __linux__
+  syscall(SYS_futex, &cg_epoch, FUTEX_WAIT_PRIVATE, seen, (void*)0, (void*)0, 0);
+#else
+  pthread_mutex_lock(&cg_mu);
+  while (atomic_load(&cg_epoch) == seen) pthread_cond_wait(&cg_cv, &cg_mu);
+  pthread_mutex_unlock(&cg_mu);
+#endif
+}
+
+static void cg_wake(int n) {
+#ifdef __linux__
+  syscall(SYS_futex, &cg_epoch, FUTEX_WAKE_PRIVATE, n, (void*)0, (void*)0, 0);
+#else
+  (void)n;
+  pthread_mutex_lock(&cg_mu);
+  pthread_cond_broadcast(&cg_cv);
+  pthread_mutex_unlock(&cg_mu);
+#endif
 }
 
 static void cg_drain(cg_job* j) {
@@ -58,31 +109,52 @@ static void cg_drain(cg_job* j) {
   while ((i = atomic_fetch_add(&j->next, 1)) < j->ntasks) j->fn(j->ctx, i);
 }
 
+/* Join every published loop that still has tasks and room for one more thread; 1 if any work was done. */
+static int cg_join_any(void) {
+  int worked = 0;
+  for (int s = 0; s < CG_SLOTS; s++) {
+    cg_slot_t* slot = &cg_slots[s];
+    if (!atomic_load_explicit(&slot->job, memory_order_relaxed)) continue;
+    atomic_fetch_add(&slot->active, 1);
+    cg_job* j = atomic_load(&slot->job);  /* still published: the job cannot end before we leave */
+    if (j && atomic_load(&j->next) < j->ntasks && atomic_fetch_add(&j->joined, 1) < j->limit - 1) {
+      cg_drain(j);
+      worked = 1;
+    }
+    atomic_fetch_sub(&slot->active, 1);
+  }
+  return worked;
+}
+
 static void* cg_worker(void* arg) {
-  const int id = (int)(long)arg;
-  long last = 0;  /* sequence number of the last job this worker joined */
+  (void)arg;
+  long budget = 50000;  /* ns of spinning before sleeping; adapted below */
   for (;;) {
-    cg_job* j = atomic_load(&cg_current);
-    for (int spin = 0; (!j || atomic_load(&cg_seq) == last) && spin < 2000; spin++) {
-      cg_backoff(spin);
-      j = atomic_load(&cg_current);
-    }
-    if (!j || atomic_load(&cg_seq) == last) {
-      pthread_mutex_lock(&cg_mu);
-      atomic_fetch_add(&cg_sleepers, 1);
-      while (!(j = atomic_load(&cg_current)) || atomic_load(&cg_seq) == last) pthread_cond_wait(&cg_cv, &cg_mu);
-      atomic_fetch_sub(&cg_sleepers, 1);
-      pthread_mutex_unlock(&cg_mu);
-    }
-    atomic_fetch_add(&cg_active, 1);
-    if (atomic_load(&cg_current) == j) {  /* still published: the job cannot end before we leave */
-      const long seq = atomic_load(&cg_seq);
-      if (seq != last) {
-        last = seq;
-        if (id < j->limit) cg_drain(j);
+    const unsigned seen = atomic_load(&cg_epoch);
+    if (cg_join_any()) continue;
+    /* Spin on the epoch, a few pauses between clock reads. */
+    long start = cg_now_ns(), last = start, now = start;
+    int moved = 0;
+    while (now - start < budget) {
+      for (int i = 0; i < 16 && !moved; i++) {
+        cg_relax();
+        moved = atomic_load_explicit(&cg_epoch, memory_order_relaxed) != seen;
       }
+      if (moved) break;
+      now = cg_now_ns();
+      if (now - last > CG_PREEMPTED_NS) { budget = 0; break; }  /* oversubscribed: stop spinning */
+      last = now;
     }
-    atomic_fetch_sub(&cg_active, 1);
+    if (moved) continue;
+    if (budget > CG_SPIN_MIN_NS) budget /= 2;  /* spun for nothing */
+    atomic_fetch_add(&cg_sleepers, 1);
+    const long asleep = cg_now_ns();
+    while (atomic_load(&cg_epoch) == seen) cg_sleep(seen);
+    atomic_fetch_sub(&cg_sleepers, 1);
+    /* Woken soon after giving up: the next loop was close, spin longer next time. */
+    const long slept = cg_now_ns() - asleep;
+    if (slept < 4 * CG_SPIN_MIN_NS + 4 * budget) budget = budget < CG_SPIN_MIN_NS ? CG_SPIN_MIN_NS : 2 * budget;
+    if (budget > CG_SPIN_MAX_NS) budget = CG_SPIN_MAX_NS;
   }
   return 0;
 }
@@ -105,21 +177,28 @@ static void cg_parallel(long ntasks, cg_task fn, const void* ctx) {
   int limit = cg_want > 0 ? cg_want : 1 << 30;
   if (cg_op_threads > 0 && cg_op_threads < limit) limit = cg_op_threads;  /* one thread: nobody is woken */
   if (ntasks > 1 && limit != 1) pthread_once(&cg_once, cg_start);
-  if (ntasks <= 1 || limit == 1 || cg_workers == 0 || pthread_mutex_trylock(&cg_busy) != 0) {
+  cg_slot_t* slot = 0;
+  cg_job job = {fn, ctx, ntasks, 0, limit, 0};
+  if (ntasks > 1 && limit != 1 && cg_workers > 0) {
+    for (int s = 0; s < CG_SLOTS && !slot; s++) {
+      cg_job* empty = 0;
+      if (atomic_compare_exchange_strong(&cg_slots[s].job, &empty, &job)) slot = &cg_slots[s];
+    }
+  }
+  if (!slot) {  /* one thread, or every slot taken: run here */
     for (long i = 0; i < ntasks; i++) fn(ctx, i);
     return;
   }
-  cg_job job = {fn, ctx, ntasks, 0, limit};
-  atomic_fetch_add(&cg_seq, 1);
-  atomic_store(&cg_current, &job);
+  atomic_fetch_add(&cg_epoch, 1);
   if (atomic_load(&cg_sleepers) > 0) {
-    pthread_mutex_lock(&cg_mu);
-    pthread_cond_broadcast(&cg_cv);
-    pthread_mutex_unlock(&cg_mu);
+    long helpers = (ntasks < limit ? ntasks : limit) - 1;
+    cg_wake(helpers > cg_workers ? cg_workers : (int)helpers);
   }
   cg_drain(&job);
-  atomic_store(&cg_current, (cg_job*)0);
-  for (int spin = 0; atomic_load(&cg_active) > 0; spin++) cg_backoff(spin);
-  pthread_mutex_unlock(&cg_busy);
+  atomic_store(&slot->job, (cg_job*)0);
+  for (int spin = 0; atomic_load(&slot->active) > 0; spin++) {
+    if (spin < 64) cg_relax();
+    else sched_yield();  /* the worker we wait for may need this very core */
+  }
 }
 """

@@ -1,0 +1,143 @@
+"""The ``c`` backend of this tree against itself at an earlier git revision, in one process.
+
+Run from the repository root::
+
+    .venv/bin/python -m bench.c_revisions --against main [--threads 1,2] [--models squeezenet,resnet50]
+                                          [--repeat 40] [--busy 1]
+
+Each light model (random weights, ``codegraft.testing.light_model``) is compiled by this
+tree's ``c`` backend and, in a subprocess importing the other revision's ``codegraft`` (from
+``git archive``), by the old one; both blobs are then loaded side by side in *this* process
+(two libraries, two thread pools) and timed alternately in blocks of calls, so a burst of load
+from other jobs hits both alike.  Printed per model and thread count: median wall ms of each,
+the ratio new / old (below 1: faster now), and the CPU time per call of each (a pool that
+spins where it should sleep burns CPU here even when its wall time looks fine).  Outputs of
+the two are compared (they must agree to 1e-4 relative).
+
+``--busy N`` starts N processes that spin on a core for the whole run: the machine is then
+oversubscribed at 2 threads on 2 cores, which is where a pool's waiting strategy shows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import multiprocessing
+import os
+import pathlib
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from collections.abc import Callable
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+
+from codegraft.backend import Partition
+from codegraft.backends.c import CBackend
+from codegraft.testing import light_model
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+# Compiles each model file given on the command line with the old revision's backend.
+_OLD_COMPILER = """
+import json, pathlib, sys
+import onnx, onnx_ir as ir
+from codegraft.backend import Partition
+from codegraft.backends.c import CBackend
+jobs = json.loads(sys.argv[1])
+for model_path, threads, out in jobs:
+    backend = CBackend(num_threads=threads, cache_dir=pathlib.Path(out).parent / "cache-old")
+    blob = backend.compile(Partition("bench", ir.from_proto(onnx.load(model_path))))
+    pathlib.Path(out).write_bytes(blob)
+"""
+
+
+def old_blobs(revision: str, jobs: list[tuple[str, int, str]], folder: pathlib.Path) -> None:
+    """Compile ``(model file, threads, blob file)`` jobs with ``codegraft`` as of ``revision``."""
+    archive = folder / "old.tar"
+    with archive.open("wb") as f:
+        subprocess.run(["git", "-C", str(ROOT), "archive", revision, "codegraft"], stdout=f, check=True)
+    with tarfile.open(archive) as tar:
+        tar.extractall(folder / "old", filter="data")
+    env = {**os.environ, "PYTHONPATH": str(folder / "old")}
+    subprocess.run([sys.executable, "-c", _OLD_COMPILER, json.dumps(jobs)], env=env, check=True)
+
+
+def alternate(calls: dict[str, Callable[[], object]], repeat: int, block: int) -> dict[str, tuple[float, float]]:
+    """Median wall ms and median CPU ms per call of each callable, timed in alternating blocks."""
+    for call in calls.values():
+        call()
+        call()
+    wall: dict[str, list[float]] = {name: [] for name in calls}
+    cpu: dict[str, list[float]] = {name: [] for name in calls}
+    for _ in range(max(1, -(-repeat // block))):
+        for name, call in calls.items():
+            for _ in range(block):
+                w0, c0 = time.perf_counter(), time.process_time()
+                call()
+                wall[name].append(time.perf_counter() - w0)
+                cpu[name].append(time.process_time() - c0)
+    return {name: (statistics.median(wall[name]) * 1e3, statistics.median(cpu[name]) * 1e3) for name in calls}
+
+
+def _spin() -> None:
+    while True:
+        pass
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--against", required=True, help="git revision to compare with (e.g. main, HEAD~3)")
+    parser.add_argument("--threads", default="1,2", help="thread counts, comma-separated")
+    parser.add_argument("--models", default="squeezenet,resnet50,inception_v1,densenet121")
+    parser.add_argument("--repeat", type=int, default=40)
+    parser.add_argument("--block", type=int, default=5)
+    parser.add_argument("--busy", type=int, default=0, help="processes spinning on a core meanwhile")
+    args = parser.parse_args()
+    counts = [int(t) for t in args.threads.split(",")]
+    names = args.models.split(",")
+    with tempfile.TemporaryDirectory(prefix="codegraft-revs-") as tmp:
+        folder = pathlib.Path(tmp)
+        jobs = []
+        for name in names:
+            onnx.save(light_model(name), folder / f"{name}.onnx")
+            jobs += [(str(folder / f"{name}.onnx"), t, str(folder / f"{name}-{t}.blob")) for t in counts]
+        old_blobs(args.against, jobs, folder)
+        hogs = [multiprocessing.Process(target=_spin, daemon=True) for _ in range(args.busy)]
+        for hog in hogs:
+            hog.start()
+        try:
+            print(f"new = this tree, old = {args.against}; median of {args.repeat} calls, blocks of {args.block}; "
+                  f"{args.busy} spinning process(es); load average before: {os.getloadavg()[0]:.2f}")
+            print("| model | threads | new ms | old ms | new / old | new CPU ms | old CPU ms |")
+            print("|---|---:|---:|---:|---:|---:|---:|")
+            for name in names:
+                model = onnx.load(folder / f"{name}.onnx")
+                partition = Partition("bench", ir.from_proto(model))
+                rng = np.random.default_rng(0)
+                inputs = [rng.standard_normal([int(d) for d in v.shape or ()]).astype(np.float32)
+                          for v in partition.model.graph.inputs]
+                for threads in counts:
+                    backend = CBackend(num_threads=threads, cache_dir=folder / "cache-new")
+                    new = backend.load(backend.compile(partition))
+                    old = backend.load((folder / f"{name}-{threads}.blob").read_bytes())
+                    for a, b in zip(new.run(inputs), old.run(inputs), strict=True):
+                        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4 * float(np.abs(b).max()))
+                    times = alternate({"new": functools.partial(new.run, inputs),
+                                       "old": functools.partial(old.run, inputs)}, args.repeat, args.block)
+                    (nw, nc), (ow, oc) = times["new"], times["old"]
+                    print(f"| {name} | {threads} | {nw:.2f} | {ow:.2f} | {nw / ow:.3f} | {nc:.2f} | {oc:.2f} |",
+                          flush=True)
+        finally:
+            for hog in hogs:
+                hog.kill()
+
+
+if __name__ == "__main__":
+    main()
