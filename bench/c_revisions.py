@@ -121,8 +121,8 @@ def main() -> None:
                 model = onnx.load(folder / f"{name}.onnx")
                 partition = Partition("bench", ir.from_proto(model))
                 rng = np.random.default_rng(0)
-                inputs = [rng.standard_normal([int(d) for d in v.shape or ()]).astype(np.float32)
-                          for v in partition.model.graph.inputs]
+                dims = {i.name: [d.dim_value for d in i.type.tensor_type.shape.dim] for i in model.graph.input}
+                inputs = [rng.standard_normal(dims[n]).astype(np.float32) for n in partition.input_names]
                 for threads in counts:
                     backend = CBackend(num_threads=threads, cache_dir=folder / "cache-new")
                     new = backend.load(backend.compile(partition))
