@@ -7,9 +7,12 @@ decisions do not depend on the CPU running the test.
 
 from __future__ import annotations
 
+import re
+
 import onnx_ir as ir
 import pytest
 
+from codegraft.backends.c._branches import Stage
 from codegraft.backends.c._codegen import KernelThreads, generate
 from codegraft.backends.c._thread_cost import Machine, Work, choose, gemm_tiles_per_task
 from codegraft.backends.c._toolchain import target_for
@@ -20,12 +23,12 @@ MACHINE = Machine.for_cpu(16, l2_bytes=1 << 20, l3_bytes=32 << 20)
 
 
 @pytest.fixture(scope="module")
-def resnet50() -> dict[int, tuple[tuple[KernelThreads, ...], str]]:
+def resnet50() -> dict[int, tuple[tuple[KernelThreads, ...], str, tuple[Stage, ...]]]:
     model = ir.from_proto(light_model("resnet50"))
     plans = {}
     for threads in (4, 16):
         program = generate(model, AVX512, threads, MACHINE)
-        plans[threads] = (program.threads, program.source)
+        plans[threads] = (program.threads, program.source, program.stages)
     return plans
 
 
@@ -38,26 +41,32 @@ def _show(threads: int, plan: tuple[KernelThreads, ...]) -> None:
 
 
 def test_resnet50_big_convs_get_every_thread_small_kernels_few(resnet50: dict) -> None:
-    at4, source4 = resnet50[4]
-    at16, source16 = resnet50[16]
+    at4, source4, stages4 = resnet50[4]
+    at16, source16, stages16 = resnet50[16]
     _show(4, at4)
     _show(16, at16)
     assert len(at4) == len(at16) > 50
-    for k4, k16 in zip(at4, at16, strict=True):
-        assert 1 <= k4.choice.threads <= 4 and 1 <= k16.choice.threads <= 16
-        assert k4.choice.threads <= k16.choice.threads, k4.kernel  # more cores never means fewer threads
+    # Kernels running side by side with another (issue 18: the downsampling shortcut next to
+    # the block's first 1x1) share the threads; the stage's total is what compares.
+    together = {k: sum(map(sum, s.threads)) for s in stages16 if s.concurrent for k in s.kernels}
+    print("side by side at 16 threads:", [(s.kernels, s.threads) for s in stages16 if s.concurrent])
+    assert not any(s.concurrent for s in stages4)
+    for index, (k4, k16) in enumerate(zip(at4, at16, strict=True)):
+        threads16 = together.get(index, k16.choice.threads)
+        assert 1 <= k4.choice.threads <= 4 and 1 <= k16.choice.threads <= threads16 <= 16
+        assert k4.choice.threads <= threads16, k4.kernel  # more cores never means fewer threads
         assert k16.choice.parallel_us <= k16.choice.serial_us
         if k16.work.gemm and k16.work.flops >= 100e6:  # the big convolutions: all threads
             assert k4.choice.threads == 4, k4.kernel
             # 15 where 16 would leave the slowest thread as many units as 15 do (132 units: 9 each)
-            assert k16.choice.threads >= 15, k16.kernel
+            assert threads16 >= 15, k16.kernel
         if k16.choice.serial_us < 40:  # tiny kernels (the final pool, layout changes): few threads
             assert k16.choice.threads <= 6, k16.kernel
     counts16 = sorted(k.choice.threads for k in at16)
     assert counts16[0] == 1 and counts16[-1] == 16
     assert any(1 < t < 15 for t in counts16)  # medium kernels: in between
     # The decision reaches the C: each kernel sets its limit before it runs.
-    assert source16.count("cg_op_threads = ") == len(at16)
+    assert len(re.findall(r"cg_op_threads = \d+;", source16)) == len(at16)
     assert "cg_op_threads = 1;" in source16 and "cg_op_threads = 16;" in source16
     assert "cg_op_threads = 16;" not in source4
 

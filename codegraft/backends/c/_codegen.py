@@ -19,6 +19,7 @@ import numpy as np
 import onnx_ir as ir
 
 from codegraft.backends.c import _graph as g
+from codegraft.backends.c._branches import STAGE, Stage, dependences, plan_stages, stage_function
 from codegraft.backends.c._emit import Context
 from codegraft.backends.c._fuse import Kernel, fuse
 from codegraft.backends.c._kernels import ENTRY_OPEN, PRELUDE, SHUFFLE, transpose_block
@@ -56,6 +57,7 @@ class Program:
     output_shapes: tuple[tuple[int, ...], ...]
     kernels: int
     threads: tuple[KernelThreads, ...] = ()  # the cost model's decision per kernel
+    stages: tuple[Stage, ...] = ()  # execution order; concurrent stages run branches side by side
 
 
 @dataclass(frozen=True)
@@ -83,18 +85,31 @@ def generate(model: ir.Model, target: Target, threads: int | None = None, machin
     variants = _Kernels()
     most = threads or os.cpu_count() or 1
     machine = machine or host_machine(target)
-    decisions = []
+    works = [kernel_work(k, target.vector_floats) for k in kernels]
+    stages = plan_stages(dependences(kernels), works, most, machine)
+    decisions: dict[int, KernelThreads] = {}
+    stage_functions: list[tuple[str, list[list[str]]]] = []
     ctx.body.append("  cg_tick_start();")
-    for position, kernel in enumerate(kernels):
-        ctx.position = position
-        work = kernel_work(kernel, target.vector_floats)
-        choice = choose(work, most, machine)
-        decisions.append(KernelThreads(_describe(kernel), work, choice))
-        ctx.op_threads = choice.threads
-        ctx.body.append(f"  /* {_describe(kernel)} */")
-        ctx.body.append(f"  cg_op_threads = {choice.threads};")
-        _emit(ctx, kernel, variants)
-        ctx.body.append(f"  cg_tick({position});")
+    for step, stage in enumerate(stages):
+        ctx.position = step  # memory planning: a stage's buffers are all live together
+        cases = []
+        for branch, counts in zip(stage.branches, stage.threads, strict=True):
+            mark = len(ctx.body)
+            for index, most_here in zip(branch, counts, strict=True):
+                kernel = kernels[index]
+                choice = choose(works[index], most_here, machine)
+                decisions[index] = KernelThreads(_describe(kernel), works[index], choice)
+                ctx.op_threads = choice.threads
+                ctx.body.append(f"  /* {_describe(kernel)} */")
+                ctx.body.append(f"  cg_op_threads = {choice.threads};")
+                _emit(ctx, kernel, variants)
+                ctx.body.append(f"  cg_tick({index});")
+            cases.append(ctx.body[mark:])
+        if stage.concurrent:
+            del ctx.body[len(ctx.body) - sum(map(len, cases)):]
+            name = ctx.name("stage")
+            ctx.body.append(f"  cg_stage({len(cases)}, {name}, in, out, w, s);  /* branches side by side */")
+            stage_functions.append((name, cases))
     scratch = ctx.plan_scratch()
     source = "\n".join(
         [
@@ -103,9 +118,11 @@ def generate(model: ir.Model, target: Target, threads: int | None = None, machin
             POOL,
             PRELUDE,
             timer_source([_origin(k) for k in kernels], [_kind(k) for k in kernels]),
+            STAGE,
             SHUFFLE,
             transpose_block(target.vector_floats),
             *ctx.functions,
+            *(stage_function(name, cases, ctx.declarations()) for name, cases in stage_functions),
             ENTRY_OPEN + "\n".join(ctx.declarations() + ctx.body) + "\n}\n",
         ]
     )
@@ -116,7 +133,8 @@ def generate(model: ir.Model, target: Target, threads: int | None = None, machin
         input_shapes=tuple(t.shape for t in graph.inputs),
         output_shapes=tuple(t.shape for t in graph.outputs),
         kernels=len(kernels),
-        threads=tuple(decisions),
+        threads=tuple(decisions[i] for i in range(len(kernels))),
+        stages=tuple(stages),
     )
 
 
