@@ -12,9 +12,10 @@ import re
 import onnx_ir as ir
 import pytest
 
+from codegraft.backends.c._blocking import Blocking, CpuDescription
 from codegraft.backends.c._branches import Stage
 from codegraft.backends.c._codegen import KernelThreads, generate
-from codegraft.backends.c._thread_cost import Machine, Work, choose, gemm_tiles_per_task
+from codegraft.backends.c._thread_cost import Machine, Work, choose
 from codegraft.backends.c._toolchain import target_for
 from codegraft.testing import light_model
 
@@ -81,12 +82,13 @@ def test_cost_model_prefers_fewer_threads_when_sync_outweighs_work() -> None:
 
 
 def test_gemm_split_follows_the_threads_an_op_gets() -> None:
-    # 1000 tiles of 2^14 multiply-adds, 1 channel block: ~8 tiles per task by size...
-    assert gemm_tiles_per_task(1000, 1, 1 << 14, 1) == 9
+    blocking = Blocking.for_cpu(CpuDescription.avx512_xeon())  # 48 multiply-adds per ns: 240k per 5 us task
+    # 1000 tiles of 6 x 64 x 64 = 24,576 multiply-adds, 1 channel block: 10 tiles per task by size...
+    assert blocking.tiles_per_task(1000, 1, 6, 64, 64, 1) == 10
     # ...halved until every thread has 8 tasks: 16 threads need 128 tasks.
-    per_task = gemm_tiles_per_task(1000, 1, 1 << 14, 16)
+    per_task = blocking.tiles_per_task(1000, 1, 6, 64, 64, 16)
     assert -(-1000 // per_task) >= 128
-    assert gemm_tiles_per_task(5, 4, 1 << 20, 16) == 1
+    assert blocking.tiles_per_task(5, 4, 6, 64, 4096, 16) == 1
 
 
 def test_cache_sizes_are_read_from_the_os(tmp_path) -> None:

@@ -24,13 +24,14 @@ through ``cg_stage``, one parallel loop whose tasks are the branches.  With per-
 timers on (``profile_ops``) the branches run one after the other, so every kernel's time is
 its own.  Memory planning treats a stage as one step: all its buffers are live together.
 
-Example (two independent 1 ms convolutions on 16 threads, each parallel over 64 units)::
+Example (two independent 20 MFLOP convolutions on 16 threads: ~77 us one after the other,
+each on 16 threads and paying its own dispatch; ~46 us side by side on 8 threads each)::
 
     >>> from codegraft.backends.c._thread_cost import Machine, Work
     >>> m = Machine.for_cpu(16, l2_bytes=1 << 20, l3_bytes=32 << 20)
-    >>> w = Work(flops=2e8 * 9, bytes=1e6, units=64, gemm=True)
-    >>> [s.branches for s in plan_stages([set(), set()], [w, w], 16, m)]
-    [((0,), (1,))]
+    >>> w = Work(flops=2e7, bytes=1e5, units=64, gemm=True)
+    >>> [(s.branches, s.threads) for s in plan_stages([set(), set()], [w, w], 16, m)]
+    [(((0,), (1,)), ((8,), (8,)))]
 """
 
 from __future__ import annotations

@@ -157,13 +157,13 @@ def kernel_work(kernel: Kernel, vector: int) -> Work:
         if core.group == m and core.weight.size // m == math.prod(core.window.kernel if core.window else (1,)):
             return Work(flops, moved, phys[0] * (phys[1] if len(phys) == 4 else 1), gemm=False)  # depthwise rows
         mg = m // core.group
-        nv, p = choose_tile(mg, rows, vector)
+        nv, p = choose_tile(mg, rows, vector, core.weight.size // m)
         return Work(flops, moved, core.group * -(-mg // (nv * vector)) * -(-rows // p), gemm=True)
     if isinstance(core, g.MatMul):
         a = core.inputs[0]
         depth = a.shape[-2] if core.trans_a else a.shape[-1]
         rows, cols = math.prod(out.shape[:-1]), out.shape[-1]
-        nv, p = choose_tile(cols, rows, vector)
+        nv, p = choose_tile(cols, rows, vector, depth)
         return Work(2.0 * rows * cols * depth, moved, -(-cols // (nv * vector)) * -(-rows // p), gemm=True)
     if isinstance(core, g.Pool) and core.window is not None:
         phys = out.physical_shape

@@ -14,29 +14,17 @@ import math
 import numpy as np
 
 from codegraft.backends.c import _graph as g
+from codegraft.backends.c._blocking import host_blocking
 from codegraft.backends.c._depthwise import DepthwiseShape, depthwise_function
 from codegraft.backends.c._emit import Context
 from codegraft.backends.c._fuse import Kernel
 from codegraft.backends.c._kernels import microkernel
 from codegraft.backends.c._ops_elementwise import emit_epilogue
-from codegraft.backends.c._thread_cost import gemm_tiles_per_task
-
-# Rows per tile for NV output vectors: fills ~24 (AVX-512) or ~12 (16 registers) accumulators.
-_ROWS_WIDE = {4: 6, 3: 8, 2: 12, 1: 16}
-_ROWS_NARROW = {4: 3, 3: 4, 2: 6, 1: 8}
 
 
-def choose_tile(channels: int, rows: int, vector: int) -> tuple[int, int]:
-    """``(NV, P)`` for an op with ``channels`` outputs per group and ``rows`` output rows."""
-    nv = 1
-    for candidate in (4, 3, 2):
-        width = candidate * vector
-        blocks = -(-channels // width)
-        if (blocks * width - channels) <= 0.15 * blocks * width:
-            nv = candidate
-            break
-    table = _ROWS_WIDE if vector >= 16 else _ROWS_NARROW
-    return nv, max(1, min(table[nv], rows))
+def choose_tile(channels: int, rows: int, vector: int, depth: int = 0) -> tuple[int, int]:
+    """``(NV, P)`` for ``channels`` outputs per group, ``rows`` output rows, ``depth`` (``_blocking.py``)."""
+    return host_blocking(vector).tile(channels, rows, depth)
 
 
 def pack_weights(weight: np.ndarray, groups: int, nv: int, vector: int) -> tuple[np.ndarray, int]:
@@ -120,12 +108,12 @@ def emit_conv(ctx: Context, kernel: Kernel, variants: _Kernels) -> None:
     tap_sym = ctx.name("tap")
     ctx.body.append(f"  static const long {tap_sym}[] = {_ints(taps)};")
     rows = n * out_spatial[0] * out_spatial[1]
-    nv, p = choose_tile(mg, rows, ctx.target.vector_floats)
+    nv, p = choose_tile(mg, rows, ctx.target.vector_floats, len(taps) * run)
     packed, nmb = pack_weights(weight, group, nv, ctx.target.vector_floats)
     wsym = ctx.weight(packed)
     driver = variants.need(ctx, nv, p)
-    per_task = gemm_tiles_per_task(-(-rows // p), group * nmb, p * nv * ctx.target.vector_floats * len(taps) * run,
-                                   ctx.op_threads)
+    per_task = host_blocking(ctx.target.vector_floats).tiles_per_task(
+        -(-rows // p), group * nmb, p, nv * ctx.target.vector_floats, len(taps) * run, ctx.op_threads)
     job = ctx.name("job")
     ctx.body.append(
         f"  {{ const cg_gemm_t {job} = {{{src}, {c}, 1, {run}, {n}, {hp}, {wp}, {out_spatial[0]}, {out_spatial[1]}, "
@@ -153,7 +141,7 @@ def emit_matmul(ctx: Context, kernel: Kernel, variants: _Kernels) -> None:
         b_index = np.broadcast_to(np.arange(math.prod(b.shape[:-2])).reshape(b.shape[:-2] or ()), batch).reshape(-1)
     else:
         a_index, b_index = np.zeros(1, np.int64), np.zeros(1, np.int64)
-    nv, p = choose_tile(cols, rows, ctx.target.vector_floats)
+    nv, p = choose_tile(cols, rows, ctx.target.vector_floats, depth)
     width = nv * ctx.target.vector_floats
     nmb = -(-cols // width)
     block = nmb * depth * width  # packed floats per B batch
@@ -175,7 +163,8 @@ def emit_matmul(ctx: Context, kernel: Kernel, variants: _Kernels) -> None:
             f"{wsym} + bi * {block}, {nmb}, {width});"
         )
     pstride, cstride = (1, rows) if mm.trans_a else (depth, 1)
-    per_task = gemm_tiles_per_task(-(-rows // p), nmb, p * width * depth, ctx.op_threads)
+    per_task = host_blocking(ctx.target.vector_floats).tiles_per_task(-(-rows // p), nmb, p, width, depth,
+                                                                      ctx.op_threads)
     job = ctx.name("job")
     aoff, boff = ctx.name("aoff"), ctx.name("boff")
     ctx.body.append(f"  static const long {aoff}[] = {_ints([int(i) * rows * depth for i in a_index])};")

@@ -16,9 +16,9 @@ threads.  The rates are estimates from the CPU's vector width and caches
 (:class:`Machine`), not measurements: they only need to be right within a factor of two
 for the choice to be, since the cost grows slowly around the optimum.
 
-The GEMM driver's split (row tiles per task) follows from the chosen count: tasks of about
-2^17 multiply-adds, halved until there are 8 per thread, so a kernel given 2 threads is cut
-in 16 tasks, not in 8 per core of the machine.
+The GEMM driver's split (row tiles per task, ``_blocking.py``) follows from the chosen
+count: tasks of at least ~5 us of the core's FMA rate, halved until there are 8 per thread,
+so a kernel given 2 threads is cut in 16 tasks, not in 8 per core of the machine.
 
 Example::
 
@@ -107,14 +107,3 @@ def choose(work: Work, threads: int, machine: Machine) -> Choice:
         if ns < best_ns:
             best, best_ns = t, ns
     return Choice(best, estimate_ns(work, 1, machine) / 1e3, best_ns / 1e3)
-
-
-def gemm_tiles_per_task(ntiles: int, blocks: int, macs_per_tile: int, threads: int) -> int:
-    """Row tiles per GEMM task: ~2^17 multiply-adds, halved until each thread has 8 tasks.
-
-    ``blocks`` is (groups x output-channel blocks); tasks = blocks x ceil(ntiles / result).
-    """
-    per_task = min(ntiles, (1 << 17) // max(1, macs_per_tile) + 1)
-    while per_task > 1 and blocks * -(-ntiles // per_task) < 8 * threads:
-        per_task = (per_task + 1) // 2
-    return max(1, per_task)

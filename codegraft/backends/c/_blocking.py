@@ -1,0 +1,141 @@
+"""Micro-kernel and blocking parameters from the CPU present: vector width, registers, caches.
+
+NOTE: the GEMM micro-kernel (``_kernels.py``) keeps a tile of ``P`` output rows x ``NV``
+vectors of accumulators in registers, and a GEMM's tasks are runs of consecutive tiles of
+one weight panel (``[K][NV * VW]`` packed floats).  Nothing here is tuned on one machine;
+each parameter follows from what bounds it:
+
+- **vector width** (floats per SIMD register) from the features the target is compiled for:
+  16 with AVX-512, 8 with AVX2 + FMA, 4 otherwise (SSE, NEON, GCC's portable vectors);
+- **tile rows** from the register file (32 vector registers with AVX-512 and on AArch64, 16
+  otherwise): about three quarters of it hold accumulators (``P * NV``), the rest the
+  broadcast input and weight vectors (an FMA may also read its weights from memory), and
+  ``P`` stays at most half the file so one-vector tiles do not starve the loads -
+  ``P = min(regs / 2, (3 regs / 4) / NV)``;
+- **tile width** ``NV`` from the L2: the weight panel (``K x NV x VW`` floats) is re-read by
+  every tile of a task, so it must stay in the core's L2 next to the streaming input rows:
+  the widest ``NV`` (4, 3, 2, 1) whose panel fits in three quarters of the L2 (the rest for
+  the rows and the tile) and that wastes at most 15% of its lanes on the last block of
+  channels (a 3x3 convolution over 512 channels, K = 4608, takes NV = 2 on a 1 MiB-L2
+  AVX-512 Xeon where a 2 MiB L2 keeps NV = 4).  Narrower tiles with more rows load about as
+  much per multiply-add (``1/P`` weights + ``1/NV`` inputs);
+- **tiles per task** from the core's FMA rate: a task is at least ~5 us of work, so claiming
+  it from the pool's counter (one contended atomic) and warming its panel stay a few percent;
+  the thread cost model's balance rule (8 tasks per thread) halves it from there.  The L2
+  does not bound it: the panel, touched by every tile, is what the LRU keeps, the rows
+  stream through once whatever the task's length.  (The L1 bounds nothing here: the kernel
+  reuses inputs and weights from registers, not from L1.)
+
+Example (a 3x3 convolution over 256 channels on an AVX-512 Xeon with 1 MiB of L2)::
+
+    >>> xeon = Blocking.for_cpu(CpuDescription.avx512_xeon())
+    >>> xeon.vector_floats, xeon.registers, xeon.tile(256, 196, depth=2304)
+    (16, 32, (4, 6))
+    >>> xeon.tile(512, 49, depth=4608)  # its 1.2 MB panel at NV = 4 would not stay in L2
+    (2, 12)
+    >>> xeon.tiles_per_task(ntiles=1046, blocks=1, rows=6, cols=64, depth=64, threads=1)
+    10
+"""
+
+from __future__ import annotations
+
+import platform
+from dataclasses import dataclass
+from functools import cache
+
+from codegraft.backends.c._toolchain import _X86_TARGETS, CacheSizes, cache_sizes, cpu_features
+
+TASK_NS = 5000.0  # a task's least work: claiming it (one contended atomic) and warming up stay small
+
+
+@dataclass(frozen=True)
+class CpuDescription:
+    """What the blocking depends on: SIMD features, data caches and the architecture."""
+
+    features: frozenset[str]
+    caches: CacheSizes
+    arch: str = "x86_64"
+
+    @staticmethod
+    def host() -> CpuDescription:
+        """This machine (``/proc/cpuinfo`` flags, ``/sys`` cache sizes)."""
+        return _host()
+
+    @staticmethod
+    def avx512_xeon() -> CpuDescription:
+        """A server Xeon: AVX-512, 32 KiB L1d, 1 MiB L2 per core."""
+        return CpuDescription(frozenset(_X86_TARGETS[0][0]), CacheSizes(32 << 10, 1 << 20, 32 << 20))
+
+
+@cache
+def _host() -> CpuDescription:
+    return CpuDescription(cpu_features(), cache_sizes(), platform.machine().lower())
+
+
+@dataclass(frozen=True)
+class Blocking:
+    """Tile shape and task size rules for one CPU (see the module note)."""
+
+    vector_floats: int
+    registers: int
+    l1d: int
+    l2: int
+    macs_per_ns: float  # one core's FMA rate: width x 2 pipes x ~2.5 GHz x ~60% reached
+
+    @staticmethod
+    def for_cpu(cpu: CpuDescription) -> Blocking:
+        """The rules for ``cpu``."""
+        return Blocking.for_width(vector_floats(cpu), cpu)
+
+    @staticmethod
+    def for_width(width: int, cpu: CpuDescription) -> Blocking:
+        """The rules for code compiled with ``width`` floats per register on ``cpu``."""
+        wide = width >= 16 or cpu.arch in ("aarch64", "arm64")
+        return Blocking(width, 32 if wide else 16, cpu.caches.l1d, cpu.caches.l2, width * 2 * 2.5 * 0.6)
+
+    def rows_per_tile(self, nv: int) -> int:
+        """``P`` for tiles of ``nv`` vectors: ~3/4 of the registers as accumulators, at most half."""
+        return max(1, min(self.registers // 2, (3 * self.registers // 4) // nv))
+
+    def tile(self, channels: int, rows: int, depth: int = 0) -> tuple[int, int]:
+        """``(NV, P)`` for ``channels`` outputs per group over ``rows`` output rows, ``depth`` deep.
+
+        The widest ``NV`` (4, 3, 2) that wastes at most 15% of its lanes on the last block and
+        whose ``depth x NV x VW`` panel fits in 3/4 of the L2 (``depth`` 0: unknown, not checked).
+        """
+        nv = 1
+        for candidate in (4, 3, 2):
+            width = candidate * self.vector_floats
+            blocks = -(-channels // width)
+            fits = 4 * depth * width <= 3 * self.l2 // 4
+            if fits and (blocks * width - channels) <= 0.15 * blocks * width:
+                nv = candidate
+                break
+        return nv, max(1, min(self.rows_per_tile(nv), rows))
+
+    def tiles_per_task(self, ntiles: int, blocks: int, rows: int, cols: int, depth: int, threads: int) -> int:
+        """Consecutive tiles per GEMM task (``rows x cols`` tiles, ``depth`` multiply-adds deep).
+
+        At least ~5 us of FMA work, halved until each of ``threads`` has 8 of the ``blocks x
+        ceil(ntiles / result)`` tasks.
+        """
+        per_task = max(1, min(ntiles, -(-int(TASK_NS * self.macs_per_ns) // max(1, rows * cols * depth))))
+        while per_task > 1 and blocks * -(-ntiles // per_task) < 8 * threads:
+            per_task = (per_task + 1) // 2
+        return per_task
+
+
+def vector_floats(cpu: CpuDescription) -> int:
+    """Floats per SIMD register of the best target ``cpu`` runs (the same choice as ``target_for``)."""
+    if cpu.arch not in ("x86_64", "amd64"):
+        return 4
+    for needed, _flags in _X86_TARGETS:
+        if needed <= cpu.features:
+            return 16 if "avx512f" in needed else 8 if "avx2" in needed else 4
+    return 4
+
+
+@cache
+def host_blocking(vector: int) -> Blocking:
+    """This machine's rules for code compiled with ``vector`` floats per register."""
+    return Blocking.for_width(vector, CpuDescription.host())

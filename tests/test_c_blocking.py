@@ -1,0 +1,64 @@
+"""Micro-kernel and blocking parameters from the CPU present (issue 18): decisions for a few CPUs.
+
+Nothing here depends on the CPU running the test: each case is a ``CpuDescription``.
+"""
+
+from __future__ import annotations
+
+from codegraft.backends.c._blocking import Blocking, CpuDescription, vector_floats
+from codegraft.backends.c._toolchain import CacheSizes
+
+AVX512 = frozenset({"avx2", "fma", "avx512f", "avx512dq", "avx512bw", "avx512vl", "sse4_2"})
+AVX2 = frozenset({"avx2", "fma", "sse4_2"})
+
+XEON = CpuDescription(AVX512, CacheSizes(32 << 10, 1 << 20, 32 << 20))  # 32K L1d, 1M L2, AVX-512
+SAPPHIRE = CpuDescription(AVX512, CacheSizes(48 << 10, 2 << 20, 105 << 20))  # 48K L1d, 2M L2, AVX-512
+ZEN2 = CpuDescription(AVX2, CacheSizes(32 << 10, 512 << 10, 16 << 20))  # 32K L1d, 512K L2, AVX2
+OLD_X86 = CpuDescription(frozenset({"sse4_2"}), CacheSizes(32 << 10, 256 << 10, 8 << 20))  # SSE only
+GRAVITON = CpuDescription(frozenset(), CacheSizes(64 << 10, 1 << 20, 32 << 20), "aarch64")  # NEON
+
+
+def test_vector_width_and_registers_follow_the_features() -> None:
+    assert [vector_floats(c) for c in (XEON, ZEN2, OLD_X86, GRAVITON)] == [16, 8, 4, 4]
+    assert [Blocking.for_cpu(c).registers for c in (XEON, ZEN2, OLD_X86, GRAVITON)] == [32, 16, 16, 32]
+    # AVX-512 without the BW/DQ/VL extensions we compile with: the AVX2 target.
+    assert vector_floats(CpuDescription(frozenset({"avx2", "fma", "avx512f"}), XEON.caches)) == 8
+
+
+def test_tile_rows_fill_three_quarters_of_the_register_file() -> None:
+    xeon, zen2, graviton = (Blocking.for_cpu(c) for c in (XEON, ZEN2, GRAVITON))
+    assert [xeon.rows_per_tile(nv) for nv in (4, 3, 2, 1)] == [6, 8, 12, 16]  # 24 accumulators of 32
+    assert [zen2.rows_per_tile(nv) for nv in (4, 3, 2, 1)] == [3, 4, 6, 8]  # 12 of 16
+    assert [graviton.rows_per_tile(nv) for nv in (4, 3, 2, 1)] == [6, 8, 12, 16]  # NEON: 32 registers
+    for blocking in (xeon, zen2, graviton):
+        for nv in (4, 3, 2, 1):
+            assert blocking.rows_per_tile(nv) * nv <= 3 * blocking.registers // 4  # FMAs read weights from memory
+
+
+def test_tile_width_keeps_the_weight_panel_in_l2() -> None:
+    xeon, sapphire, zen2 = (Blocking.for_cpu(c) for c in (XEON, SAPPHIRE, ZEN2))
+    # resnet50's 3x3 convolutions: 64..512 channels, K = 9 x channels.
+    assert xeon.tile(64, 3136, depth=576) == (4, 6)
+    assert xeon.tile(256, 196, depth=2304) == (4, 6)  # 590 KB panel: fits 3/4 of 1 MiB
+    assert xeon.tile(512, 49, depth=4608) == (2, 12)  # 1.2 MB at NV = 4 would not
+    assert sapphire.tile(512, 49, depth=4608) == (4, 6)  # 2 MiB of L2 keeps it
+    assert zen2.tile(512, 49, depth=4608) == (2, 6)  # 8-float vectors, 512K L2: 295 KB at NV = 2
+    assert zen2.tile(256, 196, depth=2304) == (4, 3)
+    # Lanes wasted on the last block still decide first: 96 channels in 64-wide tiles waste 33%.
+    assert xeon.tile(96, 1000, depth=64) == (3, 8)
+    assert xeon.tile(16, 1000) == (1, 16)
+    assert xeon.tile(256, 2) == (4, 2)  # never more rows than there are
+
+
+def test_task_size_follows_the_fma_rate_and_the_threads() -> None:
+    xeon, zen2 = Blocking.for_cpu(XEON), Blocking.for_cpu(ZEN2)
+    # A 1x1 convolution over 64 channels at 56x56: tiles of 6 x 64 x 64 (AVX-512), 3 x 32 x 64 (AVX2).
+    assert xeon.tiles_per_task(523, 1, 6, 64, 64, 1) == 10  # 240k multiply-adds: ~5 us at 48 per ns
+    assert zen2.tiles_per_task(1046, 2, 3, 32, 64, 1) == 20  # 120k at 24 per ns
+    # More threads: halved until each has 8 tasks.
+    for threads in (2, 4, 16):
+        per_task = xeon.tiles_per_task(523, 1, 6, 64, 64, threads)
+        assert -(-523 // per_task) >= 8 * threads or per_task == 1
+    assert xeon.tiles_per_task(523, 1, 6, 64, 64, 16) < xeon.tiles_per_task(523, 1, 6, 64, 64, 4)
+    # A deep layer: one tile is already more than 5 us of work.
+    assert xeon.tiles_per_task(9, 8, 6, 64, 4608, 1) == 1
