@@ -43,6 +43,7 @@ import platform
 from dataclasses import dataclass
 from functools import cache
 
+from codegraft.backends.c._thread_cost import Machine
 from codegraft.backends.c._toolchain import _X86_TARGETS, CacheSizes, cache_sizes, cpu_features
 
 TASK_NS = 5000.0  # a task's least work: claiming it (one contended atomic) and warming up stay small
@@ -80,7 +81,7 @@ class Blocking:
     registers: int
     l1d: int
     l2: int
-    macs_per_ns: float  # one core's FMA rate: width x 2 pipes x ~2.5 GHz x ~60% reached
+    macs_per_ns: float  # one core's FMA rate as the thread cost model estimates it
 
     @staticmethod
     def for_cpu(cpu: CpuDescription) -> Blocking:
@@ -91,7 +92,8 @@ class Blocking:
     def for_width(width: int, cpu: CpuDescription) -> Blocking:
         """The rules for code compiled with ``width`` floats per register on ``cpu``."""
         wide = width >= 16 or cpu.arch in ("aarch64", "arm64")
-        return Blocking(width, 32 if wide else 16, cpu.caches.l1d, cpu.caches.l2, width * 2 * 2.5 * 0.6)
+        rate = Machine.for_cpu(width, cpu.caches.l2, cpu.caches.l3).gemm_flops_per_ns / 2  # the cost model's
+        return Blocking(width, 32 if wide else 16, cpu.caches.l1d, cpu.caches.l2, rate)
 
     def rows_per_tile(self, nv: int) -> int:
         """``P`` for tiles of ``nv`` vectors: ~3/4 of the registers as accumulators, at most half."""
