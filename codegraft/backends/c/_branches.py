@@ -41,6 +41,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from codegraft.backends.c import _graph as g
+from codegraft.backends.c._c_files import c_file
 from codegraft.backends.c._fuse import Kernel
 from codegraft.backends.c._thread_cost import SYNC_NS, WAKE_NS, Machine, Work, choose, estimate_ns
 
@@ -171,30 +172,7 @@ def _concurrent(members: list[int], works: Sequence[Work], threads: int, machine
 
 
 # The dispatcher of concurrent stages (after the pool and the timers in the generated source).
-STAGE = r"""
-typedef void (*cg_branch_fn)(const float* const* in, float* const* out, const float* w, float* s, long branch);
-typedef struct {
-  cg_branch_fn fn; const float* const* in; float* const* out; const float* w; float* s; int want;
-} cg_stage_t;
-static void cg_stage_task(const void* ctx, long i) {
-  const cg_stage_t* k = ctx;
-  const int want = cg_want, op = cg_op_threads;
-  cg_want = k->want;  /* a branch on a worker honours the caller's thread limit */
-  k->fn(k->in, k->out, k->w, k->s, i);
-  cg_want = want;
-  cg_op_threads = op;
-}
-/* Run branches 0..n-1 of fn side by side (one after the other when per-kernel timers are on). */
-static void cg_stage(long n, cg_branch_fn fn, const float* const* in, float* const* out, const float* w, float* s) {
-  if (cg_timing) {
-    for (long i = 0; i < n; i++) fn(in, out, w, s, i);
-    return;
-  }
-  const cg_stage_t k = {fn, in, out, w, s, cg_want};
-  cg_op_threads = (int)n;
-  cg_parallel(n, cg_stage_task, &k);
-}
-"""
+STAGE = c_file("stage.c")
 
 _SYMBOL = re.compile(r"\b[A-Za-z_]\w*\b")
 

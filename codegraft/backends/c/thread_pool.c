@@ -1,0 +1,164 @@
+/* The thread pool every generated library carries; why it looks like this: _thread_pool.py. */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <unistd.h>
+#include <sched.h>
+#include <time.h>
+#ifdef __linux__
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#endif
+
+typedef void (*cg_task)(const void* ctx, long i);
+typedef struct { cg_task fn; const void* ctx; long ntasks; atomic_long next; int limit; atomic_int joined; } cg_job;
+
+#define CG_SLOTS 8
+#define CG_SPIN_MIN_NS 2000L     /* a freshly woken worker spins at least this long... */
+#define CG_SPIN_MAX_NS 400000L   /* ...and at most this */
+#define CG_PREEMPTED_NS 50000L   /* a gap this long between two clock reads: we lost the core */
+typedef struct { _Alignas(64) _Atomic(cg_job*) job; atomic_int active; } cg_slot_t;
+static cg_slot_t cg_slots[CG_SLOTS];
+static pthread_once_t cg_once = PTHREAD_ONCE_INIT;
+static _Alignas(64) atomic_uint cg_epoch;  /* bumped per published loop; the futex word */
+static _Alignas(64) atomic_int cg_sleepers;
+static int cg_workers;
+static _Thread_local int cg_want;  /* threads requested for the current call; 0: all */
+static _Thread_local int cg_op_threads;  /* threads the cost model gave the current kernel; 0: no limit */
+#ifndef __linux__
+static pthread_mutex_t cg_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t cg_cv = PTHREAD_COND_INITIALIZER;
+#endif
+
+static inline void cg_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
+
+static inline long cg_now_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec * 1000000000L + t.tv_nsec;
+}
+
+/* Sleep until cg_epoch moves from `seen` (spurious returns are fine: callers re-check). */
+static void cg_sleep(unsigned seen) {
+#ifdef __linux__
+  syscall(SYS_futex, &cg_epoch, FUTEX_WAIT_PRIVATE, seen, (void*)0, (void*)0, 0);
+#else
+  pthread_mutex_lock(&cg_mu);
+  while (atomic_load(&cg_epoch) == seen) pthread_cond_wait(&cg_cv, &cg_mu);
+  pthread_mutex_unlock(&cg_mu);
+#endif
+}
+
+static void cg_wake(int n) {
+#ifdef __linux__
+  syscall(SYS_futex, &cg_epoch, FUTEX_WAKE_PRIVATE, n, (void*)0, (void*)0, 0);
+#else
+  (void)n;
+  pthread_mutex_lock(&cg_mu);
+  pthread_cond_broadcast(&cg_cv);
+  pthread_mutex_unlock(&cg_mu);
+#endif
+}
+
+static void cg_drain(cg_job* j) {
+  long i;
+  while ((i = atomic_fetch_add(&j->next, 1)) < j->ntasks) j->fn(j->ctx, i);
+}
+
+/* Join every published loop that still has tasks and room for one more thread; 1 if any work was done. */
+static int cg_join_any(void) {
+  int worked = 0;
+  for (int s = 0; s < CG_SLOTS; s++) {
+    cg_slot_t* slot = &cg_slots[s];
+    if (!atomic_load_explicit(&slot->job, memory_order_relaxed)) continue;
+    atomic_fetch_add(&slot->active, 1);
+    cg_job* j = atomic_load(&slot->job);  /* still published: the job cannot end before we leave */
+    if (j && atomic_load(&j->next) < j->ntasks && atomic_fetch_add(&j->joined, 1) < j->limit - 1) {
+      cg_drain(j);
+      worked = 1;
+    }
+    atomic_fetch_sub(&slot->active, 1);
+  }
+  return worked;
+}
+
+static void* cg_worker(void* arg) {
+  (void)arg;
+  long budget = 50000;  /* ns of spinning before sleeping; adapted below */
+  for (;;) {
+    const unsigned seen = atomic_load(&cg_epoch);
+    if (cg_join_any()) continue;
+    /* Spin on the epoch, a few pauses between clock reads. */
+    long start = cg_now_ns(), last = start, now = start;
+    int moved = 0;
+    while (now - start < budget) {
+      for (int i = 0; i < 16 && !moved; i++) {
+        cg_relax();
+        moved = atomic_load_explicit(&cg_epoch, memory_order_relaxed) != seen;
+      }
+      if (moved) break;
+      now = cg_now_ns();
+      if (now - last > CG_PREEMPTED_NS) { budget = 0; break; }  /* oversubscribed: stop spinning */
+      last = now;
+    }
+    if (moved) continue;
+    if (budget > CG_SPIN_MIN_NS) budget /= 2;  /* spun for nothing */
+    atomic_fetch_add(&cg_sleepers, 1);
+    const long asleep = cg_now_ns();
+    while (atomic_load(&cg_epoch) == seen) cg_sleep(seen);
+    atomic_fetch_sub(&cg_sleepers, 1);
+    /* Woken soon after giving up: the next loop was close, spin longer next time. */
+    const long slept = cg_now_ns() - asleep;
+    if (slept < 4 * CG_SPIN_MIN_NS + 4 * budget) budget = budget < CG_SPIN_MIN_NS ? CG_SPIN_MIN_NS : 2 * budget;
+    if (budget > CG_SPIN_MAX_NS) budget = CG_SPIN_MAX_NS;
+  }
+  return 0;
+}
+
+static void cg_start(void) {
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  if (cores > 256) cores = 256;
+  for (long id = 1; id < cores; id++) {
+    pthread_t thread;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    if (pthread_create(&thread, &attr, cg_worker, (void*)id) == 0) cg_workers++;
+    pthread_attr_destroy(&attr);
+  }
+}
+
+/* Run fn(ctx, i) for i in [0, ntasks), spread over the pool. */
+static void cg_parallel(long ntasks, cg_task fn, const void* ctx) {
+  int limit = cg_want > 0 ? cg_want : 1 << 30;
+  if (cg_op_threads > 0 && cg_op_threads < limit) limit = cg_op_threads;  /* one thread: nobody is woken */
+  if (ntasks > 1 && limit != 1) pthread_once(&cg_once, cg_start);
+  cg_slot_t* slot = 0;
+  cg_job job = {fn, ctx, ntasks, 0, limit, 0};
+  if (ntasks > 1 && limit != 1 && cg_workers > 0) {
+    for (int s = 0; s < CG_SLOTS && !slot; s++) {
+      cg_job* empty = 0;
+      if (atomic_compare_exchange_strong(&cg_slots[s].job, &empty, &job)) slot = &cg_slots[s];
+    }
+  }
+  if (!slot) {  /* one thread, or every slot taken: run here */
+    for (long i = 0; i < ntasks; i++) fn(ctx, i);
+    return;
+  }
+  atomic_fetch_add(&cg_epoch, 1);
+  if (atomic_load(&cg_sleepers) > 0) {
+    long helpers = (ntasks < limit ? ntasks : limit) - 1;
+    cg_wake(helpers > cg_workers ? cg_workers : (int)helpers);
+  }
+  cg_drain(&job);
+  atomic_store(&slot->job, (cg_job*)0);
+  for (int spin = 0; atomic_load(&slot->active) > 0; spin++) {
+    if (spin < 64) cg_relax();
+    else sched_yield();  /* the worker we wait for may need this very core */
+  }
+}
