@@ -51,7 +51,16 @@ def build_step(
     host_is_target: bool,
 ) -> Built:
     """Compile and load one partition on its backend (deferred per shape where needed)."""
-    proto = partition_proto(model, annotation, part)
+    # The partition without its weights: enough to decide, and (with the weights hashed where
+    # they are) to find it in the compiled-partition cache; the whole model only to compile.
+    head = partition_proto(model, annotation, replace(part, initializers=()))
+    whole: list[onnx.ModelProto] = []
+
+    def proto() -> onnx.ModelProto:
+        if not whole:
+            whole.append(partition_proto(model, annotation, part))
+        return whole[0]
+
     # The host keeps float32 unless the user listed it as a target too.
     precision = options.precision if backend is not host or host_is_target else "float32"
     request = LoweringRequest(part.name, part.composites, precision, samples)
@@ -60,23 +69,34 @@ def build_step(
     cache = compile_cache(options.cache) if backend is not host else None
     # Static-shape backends, and any backend given an input whose rank nobody could infer
     # (OpenVINO refuses a Parameter of dynamic rank), compile per input shape seen at run time.
-    if backend is not host and not static_inputs(proto) and (not caps.dynamic_shapes or unknown_rank(proto)):
-        template = proto.SerializeToString()
+    if backend is not host and not static_inputs(head) and (not caps.dynamic_shapes or unknown_rank(head)):
+        template = proto().SerializeToString()
         runnable: Runnable = ShapeSpecialisingRunnable(
             backend, template, request, host, strict=options.strict, cache=cache
         )
         step = Step(part.name, part.backend, part.inputs, part.outputs, None, template, caps.native_code,
                     part.composites, options.precision)
         return step, runnable, replace(base, deferred=True)
+    key = None
+    if cache is not None:
+        weights = [(name, _constant(model, name)) for name in part.initializers]
+        key = cache.key(backend, head, name=part.name, composites=part.composites, precision=precision,
+                        samples=samples, weights=weights)
     try:
-        lowered = compile_and_load(backend, proto, request, cache)
+        lowered = compile_and_load(backend, proto, request, cache, key=key)
     except BackendError as error:
         if options.strict or backend is host:
             raise
-        return host_fallback(part, proto, host, error)
+        return host_fallback(part, proto(), host, error)
     step = Step(part.name, part.backend, part.inputs, part.outputs, lowered.blob, None, caps.native_code,
                 part.composites, options.precision)
     return step, lowered.runnable, replace(base, conversion_note=lowered.note)
+
+
+def _constant(model: ir.Model, name: str) -> ir.TensorProtocol:
+    tensor = model.graph.initializers[name].const_value
+    assert tensor is not None, f"initializer {name} has no value"
+    return tensor
 
 
 def build_control_step(

@@ -128,8 +128,13 @@ class CompileCache:
         composites: Sequence[Composite] = (),
         precision: str = "float32",
         samples: Sequence[Mapping[str, np.ndarray]] = (),
+        weights: Sequence[tuple[str, ir.TensorProtocol]] = (),
     ) -> str | None:
-        """The entry's key for this partition on ``backend``; ``None``: not cacheable."""
+        """The entry's key for this partition on ``backend``; ``None``: not cacheable.
+
+        ``weights`` are initializers the caller left out of ``proto`` (name, tensor), hashed
+        from their arrays: a hit then never serialises them.
+        """
         try:
             fingerprint = backend_fingerprint(backend)
         except Exception as error:  # e.g. no compiler: the compile itself will say so
@@ -159,6 +164,8 @@ class CompileCache:
                 digest.update(f"\0{input_name}:{array.dtype.str}:{array.shape}\0".encode())
                 digest.update(array.reshape(-1).view(np.uint8).data)
         _digest_model(digest, proto)
+        for weight_name, tensor in weights:
+            _digest_tensor(digest, weight_name, tensor)
         return digest.hexdigest()
 
     def get(self, key: str) -> CachedPartition | None:
@@ -318,6 +325,17 @@ def _digest_model(digest: Any, proto: onnx.ModelProto) -> None:
         digest.update(b"\0tensor\0" + len(fields).to_bytes(8, "little") + fields)
         digest.update(len(tensor.raw_data).to_bytes(8, "little"))
         digest.update(tensor.raw_data)
+
+
+def _digest_tensor(digest: Any, name: str, tensor: ir.TensorProtocol) -> None:
+    """Feed one initializer to ``digest``: its name, type and shape, then its bytes in place."""
+    digest.update(f"\0weight\0{name}\0{tensor.dtype}\0{tuple(tensor.shape)}\0".encode())
+    try:
+        data: Any = np.ascontiguousarray(tensor.numpy()).reshape(-1).view(np.uint8).data
+    except (TypeError, ValueError):  # e.g. strings: no fixed-size view; hash what ONNX stores
+        data = ir.serde.serialize_tensor(tensor).SerializeToString(deterministic=True)
+    digest.update(len(data).to_bytes(8, "little"))
+    digest.update(data)
 
 
 def _copy_field(target: Any, field: Any, value: Any) -> None:

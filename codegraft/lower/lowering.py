@@ -172,18 +172,26 @@ class Lowered:
 
 
 def compile_and_load(
-    backend: Backend, proto: onnx.ModelProto, request: LoweringRequest, cache: CompileCache | None = None
+    backend: Backend,
+    proto: onnx.ModelProto | Callable[[], onnx.ModelProto],
+    request: LoweringRequest,
+    cache: CompileCache | None = None,
+    *,
+    key: str | None = None,
 ) -> Lowered:
     """:func:`compile_blob` then :func:`load_runnable`, through ``cache`` when one is given.
 
     A hit only loads the cached blob; one that fails to load is removed and the partition
-    compiled again.  A blob is stored only once it has loaded.  Errors as for
-    :func:`compile_blob` and :func:`load_runnable`.
+    compiled again.  A blob is stored only once it has loaded.  ``proto`` may be a function
+    making the partition's model, called only to compile (or to compute the key); ``key`` is
+    the cache key when the caller computed it from a cheaper form of the partition (see
+    :meth:`CompileCache.key`'s ``weights``).  Errors as for :func:`compile_blob` and
+    :func:`load_runnable`.
     """
-    key = None
-    if cache is not None:
+    model_of = proto if callable(proto) else (lambda: proto)
+    if cache is not None and key is None:
         key = cache.key(
-            backend, proto, name=request.name, composites=request.composites, precision=request.precision,
+            backend, model_of(), name=request.name, composites=request.composites, precision=request.precision,
             samples=request.samples,
         )
     if cache is not None and key is not None:
@@ -196,7 +204,7 @@ def compile_and_load(
                             backend.name, request.name, type(error).__name__, error)
                 cache.stats.rejected += 1
                 cache.discard(key)
-    blob, note = compile_blob(backend, proto, request)
+    blob, note = compile_blob(backend, model_of(), request)
     runnable = load_runnable(backend, blob, request.name)
     if cache is not None and key is not None:
         cache.put(key, CachedPartition(blob, note))
