@@ -297,3 +297,23 @@ def test_dnnl_partitions_are_cached(cache_dir: pathlib.Path, monkeypatch: pytest
     assert _without_times(warm.report()) == _without_times(cold.report())
     got, want = warm.run({"x": X}), cold.run({"x": X})
     assert all(np.array_equal(got[name], want[name]) for name in want)
+
+
+@pytest.mark.heavy
+def test_torch_compile_in_a_new_process_loads_its_partitions(cache_dir: pathlib.Path) -> None:
+    pytest.importorskip("torch")
+    script = (
+        "import torch; from codegraft.lower.cache import compile_cache\n"
+        "torch.manual_seed(0)\n"
+        "net = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(8, 4, 1))\n"
+        "f = torch.compile(net.eval(), backend='codegraft', dynamic=True, options={'targets': ['c']})\n"
+        "with torch.no_grad():\n"
+        "    for batch in (2, 4):\n"
+        "        x = torch.randn(batch, 3, 16, 16)\n"
+        "        torch.testing.assert_close(f(x), net(x), rtol=1e-4, atol=1e-5)\n"
+        "s = compile_cache().stats; print(s.hits, s.misses)\n"
+    )
+    runs = [subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600) for _ in "ab"]
+    assert all(r.returncode == 0 for r in runs), runs[-1].stderr[-2000:]
+    first, second = (tuple(map(int, r.stdout.split()[-2:])) for r in runs)
+    assert first[0] == 0 and first[1] > 0 and second == (first[1], 0)  # every shape loaded, none compiled
