@@ -5,7 +5,9 @@ NOTE on the key (learned from onnxruntime's EP context cache, TensorRT's engine 
 torch inductor's FX graph cache, whose keys are the graph *and* everything that shapes the
 code made from it): a SHA-256 over
 
-- the partition's ONNX bytes, weights included (deterministic serialisation);
+- the partition's ONNX, weights included: its deterministic serialisation without the
+  weights' bytes, then those bytes where they lie (the initializers' raw data, or the
+  weights' arrays when the caller keeps them out of the model: a hit never copies them);
 - the lowering request: partition name, composites, precision, the precision check's samples;
 - the backend: its name, ``version`` and ``cache_fingerprint()`` (its options, the CPU and
   its features, its compiler's or library's version); a backend without that method, or
