@@ -16,6 +16,10 @@ the two are compared (they must agree to 1e-4 relative).
 
 ``--busy N`` starts N processes that spin on a core for the whole run: the machine is then
 oversubscribed at 2 threads on 2 cores, which is where a pool's waiting strategy shows.
+``--pair`` runs a second copy of the bench at the same time, and both switch between new and
+old on the same wall-clock slots (``--slot`` seconds), so two processes running the *same*
+variant compete for the cores, as two services on one machine would (calls that straddle a
+slot boundary are not counted).
 """
 
 from __future__ import annotations
@@ -69,14 +73,27 @@ def old_blobs(revision: str, jobs: list[tuple[str, int, str]], folder: pathlib.P
     subprocess.run([sys.executable, "-c", _OLD_COMPILER, json.dumps(jobs)], env=env, check=True)
 
 
-def alternate(calls: dict[str, Callable[[], object]], repeat: int, block: int) -> dict[str, tuple[float, float]]:
-    """Median wall ms and median CPU ms per call of each callable, timed in alternating blocks."""
+def alternate(calls: dict[str, Callable[[], object]], repeat: int, block: int,
+              slot: float | None = None) -> dict[str, tuple[float, float]]:
+    """Median wall ms and median CPU ms per call of each callable, timed in alternating blocks
+    (or, with ``slot``, each in its own wall-clock slots of that many seconds, in turn)."""
     for call in calls.values():
         call()
         call()
     wall: dict[str, list[float]] = {name: [] for name in calls}
     cpu: dict[str, list[float]] = {name: [] for name in calls}
-    for _ in range(max(1, -(-repeat // block))):
+    names = list(calls)
+    if slot is not None:
+        while min(len(v) for v in wall.values()) < repeat:
+            index = int(time.time() / slot)
+            name = names[index % len(names)]
+            w0, c0 = time.perf_counter(), time.process_time()
+            calls[name]()
+            w1, c1 = time.perf_counter(), time.process_time()
+            if int(time.time() / slot) == index:
+                wall[name].append(w1 - w0)
+                cpu[name].append(c1 - c0)
+    for _ in range(0 if slot is not None else max(1, -(-repeat // block))):
         for name, call in calls.items():
             for _ in range(block):
                 w0, c0 = time.perf_counter(), time.process_time()
@@ -84,6 +101,14 @@ def alternate(calls: dict[str, Callable[[], object]], repeat: int, block: int) -
                 wall[name].append(time.perf_counter() - w0)
                 cpu[name].append(time.process_time() - c0)
     return {name: (statistics.median(wall[name]) * 1e3, statistics.median(cpu[name]) * 1e3) for name in calls}
+
+
+def meet(folder: pathlib.Path, what: str, role: str) -> None:
+    """Wait until the paired process is ready for ``what`` too (both leave a file, then poll)."""
+    (folder / f"{what}-{role}").touch()
+    other = folder / f"{what}-{'b' if role == 'a' else 'a'}"
+    while not other.exists():
+        time.sleep(0.05)
 
 
 def _spin() -> None:
@@ -99,8 +124,21 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=40)
     parser.add_argument("--block", type=int, default=5)
     parser.add_argument("--busy", type=int, default=0, help="processes spinning on a core meanwhile")
+    parser.add_argument("--pair", action="store_true", help="run a second copy at once, same variant in step")
+    parser.add_argument("--slot", type=float, default=None, help="seconds per variant slot (default 1 with --pair)")
+    parser.add_argument("--rendezvous", type=pathlib.Path, default=None, help=argparse.SUPPRESS)  # --pair's copy
     args = parser.parse_args()
     counts = [int(t) for t in args.threads.split(",")]
+    if args.pair and args.slot is None:
+        args.slot = 1.0
+    partner = None
+    role = "b" if args.rendezvous else "a"
+    if args.pair:  # the copy does not pair again; both time in the same slots, starting together
+        args.rendezvous = pathlib.Path(tempfile.mkdtemp(prefix="codegraft-pair-"))
+        argv = [a for a in sys.argv[1:] if a != "--pair"] + ([] if "--slot" in sys.argv else ["--slot", str(args.slot)])
+        argv += ["--rendezvous", str(args.rendezvous)]
+        partner = subprocess.Popen([sys.executable, "-m", "bench.c_revisions", *argv], cwd=ROOT,
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     names = args.models.split(",")
     with tempfile.TemporaryDirectory(prefix="codegraft-revs-") as tmp:
         folder = pathlib.Path(tmp)
@@ -113,8 +151,10 @@ def main() -> None:
         for hog in hogs:
             hog.start()
         try:
-            print(f"new = this tree, old = {args.against}; median of {args.repeat} calls, blocks of {args.block}; "
-                  f"{args.busy} spinning process(es); load average before: {os.getloadavg()[0]:.2f}")
+            how = f"in {args.slot} s slots" if args.slot else f"blocks of {args.block}"
+            print(f"new = this tree, old = {args.against}; median of {args.repeat} calls, {how}; "
+                  f"{args.busy} spinning process(es){', a paired copy' if args.pair else ''}; "
+                  f"load average before: {os.getloadavg()[0]:.2f}")
             print("| model | threads | new ms | old ms | new / old | new CPU ms | old CPU ms |")
             print("|---|---:|---:|---:|---:|---:|---:|")
             for name in names:
@@ -129,14 +169,20 @@ def main() -> None:
                     old = backend.load((folder / f"{name}-{threads}.blob").read_bytes())
                     for a, b in zip(new.run(inputs), old.run(inputs), strict=True):
                         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4 * float(np.abs(b).max()))
+                    if args.rendezvous is not None:
+                        meet(args.rendezvous, f"{name}-{threads}", role)
                     times = alternate({"new": functools.partial(new.run, inputs),
-                                       "old": functools.partial(old.run, inputs)}, args.repeat, args.block)
+                                       "old": functools.partial(old.run, inputs)}, args.repeat, args.block,
+                                      args.slot)
                     (nw, nc), (ow, oc) = times["new"], times["old"]
                     print(f"| {name} | {threads} | {nw:.2f} | {ow:.2f} | {nw / ow:.3f} | {nc:.2f} | {oc:.2f} |",
                           flush=True)
         finally:
             for hog in hogs:
                 hog.kill()
+            if partner is not None:
+                lines = partner.communicate()[0].splitlines()
+                print("the paired copy:\n" + "\n".join(lines[-2 - len(names) * len(counts):]))
 
 
 if __name__ == "__main__":
