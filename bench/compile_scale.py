@@ -88,7 +88,8 @@ def inspect_once(path: pathlib.Path, package_root: pathlib.Path) -> tuple[float,
     start = time.perf_counter()
     done = subprocess.run(
         [sys.executable, "-c", code, "inspect", str(path), "-t", "c", "--json"],
-        env=env, capture_output=True, text=True, check=False,
+        # run from the checkout: ``python -c`` puts the working folder first on sys.path
+        env=env, cwd=package_root, capture_output=True, text=True, check=False,
     )
     seconds = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
