@@ -25,7 +25,7 @@ class NodeInfo:
 def values_read(node: ir.Node) -> tuple[tuple[ir.Value, ...], bool]:
     """Values ``node`` reads, including outer-scope reads from its subgraphs."""
     reads: list[ir.Value] = [v for v in node.inputs if v is not None]
-    subgraphs = subgraphs_of(node)
+    subgraphs = subgraphs_of(node) if node.attributes else []
     if subgraphs:
         own_graph = node.graph
         for subgraph in subgraphs:

@@ -250,7 +250,12 @@ def _json_text(value: object) -> str:
             return _quote(value)
         if value is None:
             return "null"
+        cls = value.__class__
         pad = "\n" + " " * (depth + 1)
+        names = _FIELD_NAMES.get(cls)  # a dataclass written before
+        if names is not None:
+            members = [f"{_quote(k)}: {text(getattr(value, k), depth + 1)}" for k in names]
+            return "{" + pad + ("," + pad).join(members) + "\n" + " " * depth + "}" if members else "{}"
         if isinstance(value, list | tuple):
             if not value:
                 return "[]"

@@ -175,18 +175,26 @@ def _check_conv(node: ir.Node) -> str:
     if not _const(weight):
         return "the weight must be a constant initializer"
     assert weight is not None and weight.const_value is not None
-    weight_shape = weight.const_value.shape  # (a new Shape each time it is asked for)
-    rank = len(weight_shape)
+    weight_dims = _dims(weight.const_value)
+    rank = len(weight_dims)
     if rank not in (3, 4):
         return f"{rank - 2}-D convolution is not supported (only 1-D and 2-D)"
     bias = present(node, 2)
     if bias is not None and not _const(bias):
         return "the bias must be a constant initializer"
-    return _check_window(node, rank - 2, weight_shape)
+    return _check_window(node, rank - 2, weight_dims)
 
 
-def _check_window(node: ir.Node, spatial: int, weight_shape: ir.ShapeProtocol | None = None) -> str:
-    """``weight_shape``: a Conv's constant weight, whose spatial dims are the kernel's."""
+def _dims(tensor: ir.TensorProtocol) -> tuple[int, ...]:
+    """A constant's dimensions.  (onnx-ir builds a new ``Shape`` each time a tensor read from
+    a proto is asked for its shape: a tenth of ``supports`` on a Conv; the proto has them.)"""
+    if isinstance(tensor, ir.serde.TensorProtoTensor):
+        return tuple(tensor.raw.dims)
+    return tuple(tensor.shape.numpy())
+
+
+def _check_window(node: ir.Node, spatial: int, weight_dims: tuple[int, ...] | None = None) -> str:
+    """``weight_dims``: a Conv's constant weight, whose spatial dims are the kernel's."""
     auto_pad = attr_str(node, "auto_pad", "NOTSET")
     if auto_pad not in ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"):
         return f"auto_pad={auto_pad} is not supported"
@@ -202,8 +210,8 @@ def _check_window(node: ir.Node, spatial: int, weight_shape: ir.ShapeProtocol | 
     kernel = attr_ints(node, "kernel_shape")
     if kernel is not None and len(kernel) != spatial:
         return f"kernel_shape has {len(kernel)} values, expected {spatial}"
-    if kernel is None and weight_shape is not None and node.op_type == "Conv":
-        shape = [int(d) for d in weight_shape.numpy()]
+    if kernel is None and weight_dims is not None and node.op_type == "Conv":
+        shape = [int(d) for d in weight_dims]
         kernel = shape[1:-1] if node.domain == NHWC_DOMAIN else shape[2:]
     strides = attr_ints(node, "strides") or [1] * spatial
     if auto_pad.startswith("SAME") and kernel and any(k < s for k, s in zip(kernel, strides, strict=False)):
