@@ -51,9 +51,6 @@ def build_step(
     host_is_target: bool,
 ) -> Built:
     """Compile and load one partition on its backend (deferred per shape where needed)."""
-    # The partition without its weights: enough to decide, and (with the weights hashed where
-    # they are) to find it in the compiled-partition cache; the whole model only to compile.
-    head = partition_proto(model, annotation, replace(part, initializers=()))
     whole: list[onnx.ModelProto] = []
 
     def proto() -> onnx.ModelProto:
@@ -67,6 +64,9 @@ def build_step(
     base = PartitionReport(part.name, part.backend, len(part.node_indices), part.inputs, part.outputs)
     caps = backend.capabilities
     cache = compile_cache(options.cache) if backend is not host else None
+    # With a cache, the partition without its weights: enough to decide, and (the weights
+    # hashed where they lie) to find it in the cache; the whole model is made only to compile.
+    head = proto() if cache is None else partition_proto(model, annotation, replace(part, initializers=()))
     # Static-shape backends, and any backend given an input whose rank nobody could infer
     # (OpenVINO refuses a Parameter of dynamic rank), compile per input shape seen at run time.
     if backend is not host and not static_inputs(head) and (not caps.dynamic_shapes or unknown_rank(head)):
