@@ -167,3 +167,20 @@ def test_shapes_failing_to_compile_at_run_time_are_in_the_report_and_warned_once
     lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert len(lines) == 1, lines
     assert "simulated failure" in lines[0] and "\n" not in lines[0]
+
+
+def test_a_host_partition_failing_at_run_time_is_one_error_without_onnxruntime_logging(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    # onnxruntime's own log line for a failing kernel went to stderr beside codegraft's error.
+    graph = helper.make_graph(
+        [helper.make_node("Reshape", ["x", "shape"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3]),
+         helper.make_tensor_value_info("shape", TensorProto.INT64, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )  # fmt: skip
+    exe = cg.compile(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), targets=[])
+    capfd.readouterr()
+    with pytest.raises(cg.BackendError, match="partition p0_onnxruntime on onnxruntime failed: .*cannot be reshaped"):
+        exe.run({"x": np.zeros((2, 3), np.float32), "shape": np.array([4, 4], np.int64)})
+    assert "onnxruntime" not in capfd.readouterr().err

@@ -75,7 +75,9 @@ class OnnxRuntimeRunnable:
 
                     options = ort.SessionOptions()
                     options.intra_op_num_threads = self._threads
-                    options.log_severity_level = 3  # warnings about unused initializers are noise here
+                    # 4: fatal only.  Its warnings (unused initializers) are noise here, and its errors
+                    # surface as exceptions that codegraft reports naming the partition: no second copy.
+                    options.log_severity_level = 4
                     if not self._spin:
                         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
                     try:
