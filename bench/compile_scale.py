@@ -8,8 +8,10 @@ included), ``--repeat`` times, the median reported, with the time per stage from
 the command prints and the growth from one size to the next.
 
 ``--baseline DIR`` also times an older checkout (a folder holding its ``codegraft`` package)
-on the same files, alternating run by run with this one, and prints the ratio; the machine's
-load average is printed before and after, since a shared machine moves absolute times.
+on the same files, alternating run by run with this one, and prints both CPU and wall ratios;
+the machine's load average is printed before and after, since a shared machine moves absolute
+times (CPU seconds move least).  Each checkout runs from its own folder with its bytecode
+cached, as an installed package runs (its first run writes the cache).
 
 ``--recompile`` times ``codegraft.compile`` of the onnx wheel's ``light_resnet50.onnx`` for
 ``c`` in one process, ``--repeat`` rounds alternating four kinds: cold (empty caches: the C
