@@ -3,7 +3,8 @@
 A partition goes in, C source comes out (one entry point, loops for the ops, fused
 epilogues, channels-last convolutions on a register-blocked SIMD micro-kernel, a thread
 pool across cores), the system C compiler turns it into a shared library, ctypes calls it.
-See ``_codegen.py`` for the pipeline and ``_kernels.py`` for the kernels.
+See ``_codegen.py`` for the pipeline and ``ops/`` for the op table (each op's check, lowering,
+layout rule and C emitter, by family).
 
 Example::
 

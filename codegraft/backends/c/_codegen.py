@@ -20,31 +20,27 @@ import onnx_ir as ir
 
 from codegraft.backends.c import _graph as g
 from codegraft.backends.c._branches import STAGE, Stage, dependences, plan_stages, stage_function
+from codegraft.backends.c._c_files import c_file
 from codegraft.backends.c._emit import Context
 from codegraft.backends.c._fuse import Kernel, fuse
-from codegraft.backends.c._kernels import ENTRY_OPEN, PRELUDE, SHUFFLE, transpose_block
 from codegraft.backends.c._layout import assign_layout
-from codegraft.backends.c._ops_conv import _Kernels, choose_tile, emit_conv, emit_matmul
-from codegraft.backends.c._ops_data import (
-    emit_concat,
-    emit_copy,
-    emit_global_average,
-    emit_layernorm,
-    emit_lrn,
-    emit_pad,
-    emit_pool,
-    emit_reduce_mean,
-    emit_slice,
-    emit_softmax,
-    emit_transpose,
-)
-from codegraft.backends.c._ops_elementwise import emit_elementwise
 from codegraft.backends.c._thread_cost import Choice, Machine, Work, choose
 from codegraft.backends.c._thread_pool import POOL
 from codegraft.backends.c._timers import timer_source
 from codegraft.backends.c._toolchain import Target, cache_sizes
 from codegraft.backends.c._translate import translate
+from codegraft.backends.c.ops import KERNEL_OPS
+from codegraft.backends.c.ops.data import SHUFFLE, transpose_block
+from codegraft.backends.c.ops.gemm import choose_tile
+from codegraft.backends.c.ops.pool import Pool
 
+# The C every partition carries: math helpers the expressions call, the GEMM job and its
+# packing, and the pool, LRN, softmax and layer-norm kernels (their emitters call them).
+PRELUDE = c_file("prelude.c")
+ENTRY_OPEN = """
+void cg_entry(const float* const* in, float* const* out, const float* w, float* s, int nthreads) {
+  cg_want = nthreads;
+"""
 
 @dataclass(frozen=True)
 class Program:
@@ -82,7 +78,6 @@ def generate(model: ir.Model, target: Target, threads: int | None = None, machin
     graph = assign_layout(translate(model))
     kernels = fuse(graph)
     ctx = Context(target, graph.inputs, graph.outputs)
-    variants = _Kernels()
     most = threads or os.cpu_count() or 1
     machine = machine or host_machine(target)
     works = [kernel_work(k, target.vector_floats) for k in kernels]
@@ -102,7 +97,7 @@ def generate(model: ir.Model, target: Target, threads: int | None = None, machin
                 ctx.op_threads = choice.threads
                 ctx.body.append(f"  /* {_describe(kernel)} */")
                 ctx.body.append(f"  cg_op_threads = {choice.threads};")
-                _emit(ctx, kernel, variants)
+                _emit(ctx, kernel)
                 ctx.body.append(f"  cg_tick({index});")
             cases.append(ctx.body[mark:])
         if stage.concurrent:
@@ -165,7 +160,7 @@ def kernel_work(kernel: Kernel, vector: int) -> Work:
         rows, cols = math.prod(out.shape[:-1]), out.shape[-1]
         nv, p = choose_tile(cols, rows, vector, depth)
         return Work(2.0 * rows * cols * depth, moved, -(-cols // (nv * vector)) * -(-rows // p), gemm=True)
-    if isinstance(core, g.Pool) and core.window is not None:
+    if isinstance(core, Pool) and core.window is not None:
         phys = out.physical_shape
         return Work(float(out.size * math.prod(core.window.kernel)), moved, math.prod(phys[:-2]), gemm=False)
     # Elementwise chains, data movement, reductions: a few flops per element, split in 4096-element blocks.
@@ -197,35 +192,10 @@ def _kind(kernel: Kernel) -> str:
     return f"{core}{' -> ' + steps if steps else ''}"
 
 
-def _emit(ctx: Context, kernel: Kernel, variants: _Kernels) -> None:
-    core = kernel.core
-    if core is None:
-        emit_elementwise(ctx, kernel)
-    elif isinstance(core, g.Conv):
-        emit_conv(ctx, kernel, variants)
-    elif isinstance(core, g.MatMul):
-        emit_matmul(ctx, kernel, variants)
-    elif isinstance(core, g.Pool):
-        emit_pool(ctx, core)
-    elif isinstance(core, g.GlobalAveragePool):
-        emit_global_average(ctx, core)
-    elif isinstance(core, g.Softmax):
-        emit_softmax(ctx, core)
-    elif isinstance(core, g.LayerNorm):
-        emit_layernorm(ctx, core)
-    elif isinstance(core, g.ReduceMean):
-        emit_reduce_mean(ctx, core)
-    elif isinstance(core, g.Transpose):
-        emit_transpose(ctx, core)
-    elif isinstance(core, g.Concat):
-        emit_concat(ctx, core, kernel.in_place)
-    elif isinstance(core, g.Lrn):
-        emit_lrn(ctx, core)
-    elif isinstance(core, g.Slice):
-        emit_slice(ctx, core)
-    elif isinstance(core, g.Pad):
-        emit_pad(ctx, core)
-    elif isinstance(core, g.Copy):
-        emit_copy(ctx, core)
-    else:
-        raise AssertionError(f"no emitter for {type(core).__name__}")
+def _emit(ctx: Context, kernel: Kernel) -> None:
+    """The kernel's C, by its core op's entry in the op table (an elementwise loop when it has none)."""
+    op = type(kernel.core) if kernel.core is not None else g.Elementwise
+    emit = KERNEL_OPS[op].emit
+    if emit is None:
+        raise AssertionError(f"no emitter for {op.__name__}")  # views never reach emission
+    emit(ctx, kernel)

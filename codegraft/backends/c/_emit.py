@@ -9,6 +9,7 @@ allocated once per loaded partition.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -49,6 +50,17 @@ class Context:
     _buffers: dict[str, _Buffer] = field(default_factory=dict)
     _scratch_syms: dict[int, str] = field(default_factory=dict)
     _counter: int = 0
+    _defined: set[str] = field(default_factory=set)
+
+    def define_once(self, name: str, source: Callable[[], str]) -> str:
+        """``name``, after adding ``source()`` to the functions the first time ``name`` is asked for.
+
+        For C shared by several kernels of a partition (a micro-kernel variant, say).
+        """
+        if name not in self._defined:
+            self._defined.add(name)
+            self.functions.append(source())
+        return name
 
     def name(self, prefix: str) -> str:
         """A fresh C identifier."""

@@ -2,7 +2,10 @@
 
 NOTE: the ONNX graph is translated into these few typed ops (``_translate.py``) so that the later
 steps - layout (``_layout.py``), fusion (``_fuse.py``), memory planning and C emission -
-deal with one shape of data instead of every ONNX attribute spelling.  A tensor has a
+deal with one shape of data instead of every ONNX attribute spelling.  The ops here are the
+ones those steps build or recognise (fusion's anchors and elementwise steps, the translator's
+views, layout's transposes and copies, Concat slots); every other op is declared by its
+family in ``ops/``, next to its lowering and emitter.  A tensor has a
 *logical* shape (ONNX's) and a physical axis order ``perm``: ``perm = (0, 2, 3, 1)``
 stores a logical NCHW tensor as NHWC in memory.
 """
@@ -61,6 +64,15 @@ def same_memory_order(shape: tuple[int, ...], perm_a: tuple[int, ...], perm_b: t
     return keep_a == keep_b
 
 
+def row_major_strides(shape: tuple[int, ...]) -> list[int]:
+    """Strides (in elements) of a contiguous row-major array of ``shape``."""
+    strides, step = [0] * len(shape), 1
+    for axis in reversed(range(len(shape))):
+        strides[axis] = step
+        step *= shape[axis]
+    return strides
+
+
 def channels_last(rank: int) -> tuple[int, ...]:
     """The physical order that stores logical N, C, spatial... as N, spatial..., C."""
     return (0, *range(2, rank), 1)
@@ -86,13 +98,19 @@ class Op:
 
 
 @dataclass(eq=False)
-class Conv(Op):
+class SpatialOp(Op):
+    """An op on images that runs on channels-last data (Conv, the pools)."""
+
+    native_nhwc: bool = False  # the codegraft.nhwc form: logical shapes are already NHWC
+
+
+@dataclass(eq=False)
+class Conv(SpatialOp):
     """Convolution on channels-last data; ``weight`` is ``[M, k..., C/group]`` (OHWI)."""
 
     weight: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float32))
     group: int = 1
     window: Window | None = None
-    native_nhwc: bool = False  # the codegraft.nhwc form: logical shapes are already NHWC
 
 
 @dataclass(eq=False)
@@ -105,66 +123,10 @@ class MatMul(Op):
 
 @dataclass(eq=False)
 class Elementwise(Op):
-    """One elementwise op (``kind`` as in ``_ops_elementwise.EXPRESSIONS``) with broadcasting."""
+    """One elementwise op (``kind``: a key of ``ops/elementwise.EXPRESSIONS``) with broadcasting."""
 
     kind: str = ""
     params: tuple[float, ...] = ()
-
-
-@dataclass(eq=False)
-class Pool(Op):
-    """Max or average pooling on channels-last data."""
-
-    kind: str = "max"  # "max" | "avg"
-    window: Window | None = None
-    count_include_pad: bool = False
-    native_nhwc: bool = False
-
-
-@dataclass(eq=False)
-class GlobalAveragePool(Op):
-    """Mean over the spatial axes of channels-last data."""
-
-    native_nhwc: bool = False
-
-
-@dataclass(eq=False)
-class Softmax(Op):
-    """Softmax (or LogSoftmax) over the middle of ``[outer, n, inner]`` (logical order)."""
-
-    outer: int = 1
-    n: int = 1
-    inner: int = 1
-    log: bool = False
-
-
-@dataclass(eq=False)
-class LayerNorm(Op):
-    """LayerNormalization of ``[outer, n]`` rows (plain layout): ``scale``/``bias`` hold ``n`` floats."""
-
-    outer: int = 1
-    n: int = 1
-    epsilon: float = 1e-5
-    scale: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float32))
-    bias: np.ndarray | None = None
-
-
-@dataclass(eq=False)
-class ReduceMean(Op):
-    """Mean (or, with ``mean=False``, sum) over ``axes`` (logical order)."""
-
-    axes: tuple[int, ...] = ()
-    mean: bool = True
-
-
-@dataclass(eq=False)
-class Lrn(Op):
-    """Local response normalisation across channels (logical axis 1), in any layout."""
-
-    size: int = 1
-    alpha: float = 1e-4
-    beta: float = 0.75
-    bias: float = 1.0
 
 
 @dataclass(eq=False)
@@ -179,22 +141,6 @@ class Transpose(Op):
     """Physical transpose: output physical axis ``i`` is input physical axis ``perm[i]``."""
 
     perm: tuple[int, ...] = ()
-
-
-@dataclass(eq=False)
-class Slice(Op):
-    """``out[i] = in[start + i * step]`` per logical axis (plain layout); also Split's parts."""
-
-    starts: tuple[int, ...] = ()
-    steps: tuple[int, ...] = ()
-
-
-@dataclass(eq=False)
-class Pad(Op):
-    """Constant padding: ``out`` is ``value`` with ``in`` placed at offset ``begins``."""
-
-    begins: tuple[int, ...] = ()
-    value: float = 0.0
 
 
 @dataclass(eq=False)

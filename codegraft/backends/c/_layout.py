@@ -1,6 +1,7 @@
 """Layout: choose each tensor's physical order; insert transposes only where orders disagree.
 
-NOTE: convolutions and pools run on channels-last data (``NHWC``).  Standard ONNX Conv
+NOTE: each op's rule is declared with it in the op table (``ops/``, :class:`Layout`).
+Convolutions and pools run on channels-last data (``NHWC``).  Standard ONNX Conv
 reads logical NCHW, so its input is stored with ``perm = (0, 2, 3, 1)``; ops in the
 ``codegraft.nhwc`` domain are already logically NHWC and need nothing.  Elementwise ops
 and Concat follow their inputs' order, so a chain Conv -> BN -> Relu -> Conv stays
@@ -12,6 +13,7 @@ e.g. NCHW -> NHWC after a global pool) becomes a view, not a copy.
 from __future__ import annotations
 
 from codegraft.backends.c import _graph as g
+from codegraft.backends.c.ops import KERNEL_OPS, Layout
 
 
 class _Layouter:
@@ -42,30 +44,35 @@ class _Layouter:
 
 
 def assign_layout(graph: g.Graph) -> g.Graph:
-    """Set ``perm`` on every tensor and return the graph with the needed transposes."""
+    """Set ``perm`` on every tensor and return the graph with the needed transposes.
+
+    Each op's rule is its entry's :class:`~codegraft.backends.c.ops.Layout` in the op table.
+    """
     lay = _Layouter()
     for op in graph.ops:
-        if isinstance(op, g.Conv | g.Pool | g.GlobalAveragePool):
+        rule = KERNEL_OPS[type(op)].layout
+        if rule is Layout.CHANNELS_LAST:
+            assert isinstance(op, g.SpatialOp)
             rank = len(op.out.shape)
             perm = tuple(range(rank)) if op.native_nhwc else g.channels_last(rank)
             op.inputs = [lay.as_perm(op.inputs[0], perm)]
             op.out.perm = perm
-        elif isinstance(op, g.Elementwise):
+        elif rule is Layout.FOLLOW_INPUTS:
             _follow_inputs(lay, op, op.inputs)
-        elif isinstance(op, g.Concat):
+        elif rule is Layout.ALIGN_INPUTS:
             # Follow the first input not in plain order (usually channels-last from a Conv):
             # the others are converted, often reusing a conversion made for a Conv anyway.
             identity = tuple(range(len(op.out.shape)))
             perm = next((t.perm for t in op.inputs if t.const is None and t.perm != identity), identity)
             op.inputs = [lay.as_perm(t, perm) for t in op.inputs]
             op.out.perm = perm
-        elif isinstance(op, g.Lrn):  # works along whichever physical axis holds the channels
+        elif rule is Layout.KEEP_INPUT:
             op.out.perm = op.inputs[0].perm
-        elif isinstance(op, g.View) and op.out.shape == op.inputs[0].shape:
+        elif rule is Layout.VIEW and op.out.shape == op.inputs[0].shape:
             op.out.perm = op.inputs[0].perm  # Identity keeps any order
         else:
             op.inputs = [lay.plain(t) for t in op.inputs]
-        if isinstance(op, g.View):
+        if rule is Layout.VIEW:
             op.out.view_of = op.inputs[0]
             continue  # a view is storage sharing, not work
         lay.ops.append(op)
@@ -73,7 +80,7 @@ def assign_layout(graph: g.Graph) -> g.Graph:
     return g.Graph(graph.inputs, outputs, lay.ops)
 
 
-def _follow_inputs(lay: _Layouter, op: g.Elementwise, inputs: list[g.Tensor]) -> None:
+def _follow_inputs(lay: _Layouter, op: g.Op, inputs: list[g.Tensor]) -> None:
     rank = len(op.out.shape)
     identity = tuple(range(rank))
     perm = next((t.perm for t in inputs if t.const is None and len(t.shape) == rank and t.perm != identity), identity)

@@ -22,8 +22,8 @@ import numpy as np
 import onnx_ir as ir
 
 from codegraft.backend import Partition
-from codegraft.backends.c._support import attr_float, attr_int, attr_ints, attr_str, opset_of, present
-from codegraft.backends.c._translate import _window
+from codegraft.backends.c._node import attr_float, attr_int, attr_ints, attr_str, opset_of, present
+from codegraft.backends.c.ops._window import window_of as _window
 from codegraft.backends.dnnl._support import BINARY, COMMUTATIVE, ELTWISE, per_channel
 from codegraft.errors import CodegraftError
 

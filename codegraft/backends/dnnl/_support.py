@@ -15,24 +15,18 @@ from collections.abc import Callable, Sequence
 import onnx_ir as ir
 
 from codegraft.backend import CompositeRule, Support
-from codegraft.backends.c._support import _check_batchnorm as _check_batchnorm_constants
-from codegraft.backends.c._support import (
-    _check_clip,
-    _check_dropout,
-    _check_global_pool,
-    _check_lrn,
-    _check_pool,
-    _check_reshape,
-    _const,
-    _float_data,
-    attr_int,
-    attr_str,
-    opset_of,
-    present,
-    rank_of,
-)
-from codegraft.backends.c._support import _check_conv as _check_conv_window
-from codegraft.backends.c._support import _check_layernorm as _check_layernorm_constants
+from codegraft.backends.c._node import attr_int, attr_str, opset_of, present, rank_of
+from codegraft.backends.c._node import is_constant as _const
+from codegraft.backends.c._support import float_data as _float_data
+from codegraft.backends.c.ops.conv import check_conv as _check_conv_window
+from codegraft.backends.c.ops.elementwise import check_clip as _check_clip
+from codegraft.backends.c.ops.norm import check_batchnorm as _check_batchnorm_constants
+from codegraft.backends.c.ops.norm import check_layernorm as _check_layernorm_constants
+from codegraft.backends.c.ops.norm import check_lrn as _check_lrn
+from codegraft.backends.c.ops.pool import check_global_pool as _check_global_pool
+from codegraft.backends.c.ops.pool import check_pool as _check_pool
+from codegraft.backends.c.ops.views import check_dropout as _check_dropout
+from codegraft.backends.c.ops.views import check_reshape as _check_reshape
 from codegraft.patterns import Pattern, const, library, op, optional, var
 
 # op -> oneDNN eltwise algorithm (alpha and beta are read from the node when the op has them)

@@ -1,4 +1,4 @@
-"""Hand-written C kernels shared by every partition: the GEMM/conv driver, pools, softmax.
+"""The GEMM engine Conv, Gemm and MatMul share: tile choice, weight packing, the micro-kernel.
 
 NOTE: one register-blocked micro-kernel serves Conv, Gemm and MatMul.  It computes a tile
 of ``P`` output rows (pixels) by ``NV`` SIMD vectors of output channels, reading each input
@@ -9,44 +9,48 @@ a GEMM is the same with one tap.  Vectors are GCC vector extensions, so the same
 builds for AVX-512, AVX2 or plain SSE/NEON; the target flags pick the instructions.  Each
 tile hands its result to the partition's fused epilogue (bias, BatchNorm, activation,
 residual) before anything reaches memory.
+
+Packing happens in numpy, once per compile: the C code only ever sees weights already in
+the micro-kernel's order (``[group][block][k][NV * VW]``), so nothing is reshuffled per
+call.  The tile shape (``P`` rows x ``NV`` vectors) is chosen per op by ``_blocking.py``
+(rows from the register file, width so the weight panel stays in L2).  The parallel
+driver around each tile variant is ``gemm_driver.c``.
 """
 
 from __future__ import annotations
 
-from codegraft.backends.c._c_files import c_file, filled
+import numpy as np
 
-PRELUDE = c_file("prelude.c")
-
-
-def transpose_block(vector: int) -> str:
-    """``cg_transpose_block``: a ``VW x VW`` block transposed in registers.
-
-    Row ``i`` of the block is ``x[i * ldx ...]``; column ``j`` goes to ``y[j * ldy ...]``.
-    Each stage swaps the off-diagonal ``d x d`` sub-blocks of every ``2d x 2d`` block with
-    two-vector shuffles; log2(VW) stages make the transpose.
-    """
-    lines = [
-        "static inline void cg_transpose_block(const float* x, long ldx, float* y, long ldy) {",
-        "  vf r[VW];",
-        "  for (int i = 0; i < VW; i++) r[i] = *(const vfu*)(x + i * ldx);",
-    ]
-    d = vector // 2
-    while d >= 1:
-        low = [vector + k - d if k & d else k for k in range(vector)]
-        high = [vector + k if k & d else k + d for k in range(vector)]
-        for i in range(vector):
-            if i & d:
-                continue
-            lines.append(f"  {{ const vf a = r[{i}], b = r[{i + d}];")
-            lines.append(f"    r[{i}] = CG_SHUFFLE(a, b, {', '.join(map(str, low))});")
-            lines.append(f"    r[{i + d}] = CG_SHUFFLE(a, b, {', '.join(map(str, high))}); }}")
-        d //= 2
-    lines.append("  for (int j = 0; j < VW; j++) *(vfu*)(y + j * ldy) = r[j];")
-    lines.append("}")
-    return "\n".join(lines)
+from codegraft.backends.c._blocking import host_blocking
+from codegraft.backends.c._c_files import filled
+from codegraft.backends.c._emit import Context
 
 
-SHUFFLE = c_file("shuffle.c")  # two-vector shuffles, spelled as the compiler wants
+def choose_tile(channels: int, rows: int, vector: int, depth: int = 0) -> tuple[int, int]:
+    """``(NV, P)`` for ``channels`` outputs per group, ``rows`` output rows, ``depth`` (``_blocking.py``)."""
+    return host_blocking(vector).tile(channels, rows, depth)
+
+
+def pack_weights(weight: np.ndarray, groups: int, nv: int, vector: int) -> tuple[np.ndarray, int]:
+    """``[M, K]`` weights (row m: output channel m) as ``[groups][nmb][K][nv * vector]``."""
+    m, k = weight.shape
+    mg = m // groups
+    width = nv * vector
+    nmb = -(-mg // width)
+    packed = np.zeros((groups, nmb * width, k), np.float32)
+    packed[:, :mg, :] = weight.reshape(groups, mg, k)
+    packed = packed.reshape(groups, nmb, width, k).transpose(0, 1, 3, 2)
+    return np.ascontiguousarray(packed), nmb
+
+
+def gemm_function(ctx: Context, nv: int, p: int) -> str:
+    """The name of the ``P x NV`` GEMM driver, its C added to ``ctx`` the first time it is needed."""
+    return ctx.define_once(f"cg_gemm_{nv}_{p}", lambda: microkernel(nv, p))
+
+
+def c_longs(values: list[int]) -> str:
+    """A C initializer list: ``{1, 2, 3}``."""
+    return "{" + ", ".join(str(v) for v in values) + "}"
 
 
 def microkernel(nv: int, p: int) -> str:
@@ -76,12 +80,5 @@ def microkernel(nv: int, p: int) -> str:
     lines += ["    }", "  }"]
     lines += [f"  *(vf*)(tile + {(i * nv + j)} * VW) = a{i}_{j};" for i in range(p) for j in range(nv)]
     lines.append("}")
-    lines.append(filled("gemm_driver.c", NV=nv, P=p))
+    lines.append(filled("ops/gemm_driver.c", NV=nv, P=p))
     return "\n".join(lines)
-
-
-
-ENTRY_OPEN = """
-void cg_entry(const float* const* in, float* const* out, const float* w, float* s, int nthreads) {
-  cg_want = nthreads;
-"""

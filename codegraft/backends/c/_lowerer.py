@@ -1,0 +1,107 @@
+"""What a lowering builds with: tensors of the backend's graph, constants, elementwise ops, views.
+
+NOTE: each op family's lowering (``ops/``) turns one ONNX node into the backend's ops through a
+:class:`Lowerer`; ``_translate.py`` walks the partition and picks the lowering from the table.
+Shapes are computed here from the partition's concrete input shapes, not read from the
+model's value infos, because ``codegraft.nhwc`` ops are unknown to ONNX shape inference.
+Ops on constants only are folded as they are built.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+import onnx_ir as ir
+
+from codegraft.backends.c import _graph as g
+from codegraft.errors import CodegraftError
+
+
+class LoweringError(CodegraftError):
+    """A partition the C backend cannot compile (names the node and why)."""
+
+
+# Elementwise kinds computed in numpy when every operand is a constant.
+_FOLD: dict[str, Callable[..., np.ndarray]] = {
+    "add": np.add,
+    "sub": np.subtract,
+    "mul": np.multiply,
+    "div": np.divide,
+}
+
+
+class Lowerer:
+    """The backend's graph being built: ONNX values bound to tensors, and the ops so far."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, g.Tensor] = {}
+        self.ops: list[g.Op] = []
+        self.counter = 0
+
+    # -- tensors -------------------------------------------------------------------------
+    def tensor(self, value: ir.Value | None) -> g.Tensor:
+        if value is None:
+            raise LoweringError("a required input is missing")
+        found = self.values.get(value.name or "")
+        if found is not None:
+            return found
+        if value.const_value is not None:
+            array = np.asarray(value.const_value.numpy())
+            tensor = g.Tensor(value.name or self.fresh("const"), tuple(array.shape), const=array)
+            self.values[tensor.name] = tensor
+            return tensor
+        raise LoweringError(f"value {value.name!r} is used before it is produced")
+
+    def known(self, value: ir.Value | None, what: str) -> np.ndarray:
+        """The constant ``value`` is at compile time (a ``what``: indices, a condition, a shape)."""
+        const = self.tensor(value).const
+        if const is None:
+            raise LoweringError(f"the {what} is not known at compile time")
+        return const
+
+    def fresh(self, hint: str) -> str:
+        self.counter += 1
+        return f"_{hint}{self.counter}"
+
+    def const(self, array: np.ndarray | np.floating, hint: str = "const") -> g.Tensor:
+        array = np.asarray(array, dtype=np.float32)
+        return g.Tensor(self.fresh(hint), tuple(array.shape), const=array)
+
+    def folded(self, array: np.ndarray) -> g.Tensor:
+        """A constant computed at compile time, its dtype kept (shape arithmetic is int64)."""
+        array = np.asarray(array)
+        return g.Tensor(self.fresh("folded"), tuple(array.shape), const=array)
+
+    def per_channel(self, values: np.ndarray, rank: int, native: bool) -> g.Tensor:
+        """A ``[C]`` constant that broadcasts over the channel axis of an NCHW (or native NHWC) tensor."""
+        shape = (len(values),) if native else (len(values), *([1] * (rank - 2)))
+        return self.const(values.reshape(shape))
+
+    def new(self, shape: tuple[int, ...], hint: str = "t") -> g.Tensor:
+        return g.Tensor(self.fresh(hint), tuple(int(d) for d in shape))
+
+    def bind(self, value: ir.Value, tensor: g.Tensor) -> None:
+        self.values[value.name or ""] = tensor
+
+    # -- building blocks -----------------------------------------------------------------
+    def elementwise(self, kind: str, inputs: list[g.Tensor], params: tuple[float, ...] = ()) -> g.Tensor:
+        if all(t.const is not None for t in inputs) and kind in _FOLD:
+            return self.const(_FOLD[kind](*[t.const for t in inputs]))  # type: ignore[misc]
+        shape = np.broadcast_shapes(*[t.shape for t in inputs])
+        out = self.new(shape)
+        self.ops.append(g.Elementwise(list(inputs), out, kind=kind, params=params))
+        return out
+
+    def broadcast_to(self, x: g.Tensor, shape: tuple[int, ...]) -> g.Tensor:
+        return self.elementwise("add", [x, self.const(np.zeros(shape, np.float32))])
+
+    def view(self, x: g.Tensor, shape: tuple[int, ...]) -> g.Tensor:
+        if math.prod(shape) != x.size:
+            raise LoweringError(f"cannot view {x.shape} as {shape}")
+        if x.const is not None:
+            return self.const(x.const.reshape(shape))
+        out = self.new(shape)
+        self.ops.append(g.View([x], out))
+        return out

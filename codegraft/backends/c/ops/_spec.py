@@ -1,0 +1,86 @@
+"""The records an op family fills in: one per ONNX op type, one per op of the backend's graph.
+
+An :class:`OnnxOp` says whether a node is taken (``check``: ``""`` or the reason why not) and
+what it becomes (``lower``: the backend's ops, via :class:`~codegraft.backends.c._lowerer.Lowerer`).
+A :class:`KernelOp` says, for one op class of ``_graph.py`` or of a family, in which physical
+order its tensors are kept (:class:`Layout`) and how its C is written (``emit``).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+import onnx_ir as ir
+
+from codegraft.backends.c import _graph as g
+from codegraft.backends.c._emit import Context
+from codegraft.backends.c._fuse import Kernel
+from codegraft.backends.c._lowerer import Lowerer
+
+OpT = TypeVar("OpT", bound=g.Op)
+Check = Callable[[ir.Node], str]
+Lowering = Callable[[Lowerer, ir.Node], None]
+Emitter = Callable[[Context, Kernel], None]
+
+
+def accept(node: ir.Node) -> str:
+    """The check of an op with nothing to check beyond the common ones (float32 data, no empty tensor)."""
+    return ""
+
+
+@dataclass(frozen=True)
+class OnnxOp:
+    """One ONNX op type the backend takes: why a node may not be taken, and what it becomes.
+
+    ``non_data``: inputs that are shapes, axes, indices or flags rather than float data (the
+    common float32 check skips them); ``nhwc``: also taken in the ``codegraft.nhwc`` domain.
+
+    Example::
+
+        OnnxOp("Flatten", lower=_flatten)
+        OnnxOp("Reshape", lower=_reshape, check=check_reshape, non_data=frozenset({1}))
+    """
+
+    op_type: str
+    lower: Lowering
+    check: Check = accept
+    non_data: frozenset[int] = frozenset()
+    nhwc: bool = False
+
+
+class Layout(enum.Enum):
+    """Where an op of the backend's graph wants its tensors (``_layout.py`` applies the rule)."""
+
+    PLAIN = "plain"  # inputs converted to the logical order (NCHW), output plain
+    CHANNELS_LAST = "channels-last"  # image ops: input and output NHWC (a g.SpatialOp)
+    FOLLOW_INPUTS = "follow-inputs"  # elementwise: the order of the first non-plain operand, broadcasting
+    ALIGN_INPUTS = "align-inputs"  # Concat: every input converted to the first non-plain one's order
+    KEEP_INPUT = "keep-input"  # input untouched, output in its order (works along any channel axis)
+    VIEW = "view"  # no code: the output shares the input's bytes (plain unless the shape is unchanged)
+
+
+@dataclass(frozen=True)
+class KernelOp:
+    """One op class of the backend's graph: its layout rule and its C emitter.
+
+    ``emit`` is ``None`` exactly for :attr:`Layout.VIEW` (a view is storage sharing, not work).
+
+    Example::
+
+        KernelOp(Softmax, Layout.PLAIN, emit_softmax)
+    """
+
+    op: type[g.Op]
+    layout: Layout
+    emit: Emitter | None
+
+
+
+def core_of(kernel: Kernel, op_class: type[OpT]) -> OpT:
+    """The kernel's core op, which is an ``op_class`` (the table calls an emitter only for its own class)."""
+    core = kernel.core
+    assert isinstance(core, op_class), f"{op_class.__name__}'s emitter called on {type(core).__name__}"
+    return core

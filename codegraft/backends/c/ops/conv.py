@@ -1,0 +1,145 @@
+"""Conv (1-D and 2-D, groups, depthwise, strides, pads, dilations) on channels-last data.
+
+NOTE: a Conv becomes the backend's ``g.Conv`` (weights reordered to OHWI once, at compile
+time) plus an elementwise Add for its bias, which fusion turns into part of the epilogue.
+A depthwise Conv gets a kernel specialised per layer (``depthwise.py``); every other one
+runs on the shared GEMM engine (``gemm.py``), reading kernel taps straight from the padded
+channels-last input.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+
+from codegraft.backends.c import _graph as g
+from codegraft.backends.c._blocking import host_blocking
+from codegraft.backends.c._emit import Context
+from codegraft.backends.c._fuse import Kernel
+from codegraft.backends.c._lowerer import Lowerer, LoweringError
+from codegraft.backends.c._node import NHWC_DOMAIN, attr_int, is_constant, present
+from codegraft.backends.c.ops._spec import KernelOp, Layout, OnnxOp, core_of
+from codegraft.backends.c.ops._window import check_window, join_layout, split_layout, window_of
+from codegraft.backends.c.ops.depthwise import DepthwiseShape, depthwise_function
+from codegraft.backends.c.ops.elementwise import emit_epilogue
+from codegraft.backends.c.ops.gemm import c_longs, choose_tile, gemm_function, pack_weights
+
+
+def check_conv(node: ir.Node) -> str:
+    weight = present(node, 1)
+    if not is_constant(weight):
+        return "the weight must be a constant initializer"
+    assert weight is not None and weight.const_value is not None
+    weight_dims = _dims(weight.const_value)
+    rank = len(weight_dims)
+    if rank not in (3, 4):
+        return f"{rank - 2}-D convolution is not supported (only 1-D and 2-D)"
+    bias = present(node, 2)
+    if bias is not None and not is_constant(bias):
+        return "the bias must be a constant initializer"
+    return check_window(node, rank - 2, weight_dims)
+
+
+def _dims(tensor: ir.TensorProtocol) -> tuple[int, ...]:
+    """A constant's dimensions.  (onnx-ir builds a new ``Shape`` each time a tensor read from
+    a proto is asked for its shape: a tenth of ``supports`` on a Conv; the proto has them.)"""
+    if isinstance(tensor, ir.serde.TensorProtoTensor):
+        return tuple(tensor.raw.dims)
+    return tuple(tensor.shape.numpy())
+
+
+def _conv(lw: Lowerer, node: ir.Node) -> None:
+    native = node.domain == NHWC_DOMAIN
+    x = lw.tensor(node.inputs[0])
+    w = lw.tensor(node.inputs[1])
+    assert w.const is not None
+    weight = w.const.astype(np.float32)
+    if not native:  # OIHW -> OHWI
+        weight = np.moveaxis(weight, 1, -1)
+    n, c, spatial = split_layout(x, native)
+    group = attr_int(node, "group", 1)
+    m, cg = weight.shape[0], weight.shape[-1]
+    if c != cg * group or m % group:
+        raise LoweringError(f"channels {c} do not match weight {w.shape} with group={group}")
+    window, out_spatial = window_of(node, spatial, tuple(weight.shape[1:-1]), ceil=False)
+    out = lw.new(join_layout(n, m, out_spatial, native))
+    lw.ops.append(g.Conv([x], out, weight=np.ascontiguousarray(weight), group=group, window=window, native_nhwc=native))
+    bias = present(node, 2)
+    if bias is not None:
+        b = lw.tensor(bias)
+        assert b.const is not None
+        out = lw.elementwise("add", [out, lw.per_channel(b.const.astype(np.float32), len(out.shape), native)])
+    lw.bind(node.outputs[0], out)
+
+
+def emit_conv(ctx: Context, kernel: Kernel) -> None:
+    conv = core_of(kernel, g.Conv)
+    assert conv.window is not None
+    x = conv.inputs[0]
+    phys_in, phys_out = x.physical_shape, kernel.out.physical_shape
+    n, c = phys_in[0], phys_in[-1]
+    spatial, out_spatial = list(phys_in[1:-1]), list(phys_out[1:-1])
+    win = conv.window
+    kernel_dims, strides, dilations = list(win.kernel), list(win.strides), list(win.dilations)
+    pads_b, pads_e = list(win.pads_begin), list(win.pads_end)
+    if len(spatial) == 1:  # 1-D: a 2-D conv with one row
+        spatial, out_spatial = [1, *spatial], [1, *out_spatial]
+        kernel_dims, strides, dilations = [1, *kernel_dims], [1, *strides], [1, *dilations]
+        pads_b, pads_e = [0, *pads_b], [0, *pads_e]
+    h, w_ = spatial
+    hp, wp = h + pads_b[0] + pads_e[0], w_ + pads_b[1] + pads_e[1]
+    m = phys_out[-1]
+    group = conv.group
+    cg, mg = c // group, m // group
+    taps = [
+        (i * dilations[0] * wp + j * dilations[1]) * c for i in range(kernel_dims[0]) for j in range(kernel_dims[1])
+    ]
+    ep = emit_epilogue(ctx, kernel)
+    src = ctx.ptr(x)
+    weight = conv.weight.reshape(m, -1)  # OHWI: row m is (kh, kw, c) in tap order
+    if kernel.slot is None:
+        y, ldy = ctx.ptr(kernel.out), m
+    else:  # write our channels straight into the Concat's output
+        target, first = kernel.slot
+        y, ldy = f"({ctx.ptr(target)} + {first})", target.physical_shape[-1]
+    if cg == 1 and mg == 1:  # depthwise (never given a Concat slot, see _fuse.py)
+        assert kernel.slot is None
+        shape = DepthwiseShape(n, h, w_, c, out_spatial[0], out_spatial[1], kernel_dims[0], kernel_dims[1],
+                               strides[0], strides[1], dilations[0], dilations[1], pads_b[0], pads_b[1])
+        fn = ctx.name("dw")
+        ctx.functions.append(depthwise_function(fn, shape, ep, ctx.target.vector_floats))
+        dw = ctx.weight(np.ascontiguousarray(weight.T))
+        ctx.body.append(f"  {fn}({src}, {dw}, {y}, {ep}_ops);")
+        return
+    if any(pads_b) or any(pads_e):
+        padded = ctx.temp(n * hp * wp * c)
+        ctx.body.append(f"  cg_pad({src}, {padded}, {n}, {h}, {w_}, {c}, {pads_b[0]}, {pads_b[1]}, {hp}, {wp});")
+        src = padded
+    run = cg
+    if group == 1 and dilations[1] == 1:
+        # A kernel row's taps are adjacent in channels-last memory: read them as one run of
+        # kw * C values (same order as the packed weights), so the inner loop is long even
+        # for 3-channel images.
+        taps, run = [i * dilations[0] * wp * c for i in range(kernel_dims[0])], kernel_dims[1] * c
+    tap_sym = ctx.name("tap")
+    ctx.body.append(f"  static const long {tap_sym}[] = {c_longs(taps)};")
+    rows = n * out_spatial[0] * out_spatial[1]
+    nv, p = choose_tile(mg, rows, ctx.target.vector_floats, len(taps) * run)
+    packed, nmb = pack_weights(weight, group, nv, ctx.target.vector_floats)
+    wsym = ctx.weight(packed)
+    driver = gemm_function(ctx, nv, p)
+    per_task = host_blocking(ctx.target.vector_floats).tiles_per_task(
+        -(-rows // p), group * nmb, p, nv * ctx.target.vector_floats, len(taps) * run, ctx.op_threads)
+    job = ctx.name("job")
+    ctx.body.append(
+        f"  {{ const cg_gemm_t {job} = {{{src}, {c}, 1, {run}, {n}, {hp}, {wp}, {out_spatial[0]}, {out_spatial[1]}, "
+        f"{strides[0]}, {strides[1]}, {len(taps)}, {tap_sym}, {group}, {mg}, {nmb}, {wsym}, {y}, {ldy}, 0, "
+        f"{ep}, {ep}_ops, {per_task}}};\n    {driver}(&{job}); }}"
+    )
+
+
+# -- the family's entries in the op table ----------------------------------------------------------
+
+
+ONNX = (OnnxOp("Conv", _conv, check_conv, nhwc=True),)
+KERNELS = (KernelOp(g.Conv, Layout.CHANNELS_LAST, emit_conv),)

@@ -1,0 +1,413 @@
+"""Data movement: Concat, Slice, Split, Pad, Transpose, Gather, and the copies layout adds.
+
+NOTE: Concat copies each input's chunk along the physical axis (a Conv feeding a
+channels-last Concat writes its slice in place instead, see ``_fuse.py``); Transpose merges
+axes, then transposes ``VW x VW`` tiles in registers (``cg_transpose_block``, built from
+``shuffle.c``'s two-vector shuffles); Slice and Pad are nested loops generated per shape.
+Gather with indices known at compile time is slices and a Concat.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import onnx_ir as ir
+
+from codegraft.backends.c import _graph as g
+from codegraft.backends.c._c_files import c_file
+from codegraft.backends.c._emit import Context
+from codegraft.backends.c._fuse import Kernel
+from codegraft.backends.c._lowerer import Lowerer, LoweringError
+from codegraft.backends.c._node import (
+    attr_float,
+    attr_int,
+    attr_ints,
+    attr_str,
+    const_ints,
+    is_constant,
+    known_at_compile_time,
+    opset_of,
+    present,
+    rank_of,
+)
+from codegraft.backends.c.ops._spec import KernelOp, Layout, OnnxOp, core_of
+from codegraft.backends.c.ops.elementwise import c_float
+
+SHUFFLE = c_file("ops/shuffle.c")  # two-vector shuffles, spelled as the compiler wants
+
+
+# -- Concat ----------------------------------------------------------------------------------------
+
+
+def _concat(lw: Lowerer, node: ir.Node) -> None:
+    inputs = [lw.tensor(v) for v in node.inputs if v is not None]
+    rank = len(inputs[0].shape)
+    axis = attr_int(node, "axis", 1) % rank
+    inputs = [t for t in inputs if t.shape[axis] != 0]
+    if all(t.const is not None for t in inputs):
+        lw.bind(node.outputs[0], lw.const(np.concatenate([t.const for t in inputs], axis=axis)))  # type: ignore[misc]
+        return
+    shape = list(inputs[0].shape)
+    shape[axis] = sum(t.shape[axis] for t in inputs)
+    out = lw.new(tuple(shape))
+    lw.ops.append(g.Concat(inputs, out, axis=axis))
+    lw.bind(node.outputs[0], out)
+
+
+def emit_concat(ctx: Context, kernel: Kernel) -> None:
+    """Copy each input's chunk into place along the physical concat axis (``in_place``: already there)."""
+    op = core_of(kernel, g.Concat)
+    in_place = kernel.in_place
+    out = op.out
+    axis = out.perm.index(op.axis)
+    phys = out.physical_shape
+    outer = math.prod(phys[:axis])
+    out_chunk = math.prod(phys[axis:])
+    offset = 0
+    y = ctx.ptr(out)
+    for index, tensor in enumerate(op.inputs):
+        chunk = math.prod(tensor.physical_shape[axis:])
+        if index in in_place:
+            offset += chunk
+            continue
+        ctx.body.append(
+            f"  for (long o = 0; o < {outer}; o++) memcpy({y} + o * {out_chunk} + {offset}, "
+            f"{ctx.ptr(tensor)} + o * {chunk}, {chunk * 4});"
+        )
+        offset += chunk
+
+
+# -- Slice and Split (Split's parts are slices) ----------------------------------------------------
+
+
+@dataclass(eq=False)
+class Slice(g.Op):
+    """``out[i] = in[start + i * step]`` per logical axis (plain layout); also Split's parts."""
+
+    starts: tuple[int, ...] = ()
+    steps: tuple[int, ...] = ()
+
+
+def _check_slice(node: ir.Node) -> str:
+    bounds = [present(node, i) for i in range(1, 5)]
+    if opset_of(node) >= 10 and any(v is not None and not is_constant(v) for v in bounds):
+        return "starts, ends, axes and steps must be constants"
+    if rank_of(node.inputs[0]) is None:
+        return "the input rank is unknown"
+    return ""
+
+
+def _slice_op(lw: Lowerer, x: g.Tensor, bounds: dict[int, tuple[int, int, int]]) -> g.Tensor:
+    """``x`` sliced on some axes: axis -> (start, end, step) with numpy semantics."""
+    starts, steps, shape = [], [], []
+    for axis, dim in enumerate(x.shape):
+        start, end, step = bounds.get(axis, (0, dim, 1))
+        chosen = range(*slice(start, end, step).indices(dim))
+        starts.append(chosen.start if len(chosen) else 0)
+        steps.append(step)
+        shape.append(len(chosen))
+    if x.const is not None:
+        index = tuple(slice(*slice(*bounds.get(a, (0, d, 1))).indices(d)) for a, d in enumerate(x.shape))
+        return lw.const(x.const[index])
+    out = lw.new(tuple(shape))
+    lw.ops.append(Slice([x], out, starts=tuple(starts), steps=tuple(steps)))
+    return out
+
+
+def _slice(lw: Lowerer, node: ir.Node) -> None:
+    x = lw.tensor(node.inputs[0])
+    rank = len(x.shape)
+    if opset_of(node) < 10:
+        starts, ends = attr_ints(node, "starts") or [], attr_ints(node, "ends") or []
+        axes, steps = attr_ints(node, "axes"), None
+    else:
+        starts, ends = const_ints(node, 1) or [], const_ints(node, 2) or []
+        axes, steps = const_ints(node, 3), const_ints(node, 4)
+    axes = axes if axes is not None else list(range(len(starts)))
+    steps = steps if steps is not None else [1] * len(starts)
+    bounds = {a % rank: (b, e, st) for a, b, e, st in zip(axes, starts, ends, steps, strict=True)}
+    lw.bind(node.outputs[0], _slice_op(lw, x, bounds))
+
+
+def emit_slice(ctx: Context, kernel: Kernel) -> None:
+    """Strided gather as nested loops (plain layouts)."""
+    op = core_of(kernel, Slice)
+    x, out = op.inputs[0], op.out
+    in_strides, out_strides = g.row_major_strides(x.shape), g.row_major_strides(out.shape)
+    base = sum(s * st for s, st in zip(op.starts, in_strides, strict=True))
+    steps = [op.steps[a] * in_strides[a] for a in range(len(out.shape))]
+    _copy_loops(ctx, "slice", op, out.shape, src=(base, steps), dst=(0, out_strides))
+
+
+def _copy_loops(
+    ctx: Context, prefix: str, op: g.Op, loops: tuple[int, ...], src: tuple[int, list[int]],
+    dst: tuple[int, list[int]], fill: str = "",
+) -> None:
+    """``y[dst] = x[src]`` in nested loops over ``loops`` (after the ``fill`` line, if any).
+
+    ``src`` and ``dst`` are (base offset, stride per loop) into ``op``'s input and output.
+    """
+    fn = ctx.name(prefix)
+    lines = [f"static void {fn}(const float* x, float* y) {{", *([fill] if fill else [])]
+    indent = "  "
+    for axis, size in enumerate(loops):
+        lines.append(f"{indent}for (long d{axis} = 0; d{axis} < {size}; d{axis}++)")
+        indent += "  "
+    at = {name: " + ".join([str(base)] + [f"d{a} * {s}" for a, s in enumerate(strides)])
+          for name, (base, strides) in (("src", src), ("dst", dst))}
+    lines.append(f"{indent}y[{at['dst']}] = x[{at['src']}];")
+    lines.append("}")
+    ctx.functions.append("\n".join(lines))
+    ctx.body.append(f"  {fn}({ctx.ptr(op.inputs[0])}, {ctx.ptr(op.out)});")
+
+
+def _check_split(node: ir.Node) -> str:
+    if opset_of(node) >= 13 and present(node, 1) is not None and not is_constant(present(node, 1)):
+        return "the split input must be a constant"
+    if rank_of(node.inputs[0]) is None:
+        return "the input rank is unknown"
+    return ""
+
+
+def _split(lw: Lowerer, node: ir.Node) -> None:
+    x = lw.tensor(node.inputs[0])
+    axis = attr_int(node, "axis", 0) % len(x.shape)
+    sizes = attr_ints(node, "split") if opset_of(node) < 13 else const_ints(node, 1)
+    count = len(node.outputs)
+    if not sizes:
+        chunk = -(-x.shape[axis] // count)
+        sizes = [min(chunk, x.shape[axis] - i * chunk) for i in range(count)]
+    start = 0
+    for value, size in zip(node.outputs, sizes, strict=True):
+        lw.bind(value, _slice_op(lw, x, {axis: (start, start + size, 1)}))
+        start += size
+
+
+# -- Pad (constant) --------------------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class Pad(g.Op):
+    """Constant padding: ``out`` is ``value`` with ``in`` placed at offset ``begins``."""
+
+    begins: tuple[int, ...] = ()
+    value: float = 0.0
+
+
+def _check_pad(node: ir.Node) -> str:
+    mode = attr_str(node, "mode", "constant")
+    if mode != "constant":
+        return f"mode={mode} is not supported (only constant)"
+    if opset_of(node) >= 11:
+        if not is_constant(present(node, 1)) or (present(node, 2) is not None and not is_constant(present(node, 2))):
+            return "pads and constant_value must be constants"
+        if present(node, 3) is not None:
+            return "the axes input is not supported"
+        pads = [int(v) for v in present(node, 1).const_value.numpy().reshape(-1)]  # type: ignore[union-attr]
+    else:
+        pads = attr_ints(node, "pads") or []
+    if any(p < 0 for p in pads):
+        return "negative pads (cropping) are not supported"
+    return ""
+
+
+def _pad(lw: Lowerer, node: ir.Node) -> None:
+    x = lw.tensor(node.inputs[0])
+    rank = len(x.shape)
+    if opset_of(node) < 11:
+        pads, value = attr_ints(node, "pads") or [0] * (2 * rank), attr_float(node, "value", 0.0)
+    else:
+        pads = const_ints(node, 1) or [0] * (2 * rank)
+        fill = present(node, 2)
+        value = 0.0 if fill is None or fill.const_value is None else float(fill.const_value.numpy().reshape(-1)[0])
+    begins, ends = pads[:rank], pads[rank:]
+    shape = tuple(d + b + e for d, b, e in zip(x.shape, begins, ends, strict=True))
+    out = lw.new(shape)
+    lw.ops.append(Pad([x], out, begins=tuple(begins), value=value))
+    lw.bind(node.outputs[0], out)
+
+
+def emit_pad(ctx: Context, kernel: Kernel) -> None:
+    """Fill with the constant, then copy the input's rows into place (plain layouts)."""
+    op = core_of(kernel, Pad)
+    x, out = op.inputs[0], op.out
+    in_strides, out_strides = g.row_major_strides(x.shape), g.row_major_strides(out.shape)
+    base = sum(b * st for b, st in zip(op.begins, out_strides, strict=True))
+    fill = f"  for (long i = 0; i < {out.size}; i++) y[i] = {c_float(op.value)};"
+    _copy_loops(ctx, "pad", op, x.shape, src=(0, in_strides), dst=(base, out_strides), fill=fill)
+
+
+# -- Transpose (and layout's conversions) ----------------------------------------------------------
+
+
+def _transpose(lw: Lowerer, node: ir.Node) -> None:
+    x = lw.tensor(node.inputs[0])
+    perm = tuple(attr_ints(node, "perm") or reversed(range(len(x.shape))))
+    if x.const is not None:
+        lw.bind(node.outputs[0], lw.const(np.transpose(x.const, perm)))
+        return
+    out = lw.new(tuple(x.shape[p] for p in perm))
+    lw.ops.append(g.Transpose([x], out, perm=perm))
+    lw.bind(node.outputs[0], out)
+
+
+def transpose_block(vector: int) -> str:
+    """``cg_transpose_block``: a ``VW x VW`` block transposed in registers.
+
+    Row ``i`` of the block is ``x[i * ldx ...]``; column ``j`` goes to ``y[j * ldy ...]``.
+    Each stage swaps the off-diagonal ``d x d`` sub-blocks of every ``2d x 2d`` block with
+    two-vector shuffles; log2(VW) stages make the transpose.
+    """
+    lines = [
+        "static inline void cg_transpose_block(const float* x, long ldx, float* y, long ldy) {",
+        "  vf r[VW];",
+        "  for (int i = 0; i < VW; i++) r[i] = *(const vfu*)(x + i * ldx);",
+    ]
+    d = vector // 2
+    while d >= 1:
+        low = [vector + k - d if k & d else k for k in range(vector)]
+        high = [vector + k if k & d else k + d for k in range(vector)]
+        for i in range(vector):
+            if i & d:
+                continue
+            lines.append(f"  {{ const vf a = r[{i}], b = r[{i + d}];")
+            lines.append(f"    r[{i}] = CG_SHUFFLE(a, b, {', '.join(map(str, low))});")
+            lines.append(f"    r[{i + d}] = CG_SHUFFLE(a, b, {', '.join(map(str, high))}); }}")
+        d //= 2
+    lines.append("  for (int j = 0; j < VW; j++) *(vfu*)(y + j * ldy) = r[j];")
+    lines.append("}")
+    return "\n".join(lines)
+
+
+def _decompose(dims: list[tuple[int, int]], tiles: int, out_strides: list[int] | None = None) -> list[str]:
+    """Split task ``o`` into the tile ``ti`` and the outer axes' input/output offsets ``xo``/``yo``."""
+    lines = [f"  long rest = o, xo = 0, yo = 0; const long ti = rest % {tiles}; rest /= {tiles};"]
+    for index in reversed(range(len(dims))):
+        size, stride = dims[index]
+        out_stride = out_strides[index] if out_strides is not None else 0
+        lines.append(
+            f"  {{ const long i = rest % {size}; rest /= {size}; xo += i * {stride}; yo += i * {out_stride}; }}"
+        )
+    lines.append("  (void)ti; (void)yo; (void)rest;")
+    return lines
+
+
+def emit_transpose(ctx: Context, kernel: Kernel) -> None:
+    """Physical transpose: axes merged where possible, then a tiled 2-D transpose per batch.
+
+    Layout conversions at partition edges (NCHW <-> NHWC) are exactly ``[N][C][HW]`` <->
+    ``[N][HW][C]``; full VW x VW tiles are transposed in registers (``cg_transpose_block``),
+    the ragged edges element by element.
+    """
+    op = core_of(kernel, g.Transpose)
+    x, out = op.inputs[0], op.out
+    in_strides = g.row_major_strides(x.physical_shape)
+    dims = [(x.physical_shape[p], in_strides[p]) for p in op.perm if x.physical_shape[p] != 1]
+    merged: list[tuple[int, int]] = []
+    for size, stride in dims:
+        if merged and merged[-1][1] == stride * size:
+            merged[-1] = (merged[-1][0] * size, stride)
+        else:
+            merged.append((size, stride))
+    fn = ctx.name("transpose")
+    lines = [f"static void {fn}_task(const void* ctx, long o) {{", "  const float* x = ((const float* const*)ctx)[0];",
+             "  float* y = ((float* const*)ctx)[1];"]
+    if not merged or merged[-1][1] == 1:
+        inner = merged[-1][0] if merged else 1
+        outer_dims = merged[:-1]
+        lines += _decompose(outer_dims, 1)
+        lines.append(f"  memcpy(y + o * {inner}, x + xo, {inner * 4});")
+        tasks = math.prod(d for d, _ in outer_dims)
+    else:
+        sizes = [d for d, _ in merged]
+        out_strides = g.row_major_strides(tuple(sizes))
+        tiled = next(i for i, (_, stride) in enumerate(merged) if stride == 1)
+        last = len(merged) - 1
+        outer_dims = [m for i, m in enumerate(merged) if i not in (tiled, last)]
+        outer_out = [out_strides[i] for i in range(len(merged)) if i not in (tiled, last)]
+        tiles = -(-sizes[tiled] // ctx.target.vector_floats)
+        lines += _decompose(outer_dims, tiles, outer_out)
+        in_stride, out_stride = merged[last][1], out_strides[tiled]
+        lines.append(f"  const long a0 = ti * VW, a1 = cg_min(a0 + VW, {sizes[tiled]});")
+        lines.append(f"  for (long b0 = 0; b0 < {sizes[last]}; b0 += VW) {{")
+        lines.append(f"    const long b1 = cg_min(b0 + VW, {sizes[last]});")
+        lines.append("    if (a1 - a0 == VW && b1 - b0 == VW) {")
+        lines.append(f"      cg_transpose_block(x + xo + a0 + b0 * {in_stride}, {in_stride}, "
+                     f"y + yo + a0 * {out_stride} + b0, {out_stride});")
+        lines.append("      continue;")
+        lines.append("    }")
+        lines.append("    for (long a = a0; a < a1; a++)")
+        lines.append("      for (long b = b0; b < b1; b++)")
+        lines.append(f"        y[yo + a * {out_stride} + b] = x[xo + a + b * {in_stride}];")
+        lines.append("  }")
+        tasks = math.prod(d for d, _ in outer_dims) * tiles
+    lines.append("}")
+    lines.append(f"static void {fn}(const float* x, float* y) {{")
+    lines.append("  const void* k[2] = {x, y};")
+    if out.size > 32768:
+        lines.append(f"  cg_parallel({tasks}, {fn}_task, k);")
+    else:
+        lines.append(f"  for (long t = 0; t < {tasks}; t++) {fn}_task(k, t);")
+    lines.append("}")
+    ctx.functions.append("\n".join(lines))
+    ctx.body.append(f"  {fn}({ctx.ptr(x)}, {ctx.ptr(out)});")
+
+
+# -- Gather (indices known at compile time) --------------------------------------------------------
+
+
+_MAX_GATHER_INDICES = 64
+
+
+def _gather(lw: Lowerer, node: ir.Node) -> None:
+    """Gather with indices known at compile time: one slice per index, concatenated."""
+    x = lw.tensor(node.inputs[0])
+    indices = lw.known(node.inputs[1], "indices").astype(np.int64)
+    rank = len(x.shape)
+    axis = attr_int(node, "axis", 0) % rank
+    dim = x.shape[axis]
+    flat = [int(i) + dim if i < 0 else int(i) for i in indices.reshape(-1)]
+    if any(not 0 <= i < dim for i in flat):
+        raise LoweringError(f"indices {indices.reshape(-1).tolist()} are out of range for axis {axis} of size {dim}")
+    if len(flat) > _MAX_GATHER_INDICES:
+        raise LoweringError(f"{len(flat)} indices (at most {_MAX_GATHER_INDICES} are taken as slices)")
+    parts = [_slice_op(lw, x, {axis: (i, i + 1, 1)}) for i in flat]
+    y = parts[0]
+    if len(parts) > 1:
+        shape = list(x.shape)
+        shape[axis] = len(parts)
+        y = lw.new(tuple(shape))
+        lw.ops.append(g.Concat(parts, y, axis=axis))
+    lw.bind(node.outputs[0], lw.view(y, (*x.shape[:axis], *indices.shape, *x.shape[axis + 1 :])))
+
+
+# -- Copy (layout's: a partition output that is not written by a kernel) ---------------------------
+
+
+def emit_copy(ctx: Context, kernel: Kernel) -> None:
+    op = core_of(kernel, g.Copy)
+    ctx.body.append(f"  memcpy({ctx.ptr(op.out)}, {ctx.ptr(op.inputs[0])}, {op.out.size * 4});")
+
+
+# -- the family's entries in the op table ----------------------------------------------------------
+
+
+ONNX = (
+    OnnxOp("Concat", _concat),
+    OnnxOp("Slice", _slice, _check_slice, non_data=frozenset({1, 2, 3, 4})),
+    OnnxOp("Split", _split, _check_split, non_data=frozenset({1})),
+    OnnxOp("Pad", _pad, _check_pad, non_data=frozenset({1, 3})),
+    OnnxOp("Transpose", _transpose),
+    OnnxOp("Gather", _gather, known_at_compile_time(1, "indices"), non_data=frozenset({1})),
+)
+
+
+KERNELS = (
+    KernelOp(g.Concat, Layout.ALIGN_INPUTS, emit_concat),
+    KernelOp(Slice, Layout.PLAIN, emit_slice),
+    KernelOp(Pad, Layout.PLAIN, emit_pad),
+    KernelOp(g.Transpose, Layout.PLAIN, emit_transpose),
+    KernelOp(g.Copy, Layout.PLAIN, emit_copy),
+)

@@ -1,0 +1,337 @@
+"""Elementwise ops: each kind's C expression, the ONNX ops made of them, fused loops and epilogues.
+
+NOTE: a fused group is emitted as one loop whose body evaluates every step into a local
+``const float``; nothing between steps touches memory.  Broadcasting is resolved at
+compile time into per-operand strides over the output's physical shape; adjacent axes
+that every operand walks contiguously are merged, so the innermost loop has unit or zero
+strides and the compiler vectorises it.  The same expressions are the epilogues Conv and
+MatMul apply to each register tile (``emit_epilogue``).
+
+Adding a one-input op is one :class:`Unary` line: its C expression over ``{a}``, with the
+float attributes it reads as ``{p0}``, ``{p1}``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import onnx_ir as ir
+
+from codegraft.backends.c import _graph as g
+from codegraft.backends.c._emit import Context
+from codegraft.backends.c._fuse import Kernel, Ref, Step
+from codegraft.backends.c._lowerer import Lowerer
+from codegraft.backends.c._node import (
+    attr_float,
+    attr_str,
+    is_constant,
+    known_at_compile_time,
+    opset_of,
+    present,
+)
+from codegraft.backends.c.ops._spec import KernelOp, Layout, OnnxOp
+
+
+@dataclass(frozen=True)
+class Unary:
+    """A one-input ONNX op that is one C expression: ``{a}`` the input, ``{p0}``/``{p1}`` its float ``attributes``."""
+
+    op_type: str
+    c: str
+    attributes: tuple[tuple[str, float], ...] = ()  # (name, default), in parameter order
+
+    @property
+    def kind(self) -> str:
+        return self.op_type.lower()
+
+    def lower(self, lw: Lowerer, node: ir.Node) -> None:
+        x = lw.tensor(node.inputs[0])
+        params = tuple(attr_float(node, name, default) for name, default in self.attributes)
+        lw.bind(node.outputs[0], lw.elementwise(self.kind, [x], params))
+
+
+UNARY = (
+    Unary("Relu", "({a} < 0.0f ? 0.0f : {a})"),  # NaN passes through, as in onnxruntime (one maxps)
+    Unary("LeakyRelu", "({a} >= 0.0f ? {a} : {a} * {p0})", (("alpha", 0.01),)),
+    Unary("Elu", "({a} > 0.0f ? {a} : {p0} * (cg_exp({a}) - 1.0f))", (("alpha", 1.0),)),
+    Unary("Selu", "{p1} * ({a} > 0.0f ? {a} : {p0} * (cg_exp({a}) - 1.0f))",
+          (("alpha", 1.6732632423543772), ("gamma", 1.0507009873554805))),
+    Unary("Softplus", "({a} > 20.0f ? {a} : log1pf(expf({a})))"),  # log(1 + e^x), exact where e^x overflows a float
+    Unary("Sigmoid", "cg_sigmoid({a})"),
+    Unary("Tanh", "cg_tanh({a})"),
+    Unary("HardSigmoid", "cg_fmax(0.0f, cg_fmin(1.0f, {p0} * {a} + {p1}))", (("alpha", 0.2), ("beta", 0.5))),
+    Unary("HardSwish", "{a} * cg_fmax(0.0f, cg_fmin(1.0f, {a} * 0x1.555556p-3f + 0.5f))"),
+    Unary("Erf", "cg_erf({a})"),
+    Unary("Exp", "cg_exp_op({a})"),
+    Unary("Sqrt", "sqrtf({a})"),
+    Unary("Neg", "-{a}"),
+    Unary("Abs", "fabsf({a})"),
+    Unary("Reciprocal", "1.0f / {a}"),
+)
+
+# The C expression of every elementwise kind (``g.Elementwise.kind``): operands ``{a}``, ``{b}``,
+# ``{c}``; float parameters ``{p0}``, ``{p1}`` as exact literals.  ``powc`` is ``expression``'s own.
+EXPRESSIONS: dict[str, str] = {
+    "add": "{a} + {b}",
+    "sub": "{a} - {b}",
+    "mul": "{a} * {b}",
+    "div": "{a} / {b}",
+    "pow": "powf({a}, {b})",
+    "prelu": "({a} < 0.0f ? {b} * {a} : {a})",
+    "max": "cg_max_op({a}, {b})",
+    "min": "cg_min_op({a}, {b})",
+    "where": "({a} != 0.0f ? {b} : {c})",  # Where(condition as 0/1, x, y)
+    "clip": "cg_clamp({a}, {p0}, {p1})",
+    "gelu": "0.5f * {a} * (1.0f + cg_erf({a} * 0x1.6a09e6p-1f))",
+    "gelu_tanh": "0.5f * {a} * (1.0f + cg_tanh(0x1.988454p-1f * ({a} + 0x1.6e5ba6p-5f * {a} * {a} * {a})))",
+    **{op.kind: op.c for op in UNARY},
+}
+
+
+def c_float(value: float) -> str:
+    """An exact C literal for a float32 value."""
+    value = float(np.float32(value))
+    if math.isinf(value):
+        return "INFINITY" if value > 0 else "(-INFINITY)"
+    if math.isnan(value):
+        return "NAN"
+    return f"{value.hex()}f" if value != 0 else "0.0f"
+
+
+def _pow_const(x: str, exponent: float) -> str:
+    return {1.0: x, 2.0: f"{x} * {x}", 3.0: f"{x} * {x} * {x}", 0.5: f"sqrtf({x})"}[exponent]
+
+
+def expression(step: Step, args: list[str]) -> str:
+    """C expression of one step over already-evaluated argument names."""
+    if step.kind == "powc":  # Pow by a constant 1, 2, 3 or 0.5: multiplications (see _binary)
+        return _pow_const(args[0], step.params[0])
+    template = EXPRESSIONS.get(step.kind)
+    if template is None:
+        raise ValueError(f"unknown elementwise kind {step.kind!r}")
+    operands = dict(zip("abc", args, strict=False))
+    return template.format(**operands, **{f"p{i}": c_float(v) for i, v in enumerate(step.params)})
+
+
+# -- checks and lowerings of the ONNX ops ------------------------------------------------------
+
+
+def check_clip(node: ir.Node) -> str:
+    for index in (1, 2):
+        bound = present(node, index)
+        if bound is not None and not is_constant(bound):
+            return f"{'min' if index == 1 else 'max'} must be a constant"
+    return ""
+
+
+def _check_gelu(node: ir.Node) -> str:
+    approximate = attr_str(node, "approximate", "none")
+    return "" if approximate in ("none", "tanh") else f"approximate={approximate!r} is not supported"
+
+
+def _gelu(lw: Lowerer, node: ir.Node) -> None:
+    tanh = attr_str(node, "approximate", "none") == "tanh"
+    lw.bind(node.outputs[0], lw.elementwise("gelu_tanh" if tanh else "gelu", [lw.tensor(node.inputs[0])]))
+
+
+def _clip(lw: Lowerer, node: ir.Node) -> None:
+    x = lw.tensor(node.inputs[0])
+    lw.bind(node.outputs[0], lw.elementwise("clip", [x], _clip_bounds(node)))
+
+
+def _clip_bounds(node: ir.Node) -> tuple[float, float]:
+    if opset_of(node) < 11:
+        return attr_float(node, "min", -math.inf), attr_float(node, "max", math.inf)
+    bounds = []
+    for index, default in ((1, -math.inf), (2, math.inf)):
+        value = present(node, index)
+        if value is None or value.const_value is None:
+            bounds.append(default)
+        else:
+            bounds.append(float(np.asarray(value.const_value.numpy()).reshape(-1)[0]))
+    return bounds[0], bounds[1]
+
+
+_BINARY_KIND = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Pow": "pow", "PRelu": "prelu"}
+
+
+def _binary(lw: Lowerer, node: ir.Node) -> None:
+    inputs = [lw.tensor(node.inputs[0]), lw.tensor(node.inputs[1])]
+    kind = _BINARY_KIND[node.op_type]
+    x, slope = inputs
+    if kind == "prelu" and opset_of(node) < 7 and len(x.shape) > 2 and slope.shape == (x.shape[1],):
+        # opset < 7 PRelu: a [C] slope is per channel (axis 1), not numpy-broadcast on the last axis
+        inputs[1] = lw.view(slope, (x.shape[1], *([1] * (len(x.shape) - 2))))
+    if kind == "pow" and inputs[1].const is not None and inputs[1].size == 1:
+        exponent = float(inputs[1].const.reshape(-1)[0])
+        if exponent in (1.0, 2.0, 3.0, 0.5):  # exact shortcuts (powf is slow and these are common)
+            shape = np.broadcast_shapes(inputs[0].shape, inputs[1].shape)
+            y = lw.elementwise("powc", [inputs[0]], (exponent,))
+            lw.bind(node.outputs[0], y if y.shape == shape else lw.broadcast_to(y, shape))
+            return
+    lw.bind(node.outputs[0], lw.elementwise(kind, inputs))
+
+
+_VARIADIC_KIND = {"Sum": "add", "Max": "max", "Min": "min"}
+
+
+def _variadic(lw: Lowerer, node: ir.Node) -> None:
+    """Sum, Max and Min: a chain of the binary op."""
+    inputs = [lw.tensor(v) for v in node.inputs if v is not None]
+    kind = _VARIADIC_KIND[node.op_type]
+    y = inputs[0]
+    for other in inputs[1:]:
+        y = lw.elementwise(kind, [y, other])
+    if len(inputs) == 1:
+        y = lw.view(y, y.shape)
+    lw.bind(node.outputs[0], y)
+
+
+def _where(lw: Lowerer, node: ir.Node) -> None:
+    condition = lw.known(node.inputs[0], "condition")
+    x, y = lw.tensor(node.inputs[1]), lw.tensor(node.inputs[2])
+    mask = lw.const(condition.astype(np.float32))
+    lw.bind(node.outputs[0], lw.elementwise("where", [mask, x, y]))
+
+
+ONNX = (
+    *(OnnxOp(op.op_type, op.lower) for op in UNARY),
+    OnnxOp("Gelu", _gelu, _check_gelu),
+    OnnxOp("Clip", _clip, check_clip),
+    *(OnnxOp(op_type, _binary) for op_type in _BINARY_KIND),
+    *(OnnxOp(op_type, _variadic) for op_type in _VARIADIC_KIND),
+    OnnxOp("Where", _where, known_at_compile_time(0, "condition"), non_data=frozenset({0})),
+)
+
+
+# -- emission -------------------------------------------------------------------------------
+
+
+def step_lines(steps: list[Step], indent: str) -> list[str]:
+    """``const float vK = ...;`` for each step; operands are ``iJ``, the anchor result ``acc``."""
+
+    def name(ref: Ref) -> str:
+        kind, index = ref
+        return {"acc": "acc", "in": f"i{index}", "step": f"v{index}"}[kind]
+
+    return [
+        f"{indent}const float v{k} = {expression(step, [name(r) for r in step.args])};" for k, step in enumerate(steps)
+    ]
+
+
+def result_name(kernel: Kernel) -> str:
+    return f"v{len(kernel.steps) - 1}" if kernel.steps else "acc"
+
+
+def operand_strides(operand: g.Tensor, out: g.Tensor) -> list[int]:
+    """Strides (in floats) of ``operand`` over ``out``'s physical axes; 0 where broadcast."""
+    rank = len(out.shape)
+    padded = (1,) * (rank - len(operand.shape)) + operand.shape
+    physical = [padded[a] for a in out.perm]
+    strides, step = [0] * rank, 1
+    for axis in reversed(range(rank)):
+        strides[axis] = step if physical[axis] != 1 else 0
+        step *= physical[axis]
+    return strides
+
+
+def _collapse(sizes: list[int], strides: list[list[int]]) -> tuple[list[int], list[list[int]]]:
+    """Drop size-1 axes and merge neighbours every operand walks as one."""
+    keep = [i for i, s in enumerate(sizes) if s != 1] or [len(sizes) - 1] if sizes else []
+    dims = [sizes[i] for i in keep] or [1]
+    cols = [[s[i] for i in keep] or [0] for s in strides]
+    merged_dims, merged = [dims[0]], [[c[0]] for c in cols]
+    for axis in range(1, len(dims)):
+        inner = dims[axis]
+        if all(m[-1] == c[axis] * inner for m, c in zip(merged, cols, strict=True)):
+            merged_dims[-1] *= inner
+            for m, c in zip(merged, cols, strict=True):
+                m[-1] = c[axis]
+        else:
+            merged_dims.append(inner)
+            for m, c in zip(merged, cols, strict=True):
+                m.append(c[axis])
+    return merged_dims, merged
+
+
+def emit_elementwise(ctx: Context, kernel: Kernel) -> None:
+    """A standalone fused elementwise loop writing ``kernel.out``."""
+    out = kernel.out
+    sizes = list(out.physical_shape) or [1]
+    strides = [operand_strides(t, out) or [0] for t in kernel.operands]
+    dims, cols = _collapse(sizes, strides)
+    inner, outer_dims = dims[-1], dims[:-1]
+    outer = math.prod(outer_dims)
+    block = 4096
+    blocks = -(-inner // block)
+    fn = ctx.name("ew")
+    count = len(kernel.operands)
+    fields = "".join(f"const float* p{j}; " for j in range(count))
+    lines = [f"typedef struct {{ {fields}float* y; }} {fn}_t;"]
+    lines.append(f"static void {fn}_task(const void* ctx, long task) {{")
+    lines.append(f"  const {fn}_t* k = ctx;")
+    lines += [f"  const float* p{j} = k->p{j};" for j in range(count)]
+    lines.append("  float* y = k->y;")
+    lines.append(f"  const long o = task / {blocks}, jb = task % {blocks};")
+    lines.append("  long rest = o;")
+    lines += [f"  long q{j} = 0;" for j in range(count)]
+    for axis in reversed(range(len(outer_dims))):
+        lines.append(f"  {{ const long i = rest % {outer_dims[axis]}; rest /= {outer_dims[axis]};")
+        lines += [f"    q{j} += i * {col[axis]};" for j, col in enumerate(cols) if col[axis]]
+        lines.append("  }")
+    lines.append("  (void)rest;")
+    lines.append(f"  float* yo = y + o * {inner};")
+    lines.append(f"  const long j1 = jb * {block} + {block} < {inner} ? jb * {block} + {block} : {inner};")
+    lines.append(f"  for (long j = jb * {block}; j < j1; j++) {{")
+    for j, col in enumerate(cols):
+        lines.append(f"    const float i{j} = p{j}[q{j}{' + j' if col[-1] else ''}];")
+    lines += step_lines(kernel.steps, "    ")
+    lines.append(f"    yo[j] = {result_name(kernel)};")
+    lines += ["  }", "}"]
+    params = ", ".join([f"const float* p{j}" for j in range(count)] + ["float* y"])
+    lines.append(f"static void {fn}({params}) {{")
+    lines.append(f"  const {fn}_t k = {{{', '.join([f'p{j}' for j in range(count)] + ['y'])}}};")
+    tasks = outer * blocks
+    if outer * inner > 32768:  # below that, waking the pool costs more than the loop
+        lines.append(f"  cg_parallel({tasks}, {fn}_task, &k);")
+    else:
+        lines.append(f"  for (long t = 0; t < {tasks}; t++) {fn}_task(&k, t);")
+    lines.append("}")
+    ctx.functions.append("\n".join(lines))
+    args = ", ".join([ctx.ptr(t) for t in kernel.operands] + [ctx.ptr(out)])
+    ctx.body.append(f"  {fn}({args});")
+
+
+def emit_epilogue(ctx: Context, kernel: Kernel) -> str:
+    """The anchor's ``cg_ep`` function (store with fused steps); returns its name.
+
+    The operand pointer array is declared in the entry body as ``<name>_ops``.
+    """
+    fn = ctx.name("ep")
+    lines = [
+        f"static void {fn}(const float* const* ops, float* y, long ldy, const float* t, long ldt,",
+        "                 long r0, long nr, long c0, long nc) {",
+    ]
+    lines += [f"  const float* p{j} = ops[{j}];" for j in range(len(kernel.operands))]
+    lines.append("  for (long r = 0; r < nr; r++) {")
+    lines.append("    const long row = r0 + r;")
+    lines.append("    float* yr = y + row * ldy + c0;")
+    lines.append("    const float* tr = t + r * ldt;")
+    for j, index in enumerate(kernel.indexing):
+        lines.append(f"    const float* b{j} = p{j} + row * {index.row_stride} + c0 * {index.col_stride};")
+    lines.append("    for (long c = 0; c < nc; c++) {")
+    lines.append("      const float acc = tr[c];")
+    for j, index in enumerate(kernel.indexing):
+        lines.append(f"      const float i{j} = b{j}[{'c' if index.col_stride else '0'}];")
+    lines += step_lines(kernel.steps, "      ")
+    lines.append(f"      yr[c] = {result_name(kernel)};")
+    lines += ["    }", "  }", "}"]
+    ctx.functions.append("\n".join(lines))
+    pointers = ", ".join(ctx.ptr(t) for t in kernel.operands) or "0"
+    ctx.body.append(f"  const float* const {fn}_ops[] = {{{pointers}}};")
+    return fn
+
+
+KERNELS = (KernelOp(g.Elementwise, Layout.FOLLOW_INPUTS, emit_elementwise),)

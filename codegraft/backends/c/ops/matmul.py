@@ -1,0 +1,149 @@
+"""Gemm and MatMul (batched, broadcast) on the shared GEMM engine.
+
+NOTE: Gemm is a ``g.MatMul`` with ``trans_a``/``trans_b`` plus elementwise ops for alpha
+and C (fused into the epilogue); a constant B is packed at compile time, a computed one
+per call (``cg_pack``).  A batch that multiplies every A by the same B is one GEMM over
+all rows.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import onnx_ir as ir
+
+from codegraft.backends.c import _graph as g
+from codegraft.backends.c._blocking import host_blocking
+from codegraft.backends.c._emit import Context
+from codegraft.backends.c._fuse import Kernel
+from codegraft.backends.c._lowerer import Lowerer, LoweringError
+from codegraft.backends.c._node import attr_float, attr_int, present, rank_of
+from codegraft.backends.c.ops._spec import KernelOp, Layout, OnnxOp, core_of
+from codegraft.backends.c.ops.elementwise import emit_epilogue
+from codegraft.backends.c.ops.gemm import c_longs, choose_tile, gemm_function, pack_weights
+
+# -- Gemm ------------------------------------------------------------------------------------------
+
+
+def _check_gemm(node: ir.Node) -> str:
+    for index in (0, 1):
+        rank = rank_of(node.inputs[index])
+        if rank is not None and rank != 2:
+            return f"input {index} has rank {rank}, expected 2"
+    return ""
+
+
+def _gemm(lw: Lowerer, node: ir.Node) -> None:
+    a, b = lw.tensor(node.inputs[0]), lw.tensor(node.inputs[1])
+    trans_a, trans_b = attr_int(node, "transA", 0) != 0, attr_int(node, "transB", 0) != 0
+    rows = a.shape[1] if trans_a else a.shape[0]
+    cols = b.shape[0] if trans_b else b.shape[1]
+    out = lw.new((rows, cols))
+    lw.ops.append(g.MatMul([a, b], out, trans_a=trans_a, trans_b=trans_b))
+    alpha, beta = attr_float(node, "alpha", 1.0), attr_float(node, "beta", 1.0)
+    if alpha != 1.0:
+        out = lw.elementwise("mul", [out, lw.const(np.float32(alpha))])
+    c_value = present(node, 2)
+    if c_value is not None and beta != 0.0:
+        c = lw.tensor(c_value)
+        if c.const is not None:
+            c = lw.const(c.const.astype(np.float32) * np.float32(beta))
+        elif beta != 1.0:
+            c = lw.elementwise("mul", [c, lw.const(np.float32(beta))])
+        out = lw.elementwise("add", [out, c])
+    lw.bind(node.outputs[0], out)
+
+
+# -- MatMul ----------------------------------------------------------------------------------------
+
+
+def _check_matmul(node: ir.Node) -> str:
+    for index in (0, 1):
+        if rank_of(node.inputs[index]) == 0:
+            return "scalar operands are not valid"
+    return ""
+
+
+def _matmul(lw: Lowerer, node: ir.Node) -> None:
+    a, b = lw.tensor(node.inputs[0]), lw.tensor(node.inputs[1])
+    a2 = lw.view(a, (1, a.shape[0])) if len(a.shape) == 1 else a
+    b2 = lw.view(b, (b.shape[0], 1)) if len(b.shape) == 1 else b
+    if a2.shape[-1] != b2.shape[-2]:
+        raise LoweringError(f"inner dimensions differ: {a.shape} @ {b.shape}")
+    batch = np.broadcast_shapes(a2.shape[:-2], b2.shape[:-2])
+    out = lw.new((*batch, a2.shape[-2], b2.shape[-1]))
+    lw.ops.append(g.MatMul([a2, b2], out))
+    shape = out.shape
+    if len(a.shape) == 1:
+        shape = shape[:-2] + shape[-1:]
+    if len(b.shape) == 1:
+        shape = shape[:-1]
+    lw.bind(node.outputs[0], out if shape == out.shape else lw.view(out, shape))
+
+
+# -- the kernel both become ------------------------------------------------------------------------
+
+
+def emit_matmul(ctx: Context, kernel: Kernel) -> None:
+    mm = core_of(kernel, g.MatMul)
+    a, b = mm.inputs
+    out = kernel.out
+    rows, cols = out.shape[-2], out.shape[-1]
+    depth = a.shape[-2] if mm.trans_a else a.shape[-1]
+    batch = out.shape[:-2]
+    if batch and not mm.trans_a and math.prod(b.shape[:-2]) == 1 and a.shape[:-2] == batch:
+        # Every batch multiplies the same B: one GEMM over all rows, not a batch of small ones
+        # (a sequence-first [S, 1, K] input would otherwise be S row-vector products).
+        rows, batch = rows * math.prod(batch), ()
+    nbatch = math.prod(batch)
+    # Which A / B batch each output batch reads (numpy broadcasting of the batch axes).
+    if batch:
+        a_index = np.broadcast_to(np.arange(math.prod(a.shape[:-2])).reshape(a.shape[:-2] or ()), batch).reshape(-1)
+        b_index = np.broadcast_to(np.arange(math.prod(b.shape[:-2])).reshape(b.shape[:-2] or ()), batch).reshape(-1)
+    else:
+        a_index, b_index = np.zeros(1, np.int64), np.zeros(1, np.int64)
+    nv, p = choose_tile(cols, rows, ctx.target.vector_floats, depth)
+    width = nv * ctx.target.vector_floats
+    nmb = -(-cols // width)
+    block = nmb * depth * width  # packed floats per B batch
+    ep = emit_epilogue(ctx, kernel)
+    driver = gemm_function(ctx, nv, p)
+    if b.const is not None:
+        matrices = b.const.astype(np.float32).reshape(-1, *b.shape[-2:])
+        if not mm.trans_b:
+            matrices = matrices.transpose(0, 2, 1)  # -> [batch][N][K]
+        wsym = ctx.weight(np.concatenate([pack_weights(mat, 1, nv, ctx.target.vector_floats)[0].reshape(-1)
+                                          for mat in matrices]))
+    else:
+        nb = math.prod(b.shape[:-2])
+        wsym = ctx.temp(nb * block)
+        sk, sn = (1, depth) if mm.trans_b else (cols, 1)
+        bptr = ctx.ptr(b)
+        ctx.body.append(
+            f"  for (long bi = 0; bi < {nb}; bi++) cg_pack({bptr} + bi * {depth * cols}, {depth}, {cols}, {sk}, {sn}, "
+            f"{wsym} + bi * {block}, {nmb}, {width});"
+        )
+    pstride, cstride = (1, rows) if mm.trans_a else (depth, 1)
+    per_task = host_blocking(ctx.target.vector_floats).tiles_per_task(-(-rows // p), nmb, p, width, depth,
+                                                                      ctx.op_threads)
+    job = ctx.name("job")
+    aoff, boff = ctx.name("aoff"), ctx.name("boff")
+    ctx.body.append(f"  static const long {aoff}[] = {c_longs([int(i) * rows * depth for i in a_index])};")
+    ctx.body.append(f"  static const long {boff}[] = {c_longs([int(i) * block for i in b_index])};")
+    ctx.body.append(f"  static const long {job}_tap[] = {{0}};")
+    ctx.body.append(
+        f"  for (long bi = 0; bi < {nbatch}; bi++) {{\n"
+        f"    const cg_gemm_t {job} = {{{ctx.ptr(a)} + {aoff}[bi], {pstride}, {cstride}, {depth}, 1, 1, {rows}, 1, "
+        f"{rows}, 1, 1, 1, {job}_tap, 1, {cols}, {nmb}, {wsym} + {boff}[bi], {ctx.ptr(out)}, {cols}, bi * {rows}, "
+        f"{ep}, {ep}_ops, {per_task}}};\n    {driver}(&{job});\n  }}"
+    )
+
+
+# -- the family's entries in the op table ----------------------------------------------------------
+
+
+ONNX = (OnnxOp("Gemm", _gemm, _check_gemm), OnnxOp("MatMul", _matmul, _check_matmul))
+
+
+KERNELS = (KernelOp(g.MatMul, Layout.PLAIN, emit_matmul),)

@@ -1,0 +1,289 @@
+"""Normalisations and reductions: BatchNormalization, LayerNormalization, LRN, (Log)Softmax, ReduceMean/Sum.
+
+NOTE: inference BatchNormalization folds to a per-channel Mul and Add (fused into the Conv
+before it); the others are kernels of their own, hand-written C in ``prelude.c`` except
+the reductions, whose loops are generated per shape.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx_ir as ir
+
+from codegraft.backends.c import _graph as g
+from codegraft.backends.c._emit import Context
+from codegraft.backends.c._fuse import Kernel
+from codegraft.backends.c._lowerer import Lowerer, LoweringError
+from codegraft.backends.c._node import (
+    NHWC_DOMAIN,
+    attr_float,
+    attr_int,
+    axes_of,
+    check_axes_input,
+    is_constant,
+    opset_of,
+    present,
+    rank_of,
+)
+from codegraft.backends.c.ops._spec import KernelOp, Layout, OnnxOp, core_of
+from codegraft.backends.c.ops.elementwise import c_float
+
+# -- BatchNormalization (inference: folded to a per-channel Mul and Add) ---------------------------
+
+
+def check_batchnorm(node: ir.Node) -> str:
+    if any(not is_constant(present(node, i)) for i in range(1, 5)):
+        return "scale, B, mean and var must be constant initializers (inference only)"
+    if attr_int(node, "training_mode", 0) != 0:
+        return "training_mode=1 is not supported"
+    if any(v.uses() or v.is_graph_output() for v in node.outputs[1:]):
+        return "training outputs (running mean/var) are not supported"
+    if attr_int(node, "spatial", 1) != 1:
+        return "spatial=0 is not supported"
+    return ""
+
+
+def _batchnorm(lw: Lowerer, node: ir.Node) -> None:
+    native = node.domain == NHWC_DOMAIN
+    x = lw.tensor(node.inputs[0])
+    scale, bias, mean, var = (lw.tensor(node.inputs[i]).const for i in range(1, 5))
+    eps = attr_float(node, "epsilon", 1e-5)
+    assert scale is not None and bias is not None and mean is not None and var is not None
+    s = scale.astype(np.float64) / np.sqrt(var.astype(np.float64) + eps)
+    t = bias.astype(np.float64) - mean.astype(np.float64) * s
+    rank = len(x.shape)
+    y = lw.elementwise("mul", [x, lw.per_channel(s.astype(np.float32), rank, native)])
+    y = lw.elementwise("add", [y, lw.per_channel(t.astype(np.float32), rank, native)])
+    lw.bind(node.outputs[0], y)
+
+
+# -- LayerNormalization ----------------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class LayerNorm(g.Op):
+    """LayerNormalization of ``[outer, n]`` rows (plain layout): ``scale``/``bias`` hold ``n`` floats."""
+
+    outer: int = 1
+    n: int = 1
+    epsilon: float = 1e-5
+    scale: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float32))
+    bias: np.ndarray | None = None
+
+
+def check_layernorm(node: ir.Node) -> str:
+    if not is_constant(present(node, 1)):
+        return "scale must be a constant initializer"
+    bias = present(node, 2)
+    if bias is not None and not is_constant(bias):
+        return "bias must be a constant initializer"
+    if any(v.uses() or v.is_graph_output() for v in node.outputs[1:]):
+        return "the Mean and InvStdDev outputs are not supported (only Y)"
+    return ""
+
+
+def _layernorm(lw: Lowerer, node: ir.Node) -> None:
+    """Rows ``[outer, n]`` with ``n`` the product of the axes from ``axis`` on; scale and bias folded to ``n``."""
+    x = lw.tensor(node.inputs[0])
+    rank = len(x.shape)
+    axis = attr_int(node, "axis", -1)
+    if not -rank <= axis < rank:
+        raise LoweringError(f"axis={axis} is out of range for rank {rank}")
+    axis %= rank
+    normalized = x.shape[axis:]
+    params: list[np.ndarray | None] = []
+    for index in (1, 2):
+        value = present(node, index)
+        if value is None:
+            params.append(None)
+            continue
+        const = lw.tensor(value).const
+        if const is None:
+            raise LoweringError(f"input {index} must be a constant")
+        try:
+            params.append(np.broadcast_to(np.asarray(const, np.float32), normalized).reshape(-1))
+        except ValueError:
+            raise LoweringError(f"input {index} of shape {const.shape} does not broadcast to {normalized}") from None
+    assert params[0] is not None
+    out = lw.new(x.shape)
+    lw.ops.append(LayerNorm([x], out, outer=math.prod(x.shape[:axis]), n=math.prod(normalized),
+                              epsilon=attr_float(node, "epsilon", 1e-5), scale=params[0], bias=params[1]))
+    lw.bind(node.outputs[0], out)
+
+
+def emit_layernorm(ctx: Context, kernel: Kernel) -> None:
+    op = core_of(kernel, LayerNorm)
+    scale = ctx.weight(op.scale)
+    bias = ctx.weight(op.bias) if op.bias is not None else "(const float*)0"
+    ctx.body.append(
+        f"  cg_layernorm({ctx.ptr(op.inputs[0])}, {ctx.ptr(op.out)}, {scale}, {bias}, {op.outer}, {op.n}, "
+        f"{c_float(op.epsilon)});"
+    )
+
+
+# -- LRN -------------------------------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class Lrn(g.Op):
+    """Local response normalisation across channels (logical axis 1), in any layout."""
+
+    size: int = 1
+    alpha: float = 1e-4
+    beta: float = 0.75
+    bias: float = 1.0
+
+
+def check_lrn(node: ir.Node) -> str:
+    if node.attributes.get("size") is None:
+        return "the size attribute is required"
+    if attr_int(node, "size", 1) % 2 == 0:  # the window of an even size is read two ways; do not guess
+        return "an even size is not supported"
+    rank = rank_of(node.inputs[0])
+    if rank is not None and rank < 2:
+        return f"input rank {rank} < 2"
+    return ""
+
+
+def _lrn(lw: Lowerer, node: ir.Node) -> None:
+    x = lw.tensor(node.inputs[0])
+    out = lw.new(x.shape)
+    lw.ops.append(Lrn([x], out, size=attr_int(node, "size", 1), alpha=attr_float(node, "alpha", 1e-4),
+                        beta=attr_float(node, "beta", 0.75), bias=attr_float(node, "bias", 1.0)))
+    lw.bind(node.outputs[0], out)
+
+
+def emit_lrn(ctx: Context, kernel: Kernel) -> None:
+    op = core_of(kernel, Lrn)
+    x = op.inputs[0]
+    axis = x.perm.index(1)
+    phys = x.physical_shape
+    outer, channels, inner = math.prod(phys[:axis]), phys[axis], math.prod(phys[axis + 1 :])
+    lo, hi = (op.size - 1) // 2, op.size // 2  # the window ONNX specifies: floor / ceil of (size - 1) / 2
+    ctx.body.append(
+        f"  cg_lrn({ctx.ptr(x)}, {ctx.ptr(op.out)}, {outer}, {channels}, {inner}, {lo}, {hi}, "
+        f"{c_float(op.alpha / op.size)}, {c_float(op.beta)}, {c_float(op.bias)});"
+    )
+
+
+# -- Softmax and LogSoftmax ------------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class Softmax(g.Op):
+    """Softmax (or LogSoftmax) over the middle of ``[outer, n, inner]`` (logical order)."""
+
+    outer: int = 1
+    n: int = 1
+    inner: int = 1
+    log: bool = False
+
+
+def _softmax(lw: Lowerer, node: ir.Node) -> None:
+    x = lw.tensor(node.inputs[0])
+    rank = len(x.shape)
+    if opset_of(node) < 13:
+        axis = attr_int(node, "axis", 1) % max(rank, 1)
+        outer, n, inner = math.prod(x.shape[:axis]), math.prod(x.shape[axis:]), 1
+    else:
+        axis = attr_int(node, "axis", -1) % max(rank, 1)
+        outer, n, inner = math.prod(x.shape[:axis]), x.shape[axis], math.prod(x.shape[axis + 1 :])
+    out = lw.new(x.shape)
+    lw.ops.append(Softmax([x], out, outer=outer, n=n, inner=inner, log=node.op_type == "LogSoftmax"))
+    lw.bind(node.outputs[0], out)
+
+
+def emit_softmax(ctx: Context, kernel: Kernel) -> None:
+    op = core_of(kernel, Softmax)
+    ctx.body.append(
+        f"  cg_softmax({ctx.ptr(op.inputs[0])}, {ctx.ptr(op.out)}, {op.outer}, {op.n}, {op.inner}, {int(op.log)});"
+    )
+
+
+# -- ReduceMean and ReduceSum ----------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class ReduceMean(g.Op):
+    """Mean (or, with ``mean=False``, sum) over ``axes`` (logical order)."""
+
+    axes: tuple[int, ...] = ()
+    mean: bool = True
+
+
+def _check_reduce_mean(node: ir.Node) -> str:
+    reason = check_axes_input(node)
+    if reason:
+        return reason
+    if rank_of(node.inputs[0]) is None:
+        return "the input rank is unknown"
+    return ""
+
+
+def _reduce_mean(lw: Lowerer, node: ir.Node) -> None:
+    """ReduceMean and ReduceSum (axes became an input at opset 18 and 13 respectively)."""
+    x = lw.tensor(node.inputs[0])
+    rank = len(x.shape)
+    mean = node.op_type == "ReduceMean"
+    axes = axes_of(node, 18 if mean else 13)
+    if not axes:
+        if attr_int(node, "noop_with_empty_axes", 0):
+            lw.bind(node.outputs[0], lw.view(x, x.shape))
+            return
+        axes = list(range(rank))
+    norm = tuple(sorted({a % rank for a in axes}))
+    keep = attr_int(node, "keepdims", 1) != 0
+    full = tuple(1 if i in norm else d for i, d in enumerate(x.shape))
+    out = lw.new(full)
+    lw.ops.append(ReduceMean([x], out, axes=norm, mean=mean))
+    if not keep:
+        out = lw.view(out, tuple(d for i, d in enumerate(x.shape) if i not in norm))
+    lw.bind(node.outputs[0], out)
+
+
+def emit_reduce_mean(ctx: Context, kernel: Kernel) -> None:
+    """Accumulate every input element into its output slot, then scale (plain layouts)."""
+    op = core_of(kernel, ReduceMean)
+    x, out = op.inputs[0], op.out
+    shape = x.shape
+    out_strides = g.row_major_strides(out.shape)
+    count = math.prod(shape[a] for a in op.axes)
+    fn = ctx.name("reduce")
+    lines = [f"static void {fn}(const float* x, float* y) {{", f"  for (long i = 0; i < {out.size}; i++) y[i] = 0.0f;"]
+    lines.append("  long src = 0;")
+    indent = "  "
+    for axis, size in enumerate(shape):
+        lines.append(f"{indent}for (long d{axis} = 0; d{axis} < {size}; d{axis}++)")
+        indent += "  "
+    offset = " + ".join(f"d{a} * {out_strides[a]}" for a in range(len(shape)) if a not in op.axes) or "0"
+    lines.append(f"{indent}y[{offset}] += x[src++];")
+    if op.mean:
+        lines.append(f"  for (long i = 0; i < {out.size}; i++) y[i] = y[i] / {float(count)!r}f;")
+    lines.append("}")
+    ctx.functions.append("\n".join(lines))
+    ctx.body.append(f"  {fn}({ctx.ptr(x)}, {ctx.ptr(out)});")
+
+
+# -- the family's entries in the op table ----------------------------------------------------------
+
+
+ONNX = (
+    OnnxOp("BatchNormalization", _batchnorm, check_batchnorm, nhwc=True),
+    OnnxOp("LayerNormalization", _layernorm, check_layernorm),
+    OnnxOp("LRN", _lrn, check_lrn),
+    OnnxOp("Softmax", _softmax),
+    OnnxOp("LogSoftmax", _softmax),
+    OnnxOp("ReduceMean", _reduce_mean, _check_reduce_mean, non_data=frozenset({1})),
+    OnnxOp("ReduceSum", _reduce_mean, _check_reduce_mean, non_data=frozenset({1})),
+)
+
+
+KERNELS = (
+    KernelOp(Softmax, Layout.PLAIN, emit_softmax),
+    KernelOp(LayerNorm, Layout.PLAIN, emit_layernorm),
+    KernelOp(Lrn, Layout.KEEP_INPUT, emit_lrn),
+    KernelOp(ReduceMean, Layout.PLAIN, emit_reduce_mean),
+)
