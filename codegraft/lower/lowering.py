@@ -18,6 +18,7 @@ import onnx_ir as ir
 from codegraft.backend import Backend, Composite, OpTime, Partition, ProfilingRunnable, Runnable
 from codegraft.errors import BackendError
 from codegraft.lower.cache import CachedPartition, CompileCache
+from codegraft.lower.shape_values import ValueSpecialisingRunnable, worth_trying
 
 log = logging.getLogger("codegraft")
 
@@ -273,7 +274,7 @@ class ShapeSpecialisingRunnable:
             with self._lock:
                 runnable = self._runnables.get(key)
                 if runnable is None:
-                    runnable = self._build(key)
+                    runnable = self._build(key, inputs)
                     self._runnables[key] = runnable
         return runnable.run(inputs)
 
@@ -283,7 +284,7 @@ class ShapeSpecialisingRunnable:
         runnable = self._runnables[tuple(tuple(int(d) for d in a.shape) for a in inputs)]
         return runnable.profile_ops(inputs, repeat) if isinstance(runnable, ProfilingRunnable) else []
 
-    def _build(self, key: tuple[tuple[int, ...], ...]) -> Runnable:
+    def _build(self, key: tuple[tuple[int, ...], ...], inputs: Sequence[np.ndarray]) -> Runnable:
         proto = specialise(self._template, key)
         request = replace(self._request, name=f"{self._request.name}@{'x'.join(map(str, key[0])) if key else ''}")
         try:
@@ -293,15 +294,30 @@ class ShapeSpecialisingRunnable:
             else:
                 lowered = compile_and_load(self._backend, proto, request, self._cache)
                 blob, runnable = lowered.blob, lowered.runnable
+            self.compiled[key] = blob
+            return runnable
         except BackendError as error:
-            if self._strict:
-                raise
-            self.failures[key] = str(error)
-            if self.on_failure is not None:
-                self.on_failure(self._request.name, key, self._fallback.name, str(error))
-            else:
-                log.warning("%s; running it on %s instead", str(error).strip().splitlines()[0], self._fallback.name)
-            host_blob = self._fallback.compile(Partition(request.name, ir.from_proto(proto)))
-            return self._fallback.load(host_blob)
-        self.compiled[key] = blob
-        return runnable
+            failure = error
+        if worth_trying(proto, inputs):
+            # shape arithmetic cut apart from its use: try again with the shape tensors' values
+            try:
+                return ValueSpecialisingRunnable(
+                    self._backend, proto, request, self._fallback, inputs, cache=self._cache,
+                    on_failure=lambda error: self._failed(key, error),
+                )
+            except BackendError as retry_error:
+                log.debug("%s: specialising on shape values did not help either: %s", request.name, retry_error)
+        if self._strict:
+            raise failure
+        self._failed(key, str(failure))
+        host_blob = self._fallback.compile(Partition(request.name, ir.from_proto(proto)))
+        return self._fallback.load(host_blob)
+
+    def _failed(self, key: tuple[tuple[int, ...], ...], error: str) -> None:
+        if self._strict:
+            raise BackendError(error)
+        self.failures[key] = error
+        if self.on_failure is not None:
+            self.on_failure(self._request.name, key, self._fallback.name, error)
+        else:
+            log.warning("%s; running it on %s instead", error.strip().splitlines()[0], self._fallback.name)

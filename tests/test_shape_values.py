@@ -1,0 +1,103 @@
+"""Partitions cut apart from their shape arithmetic still run on a static-shape backend (issue 10).
+
+The partitioner may put ``Shape -> Gather -> Concat`` in one ``c`` partition and the
+``Reshape`` using it in another, a host-only node between them: the first then returns an
+int64 constant, the second receives its shape at run time.  Both compiled per input shape
+failed there and fell back to the host; :mod:`codegraft.lower.shape_values` makes them compile.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnx.helper as oh
+import onnxruntime as ort
+import pytest
+
+import codegraft as cg
+from codegraft.lower.shape_values import MAX_VALUE_VERSIONS, static_integer_outputs, with_values
+
+pytest.importorskip("codegraft.backends.c")
+
+
+def _cut_reshape_model() -> onnx.ModelProto:
+    """Relu, then the batch size read into a Reshape's shape around a host-only Sin."""
+    nodes = [
+        oh.make_node("Relu", ["x"], ["a"], name="relu_in"),
+        oh.make_node("Shape", ["a"], ["s"], name="shape"),
+        oh.make_node("Gather", ["s", "zero"], ["n"], name="batch", axis=0),
+        oh.make_node("Unsqueeze", ["n", "axes"], ["n1"], name="batch_1d"),
+        oh.make_node("Concat", ["n1", "rest"], ["target"], name="target_shape", axis=0),
+        oh.make_node("Sin", ["a"], ["h"], name="host_only"),  # the c backend has no Sin
+        oh.make_node("Reshape", ["h", "target"], ["r"], name="reshape"),
+        oh.make_node("Relu", ["r"], ["y"], name="relu_out"),
+    ]
+    graph = oh.make_graph(
+        nodes, "cut_reshape",
+        [oh.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["N", 4, 6])],
+        [oh.make_tensor_value_info("y", onnx.TensorProto.FLOAT, ["N", 24])],
+        [
+            onnx.numpy_helper.from_array(np.array(0, np.int64), "zero"),
+            onnx.numpy_helper.from_array(np.array([0], np.int64), "axes"),
+            onnx.numpy_helper.from_array(np.array([24], np.int64), "rest"),
+        ],
+    )
+    return oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)])
+
+
+def test_shape_arithmetic_cut_from_its_reshape_runs_on_c_and_is_exact() -> None:
+    model = _cut_reshape_model()
+    exe = cg.compile(model, ["c"])
+    backends = {step.name: step.backend for step in exe.steps}
+    assert sorted(backends.values()).count("c") >= 2, backends  # the cut this test is about
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(0)
+    for batch in (1, 3, 3, 5):
+        x = rng.standard_normal((batch, 4, 6)).astype(np.float32)
+        (want,) = session.run(None, {"x": x})
+        got = exe.run({"x": x})["y"]
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    fallbacks = [p.fallback_error for p in exe.report().partitions if p.fallback_error]
+    assert fallbacks == []  # was: int64 constant output, and the Reshape's shape not known
+
+
+def test_value_specialisation_is_bounded_then_the_host_takes_over() -> None:
+    from codegraft.backends.c import CBackend
+    from codegraft.backends.onnxruntime import OnnxRuntimeBackend
+    from codegraft.lower.lowering import LoweringRequest, ShapeSpecialisingRunnable
+
+    # the Reshape half alone: its shape arrives at run time
+    data = oh.make_tensor_value_info("h", onnx.TensorProto.FLOAT, ["N", 4, 6])
+    shape = oh.make_tensor_value_info("target", onnx.TensorProto.INT64, [2])
+    out = oh.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)
+    graph = oh.make_graph(
+        [oh.make_node("Reshape", ["h", "target"], ["r"]), oh.make_node("Relu", ["r"], ["y"])],
+        "reshape_half", [data, shape], [out],
+    )
+    template = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)]).SerializeToString()
+    failures: list[str] = []
+    runnable = ShapeSpecialisingRunnable(
+        CBackend(), template, LoweringRequest("half"), OnnxRuntimeBackend(), strict=False
+    )
+    runnable.on_failure = lambda name, key, host, error: failures.append(error)
+    h = np.random.default_rng(1).standard_normal((2, 4, 6)).astype(np.float32)
+    targets = [(2, 24), (48, 1), (1, 48), (4, 12), (12, 4), (6, 8), (8, 6), (3, 16), (16, 3), (24, 2)]
+    assert len(targets) > MAX_VALUE_VERSIONS
+    for _ in range(2):
+        for target in targets:
+            (got,) = runnable.run([h, np.array(target, np.int64)])
+            np.testing.assert_array_equal(got, np.maximum(h.reshape(target), 0))
+    too_many = f"more than {MAX_VALUE_VERSIONS} distinct values of its shape inputs"
+    assert failures == [too_many] * (len(targets) - MAX_VALUE_VERSIONS)  # told once per value, not per run
+
+
+def test_static_integer_outputs_are_shape_arithmetic_only() -> None:
+    proto = _cut_reshape_model()
+    proto.graph.output.extend([
+        oh.make_tensor_value_info("target", onnx.TensorProto.INT64, [2]),
+        oh.make_tensor_value_info("a", onnx.TensorProto.FLOAT, None),
+    ])
+    assert static_integer_outputs(proto) == ["target"]
+    fixed = with_values(proto, {"x": np.zeros((1, 4, 6), np.float32)})
+    assert [v.name for v in fixed.graph.input] == []
+    assert "x" in {t.name for t in fixed.graph.initializer}
