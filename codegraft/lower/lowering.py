@@ -301,8 +301,11 @@ class ShapeSpecialisingRunnable:
         if worth_trying(proto, inputs):
             # shape arithmetic cut apart from its use: try again with the shape tensors' values
             try:
+                def compile_rest(rest: onnx.ModelProto, name: str) -> Runnable:
+                    return compile_and_load(self._backend, rest, replace(request, name=name), self._cache).runnable
+
                 return ValueSpecialisingRunnable(
-                    self._backend, proto, request, self._fallback, inputs, cache=self._cache,
+                    compile_rest, proto, request.name, self._fallback, inputs,
                     on_failure=lambda error: self._failed(key, error),
                 )
             except BackendError as retry_error:

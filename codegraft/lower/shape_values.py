@@ -17,7 +17,8 @@ shapes and values and returned as they are; the backend compiles the rest.
 
 Example::
 
-    runnable = ValueSpecialisingRunnable(c_backend, specialised_proto, request, host, inputs)
+    compile_rest = lambda proto, name: compile_and_load(c_backend, proto, replace(request, name=name)).runnable
+    runnable = ValueSpecialisingRunnable(compile_rest, specialised_proto, "p2_c@1x3", host, inputs)
     runnable.run(inputs)   # the backend's code, with the shape values baked in
 """
 
@@ -26,8 +27,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 import numpy as np
 import onnx
@@ -35,10 +35,6 @@ import onnx_ir as ir
 
 from codegraft.backend import Backend, Partition, Runnable
 from codegraft.errors import BackendError
-from codegraft.lower.cache import CompileCache
-
-if TYPE_CHECKING:
-    from codegraft.lower.lowering import LoweringRequest
 
 log = logging.getLogger("codegraft")
 
@@ -132,17 +128,16 @@ class ValueSpecialisingRunnable:
 
     def __init__(
         self,
-        backend: Backend,
+        compile_rest: Callable[[onnx.ModelProto, str], Runnable],
         proto: onnx.ModelProto,
-        request: LoweringRequest,
+        name: str,
         fallback: Backend,
         inputs: Sequence[np.ndarray],
         *,
-        cache: CompileCache | None = None,
         on_failure: Callable[[str], None] | None = None,
     ) -> None:
-        self._backend, self._proto, self._request, self._fallback = backend, proto, request, fallback
-        self._cache, self._on_failure = cache, on_failure
+        self._compile_rest, self._proto, self._name, self._fallback = compile_rest, proto, name, fallback
+        self._on_failure = on_failure
         self._positions = value_inputs(inputs)
         self._names = [v.name for v in proto.graph.input]
         self._versions: dict[ValueKey, _Version] = {}
@@ -187,14 +182,12 @@ class ValueSpecialisingRunnable:
 
     def _on_host(self) -> Runnable:
         if self._host is None:
-            partition = Partition(self._request.name, ir.from_proto(self._proto))
+            partition = Partition(self._name, ir.from_proto(self._proto))
             self._host = self._fallback.load(self._fallback.compile(partition))
         return self._host
 
     def _compile(self, inputs: Sequence[np.ndarray]) -> _Version:
         """The version for these inputs' values: constants computed on the host, the rest compiled."""
-        from codegraft.lower.lowering import compile_and_load  # lowering builds this class: imported late
-
         values = {self._names[i]: np.asarray(inputs[i]) for i in self._positions}
         proto = with_values(self._proto, values)
         constant_names = static_integer_outputs(proto)
@@ -205,12 +198,12 @@ class ValueSpecialisingRunnable:
             if constant_names:
                 host_proto = without_outputs(proto, set(proto_outputs(proto)) - set(constant_names))
                 host = self._fallback.load(
-                    self._fallback.compile(Partition(f"{self._request.name}.constants", ir.from_proto(host_proto)))
+                    self._fallback.compile(Partition(f"{self._name}.constants", ir.from_proto(host_proto)))
                 )
                 constants = dict(zip(proto_outputs(host_proto), host.run(kept_feeds), strict=True))
         except Exception as error:
             raise BackendError(
-                f"{self._fallback.name} failed to compute {self._request.name}'s constant outputs: "
+                f"{self._fallback.name} failed to compute {self._name}'s constant outputs: "
                 f"{type(error).__name__}: {error}"
             ) from error
         rest = without_outputs(proto, set(constants))
@@ -218,14 +211,13 @@ class ValueSpecialisingRunnable:
         runnable = None
         if names:
             suffix = ",".join("x".join(map(str, v.ravel().tolist())) for v in values.values())
-            request = replace(self._request, name=f"{self._request.name}={suffix}" if suffix else self._request.name)
-            runnable = compile_and_load(self._backend, rest, request, self._cache).runnable
+            runnable = self._compile_rest(rest, f"{self._name}={suffix}" if suffix else self._name)
         index = {name: i for i, name in enumerate(names)}
         outputs = tuple(
             constants[name] if name in constants else index[name] for name in proto_outputs(self._proto)
         )
         log.info("%s compiled with its shape inputs' values %s; %d constant outputs computed once on %s",
-                 self._request.name, list(values), len(constants), self._fallback.name)
+                 self._name, list(values), len(constants), self._fallback.name)
         return _Version(runnable, kept, outputs)
 
 
