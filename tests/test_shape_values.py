@@ -8,6 +8,8 @@ failed there and fell back to the host; :mod:`codegraft.lower.shape_values` make
 
 from __future__ import annotations
 
+import pathlib
+
 import numpy as np
 import onnx
 import onnx.helper as oh
@@ -45,9 +47,10 @@ def _cut_reshape_model() -> onnx.ModelProto:
     return oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)])
 
 
-def test_shape_arithmetic_cut_from_its_reshape_runs_on_c_and_is_exact() -> None:
+def test_shape_arithmetic_cut_from_its_reshape_runs_on_c_and_is_exact(tmp_path: pathlib.Path) -> None:
     model = _cut_reshape_model()
-    exe = cg.compile(model, ["c"])
+    cg.compile(model, ["c"]).save(tmp_path / "cut.cgx")
+    exe = cg.load_executable(tmp_path / "cut.cgx")  # the loaded artifact specialises the same way
     backends = {step.name: step.backend for step in exe.steps}
     assert sorted(backends.values()).count("c") >= 2, backends  # the cut this test is about
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
