@@ -17,12 +17,13 @@ import onnxruntime as ort
 import pytest
 
 import codegraft as cg
+from bench import corpus
 from codegraft.lower.shape_values import MAX_VALUE_VERSIONS, static_integer_outputs, with_values
 
 pytest.importorskip("codegraft.backends.c")
 
 
-def _cut_reshape_model() -> onnx.ModelProto:
+def _cut_reshape_model(batch: str | int = "N") -> onnx.ModelProto:
     """Relu, then the batch size read into a Reshape's shape around a host-only Sin."""
     nodes = [
         oh.make_node("Relu", ["x"], ["a"], name="relu_in"),
@@ -36,8 +37,8 @@ def _cut_reshape_model() -> onnx.ModelProto:
     ]
     graph = oh.make_graph(
         nodes, "cut_reshape",
-        [oh.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["N", 4, 6])],
-        [oh.make_tensor_value_info("y", onnx.TensorProto.FLOAT, ["N", 24])],
+        [oh.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [batch, 4, 6])],
+        [oh.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [batch, 24])],
         [
             onnx.numpy_helper.from_array(np.array(0, np.int64), "zero"),
             onnx.numpy_helper.from_array(np.array([0], np.int64), "axes"),
@@ -62,6 +63,19 @@ def test_shape_arithmetic_cut_from_its_reshape_runs_on_c_and_is_exact(tmp_path: 
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
     fallbacks = [p.fallback_error for p in exe.report().partitions if p.fallback_error]
     assert fallbacks == []  # was: int64 constant output, and the Reshape's shape not known
+
+
+def test_a_constant_only_partition_failing_at_compile_time_is_compiled_at_run_time() -> None:
+    # silero_vad_sequence: its inputs' shapes known, a c partition with no inputs (the STFT's
+    # padding sizes: Concat, Reshape, Slice, Transpose, Reshape) returns an int64 constant and
+    # failed at compile time; it now waits for run time, where its output is computed once
+    from tests.test_corpus import _fetched
+
+    model = _fetched(next(m for m in corpus.MODELS if m.name == "silero_vad_sequence"))
+    result = corpus.check(model)
+    assert not result.failure and result.right, (result.failure, result.error)
+    assert result.fallbacks == ()  # was: p0_c ... is a int64 constant; outputs are float32
+    assert result.share.get("onnxruntime", 0.0) == 0.0, dict(result.share)  # was 16%
 
 
 def test_value_specialisation_is_bounded_then_the_host_takes_over() -> None:

@@ -25,6 +25,7 @@ from codegraft.core.options import CompileOptions
 from codegraft.errors import BackendError, CodegraftError
 from codegraft.lower.cache import compile_cache
 from codegraft.lower.lowering import LoweringRequest, ShapeSpecialisingRunnable, compile_and_load
+from codegraft.lower.shape_values import shape_arithmetic_cut
 from codegraft.plan.annotate import Annotation
 from codegraft.plan.control import body_graphs, body_model
 from codegraft.plan.extract import PartitionPlan, partition_proto
@@ -69,7 +70,7 @@ def build_step(
     head = proto() if cache is None else partition_proto(model, annotation, replace(part, initializers=()))
     # Static-shape backends, and any backend given an input whose rank nobody could infer
     # (OpenVINO refuses a Parameter of dynamic rank), compile per input shape seen at run time.
-    if backend is not host and not static_inputs(head) and (not caps.dynamic_shapes or unknown_rank(head)):
+    def deferred() -> tuple[Step, Runnable, PartitionReport]:
         template = proto().SerializeToString()
         runnable: Runnable = ShapeSpecialisingRunnable(
             backend, template, request, host, strict=options.strict, cache=cache
@@ -77,6 +78,9 @@ def build_step(
         step = Step(part.name, part.backend, part.inputs, part.outputs, None, template, caps.native_code,
                     part.composites, options.precision)
         return step, runnable, replace(base, deferred=True)
+
+    if backend is not host and not static_inputs(head) and (not caps.dynamic_shapes or unknown_rank(head)):
+        return deferred()
     key = None
     if cache is not None:
         weights = [(name, _constant(model, name)) for name in part.initializers]
@@ -87,6 +91,10 @@ def build_step(
     except BackendError as error:
         if options.strict or backend is host:
             raise
+        if not caps.dynamic_shapes and shape_arithmetic_cut(proto()):
+            # its shape tensors' values are known only at run time, where it is tried again
+            log.info("%s: %s; compiled at run time, on its shape tensors' values", part.name, error)
+            return deferred()
         return host_fallback(part, proto(), host, error)
     step = Step(part.name, part.backend, part.inputs, part.outputs, lowered.blob, None, caps.native_code,
                 part.composites, options.precision)

@@ -228,3 +228,18 @@ def proto_outputs(proto: onnx.ModelProto) -> list[str]:
 def worth_trying(proto: onnx.ModelProto, inputs: Sequence[np.ndarray]) -> bool:
     """Whether value specialisation could change anything for this partition at these inputs."""
     return bool(value_inputs(inputs)) or bool(static_integer_outputs(proto))
+
+
+def shape_arithmetic_cut(proto: onnx.ModelProto) -> bool:
+    """Whether a partition has what :class:`ValueSpecialisingRunnable` helps with, before any run.
+
+    A small integer input (its declared shape static, at most :data:`MAX_VALUE_ELEMENTS`
+    elements) or an integer output depending only on shapes and constants.
+    """
+    for value in proto.graph.input:
+        tensor = value.type.tensor_type
+        static = tensor.HasField("shape") and all(d.HasField("dim_value") for d in tensor.shape.dim)
+        integer = tensor.elem_type in (onnx.TensorProto.INT64, onnx.TensorProto.INT32)
+        if integer and static and int(np.prod([d.dim_value for d in tensor.shape.dim])) <= MAX_VALUE_ELEMENTS:
+            return True
+    return bool(static_integer_outputs(proto))
