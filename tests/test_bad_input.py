@@ -17,6 +17,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import codegraft as cg
+from codegraft.frontend.utf8 import all_text_is_utf8
 
 
 def relu_model(*, opset: int = 17, name: str = "relu0", outputs: int = 1) -> onnx.ModelProto:
@@ -51,6 +52,44 @@ def test_invalid_utf8_in_a_node_name_is_named(tmp_path: pathlib.Path) -> None:
     path.write_bytes(_with_bytes(relu_model(name="NODENAME"), b"NODENAME", b"NODE\xffAME"))
     with pytest.raises(cg.ModelError, match=r"bad\.onnx: model\.graph\.node\[0\]\.name is not valid UTF-8"):
         cg.compile(path, targets=["c"])
+
+
+def test_invalid_utf8_deep_in_a_constant_is_named() -> None:
+    # Text in a message under an attribute: protobuf's proto3 twin (frontend/utf8.py) finds
+    # it, and the walk in Python names where it is.
+    value = numpy_helper.from_array(np.ones(3, np.float32), "TNAME")
+    graph = helper.make_graph(
+        [helper.make_node("Constant", [], ["c"], value=value), helper.make_node("Add", ["x", "c"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])],
+    )
+    model = helper.make_model(graph)
+    assert all_text_is_utf8(model) is True
+    data = _with_bytes(model, b"TNAME", b"TN\xffME")
+    assert all_text_is_utf8(onnx.load_from_string(data)) is False
+    with pytest.raises(cg.ModelError, match=r"model\.graph\.node\[0\]\.attribute\[0\]\.t\.name is not valid UTF-8"):
+        cg.compile(data, targets=["c"])
+
+
+@pytest.mark.parametrize("where", ["initializer", "constant"])
+def test_a_tensor_whose_data_does_not_fill_its_shape_is_named(where: str) -> None:
+    short = numpy_helper.from_array(np.ones(3, np.float32), "c")
+    short.dims[:] = [2, 2]
+    nodes = [helper.make_node("Add", ["x", "c"], ["y"], name="add")]
+    if where == "constant":
+        nodes.insert(0, helper.make_node("Constant", [], ["c"], value=short, name="const"))
+    graph = helper.make_graph(
+        nodes, "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 2])],
+        initializer=[short] if where == "initializer" else [],
+    )
+    spelled = {
+        "initializer": r"model\.graph\.initializer\[0\]",
+        "constant": r"model\.graph\.node\[0\]\.attribute\[0\]\.t",
+    }[where]
+    with pytest.raises(cg.ModelError, match=rf"tensor 'c' \({spelled}\) stores 12 bytes; shape \[2, 2\] needs 16"):
+        cg.compile(helper.make_model(graph), targets=["c"])
 
 
 def test_an_output_listed_twice_runs_like_onnxruntime() -> None:

@@ -24,6 +24,7 @@ from codegraft.core.graphinfo import is_flat
 from codegraft.core.irversion import ir_version_for
 from codegraft.errors import ModelError
 from codegraft.frontend.torch_export import export_module, is_torch_module
+from codegraft.frontend.utf8 import all_text_is_utf8
 
 ModelSource = str | os.PathLike[str] | bytes | onnx.ModelProto | ir.Model | Any
 
@@ -167,7 +168,9 @@ def check_model_proto(proto: onnx.ModelProto, where: str) -> None:
     than the installed onnx knows (``opset 99``), a graph without outputs (onnxruntime refuses
     it too), and then everything the onnx checker refuses, on one line, node name kept.
     """
-    _check_text(proto, "model", where)
+    # protobuf's C parser checks the text (utf8.py); the walk in Python checks the tensors and,
+    # when the parser found text that is not UTF-8, says where it is.
+    _check_text(proto, "model", where, text=all_text_is_utf8(proto) is not True)
     known = onnx.defs.onnx_opset_version()
     for opset in proto.opset_import:
         if opset.domain in ("", "ai.onnx") and not 1 <= opset.version <= known:
@@ -215,17 +218,29 @@ def _spell(path: _Path) -> str:
     return f"{_spell(parent)}.{name}" + ("" if index is None else f"[{index}]")  # type: ignore[arg-type]
 
 
-def _check_text(message: Message, path: _Path, where: str) -> None:
-    """Every string field decodes as UTF-8 (checked per field; tensor payloads are not visited)."""
+def _check_text(message: Message, path: _Path, where: str, *, text: bool = True) -> None:
+    """Every string field decodes as UTF-8 (checked per field; tensor payloads are not visited)
+    and every tensor's data fills its shape; with ``text=False`` only the tensors are checked,
+    and only messages that can hold one are visited."""
     if type(message) is onnx.TensorProto:  # not ListFields: it would copy the weights
         problem = _tensor_size_problem(message)
         if problem:
             raise ModelError(f"{where}: tensor {message.name!r} ({_spell(path)}) {problem}")
-        fields = [(field, getattr(message, field.name)) for field in _TENSOR_TEXT_FIELDS]
+        fields = [(field, getattr(message, field.name)) for field in _TENSOR_TEXT_FIELDS] if text else []
+    elif not text and type(message) is onnx.NodeProto:
+        # Most nodes hold numbers in their attributes: visit only those holding a message.
+        # (An attribute whose ``type`` hides a message field it also carries is refused by the
+        # onnx checker, which runs next: "type field and data field mismatch".)
+        for index, attribute in enumerate(message.attribute):
+            if attribute.type not in _PLAIN_ATTRIBUTE_TYPES:
+                _check_text(attribute, (path, "attribute", index), where, text=False)
+        return
     else:
         fields = message.ListFields()
     for field, value in fields:
         if field.type == _TEXT:
+            if not text:
+                continue
             if field.is_repeated:
                 try:
                     "".join(value)  # raises on an item that is bytes (not UTF-8)
@@ -237,12 +252,39 @@ def _check_text(message: Message, path: _Path, where: str) -> None:
                 if not isinstance(item, str):
                     here = _spell((path, field.name, index if field.is_repeated else None))
                     raise ModelError(f"{where}: {here} is not valid UTF-8 text ({bytes(item)[:40]!r})")
-        elif field.type == _MESSAGE:
+        elif field.type == _MESSAGE and (text or field.message_type in _HOLDS_TENSORS):
             if field.is_repeated:
                 for index, item in enumerate(value):
-                    _check_text(item, (path, field.name, index), where)
+                    _check_text(item, (path, field.name, index), where, text=text)
             else:
-                _check_text(value, (path, field.name, None), where)
+                _check_text(value, (path, field.name, None), where, text=text)
+
+
+_PLAIN_ATTRIBUTE_TYPES = frozenset(
+    getattr(onnx.AttributeProto, name) for name in ("FLOAT", "INT", "STRING", "FLOATS", "INTS", "STRINGS")
+)
+
+
+def _messages_holding(target: Any) -> frozenset[Any]:
+    """The message types of onnx's schema that hold a ``target`` message at some depth."""
+    holding = {target}
+    types = list(target.file.message_types_by_name.values())
+    pending = list(types)
+    while pending:
+        current = pending.pop()
+        pending.extend(current.nested_types)
+        types.append(current)
+    grew = True
+    while grew:
+        grew = False
+        for message_type in types:
+            if message_type not in holding and any(field.message_type in holding for field in message_type.fields):
+                holding.add(message_type)
+                grew = True
+    return frozenset(holding)
+
+
+_HOLDS_TENSORS = _messages_holding(onnx.TensorProto.DESCRIPTOR)
 
 
 _PACKED_4BIT = {onnx.TensorProto.INT4, onnx.TensorProto.UINT4, getattr(onnx.TensorProto, "FLOAT4E2M1", -1)}
