@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import onnx_ir as ir
 
+from codegraft.core.attributes import attributes_of
+
 
 @dataclass(frozen=True)
 class NodeInfo:
@@ -25,7 +27,7 @@ class NodeInfo:
 def values_read(node: ir.Node) -> tuple[tuple[ir.Value, ...], bool]:
     """Values ``node`` reads, including outer-scope reads from its subgraphs."""
     reads: list[ir.Value] = [v for v in node.inputs if v is not None]
-    subgraphs = subgraphs_of(node) if node.attributes else []
+    subgraphs = subgraphs_of(node) if attributes_of(node) else []
     if subgraphs:
         own_graph = node.graph
         for subgraph in subgraphs:
@@ -39,7 +41,7 @@ def values_read(node: ir.Node) -> tuple[tuple[ir.Value, ...], bool]:
 def subgraphs_of(node: ir.Node) -> list[ir.Graph]:
     """The graphs held by the node's attributes (If branches, Loop and Scan bodies)."""
     graphs: list[ir.Graph] = []
-    for attr in node.attributes.values():
+    for attr in attributes_of(node).values():
         if attr.type == ir.AttributeType.GRAPH:
             graphs.append(attr.as_graph())
         elif attr.type == ir.AttributeType.GRAPHS:
@@ -60,7 +62,7 @@ def is_flat(model: ir.Model) -> bool:
     """
     if model.functions:
         return False
-    return not any(attr.type in _GRAPH_ATTRIBUTES for node in model.graph for attr in node.attributes.values())
+    return not any(attr.type in _GRAPH_ATTRIBUTES for node in model.graph for attr in attributes_of(node).values())
 
 
 def _defined_in(value: ir.Value, graph: ir.Graph | None) -> bool:

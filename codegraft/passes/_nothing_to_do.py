@@ -52,7 +52,8 @@ class NoOpRule:
 
     op_type: str
     needs_constant: bool
-    rules: tuple[object, ...]
+    rules: tuple[str, ...]  # names in onnxscript.rewriter.rules.common, imported when a pass runs
+    commute: bool = False  # the rules and their operand-swapped forms (``x * 1`` and ``1 * x``)
 
 
 @dataclass(frozen=True)

@@ -10,17 +10,18 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 import onnx_ir as ir
 from onnx_ir.passes import common as ir_passes
-from onnxscript import optimizer
-from onnxscript.rewriter import RewriteRuleSet
-from onnxscript.rewriter.rules import common as rewrite_rules
 
 from codegraft.core.gcpause import without_gc
 from codegraft.passes import _nothing_to_do, _output_fence
 from codegraft.passes.batchnorm import fold_batchnorm_into_conv
+
+if TYPE_CHECKING:
+    from onnxscript.rewriter import RewriteRule, RewriteRuleSet
 
 __all__ = ["PASS_NAMES", "PassOptions", "PassRecord", "PipelineResult", "run_common_passes"]
 
@@ -245,7 +246,7 @@ def _shapes_known(run: _Run) -> str:
 def _identity(run: _Run) -> str:
     model = run.model
     identities = sum(1 for n in model.graph if n.op_type == "Identity" and n.domain == "")
-    rules, eliminate = _NO_OP_RULE_SET, True
+    rules, eliminate = _rule_set(), True
     if run.provable:
         facts = run.facts
         rules = _rule_set(set(facts.no_op_ops))
@@ -263,27 +264,38 @@ def _identity(run: _Run) -> str:
 # Transpose by the identity perm; each with the op it fires on, so a graph without such a
 # node is not matched at all.
 _NO_OPS: tuple[_nothing_to_do.NoOpRule, ...] = (
-    _nothing_to_do.NoOpRule("Mul", True, tuple(rewrite_rules.mul_by_1_rule.commute())),
-    _nothing_to_do.NoOpRule("Add", True, tuple(rewrite_rules.add_0_rule.commute())),
-    _nothing_to_do.NoOpRule("Sub", True, (rewrite_rules.sub_0_rule,)),
-    _nothing_to_do.NoOpRule("Div", True, (rewrite_rules.div_by_1_rule,)),
-    _nothing_to_do.NoOpRule("Dropout", False, (rewrite_rules.dropout_zero_rule, rewrite_rules.dropout_inference_rule)),
-    _nothing_to_do.NoOpRule("Cast", False, (rewrite_rules.no_op_cast_rule,)),
-    _nothing_to_do.NoOpRule("Expand", False, (rewrite_rules.no_op_expand_rule,)),
-    _nothing_to_do.NoOpRule("Transpose", False, (rewrite_rules.no_op_transpose_rule,)),
+    _nothing_to_do.NoOpRule("Mul", True, ("mul_by_1_rule",), commute=True),
+    _nothing_to_do.NoOpRule("Add", True, ("add_0_rule",), commute=True),
+    _nothing_to_do.NoOpRule("Sub", True, ("sub_0_rule",)),
+    _nothing_to_do.NoOpRule("Div", True, ("div_by_1_rule",)),
+    _nothing_to_do.NoOpRule("Dropout", False, ("dropout_zero_rule", "dropout_inference_rule")),
+    _nothing_to_do.NoOpRule("Cast", False, ("no_op_cast_rule",)),
+    _nothing_to_do.NoOpRule("Expand", False, ("no_op_expand_rule",)),
+    _nothing_to_do.NoOpRule("Transpose", False, ("no_op_transpose_rule",)),
 )
 
 
 def _rule_set(op_types: set[str] | None = None) -> RewriteRuleSet | None:
     """The no-op rules for these op types (all when ``None``), in table order."""
-    rules = [rule for entry in _NO_OPS if op_types is None or entry.op_type in op_types for rule in entry.rules]
-    return RewriteRuleSet(rules) if rules else None  # type: ignore[arg-type]
+    # NOTE: onnxscript's rewriter is imported here, not with this module: a third of a
+    # second of every command's start-up, and a model the scan proves free of no-ops (most
+    # exported ones) never needs it.
+    from onnxscript.rewriter import RewriteRuleSet
+    from onnxscript.rewriter.rules import common as rewrite_rules
 
-
-_NO_OP_RULE_SET = _rule_set()
+    rules: list[RewriteRule] = []
+    for entry in _NO_OPS:
+        if op_types is not None and entry.op_type not in op_types:
+            continue
+        for name in entry.rules:
+            rule = getattr(rewrite_rules, name)
+            rules.extend(rule.commute() if entry.commute else (rule,))
+    return RewriteRuleSet(rules) if rules else None
 
 
 def _fold_constants(run: _Run) -> str:
+    from onnxscript import optimizer  # imported when needed: see _rule_set
+
     model, options = run.model, run.options
     before = _folded_values(model)
     optimizer.fold_constants(
@@ -414,6 +426,8 @@ assert {f.name for f in fields(PassOptions)} >= set(PASS_NAMES)
 
 def _folded_values(model: ir.Model) -> set[ir.Value]:
     """Constants that constant folding made (it tags them with where they came from)."""
+    from onnxscript import optimizer
+
     found = {v for v in model.graph.initializers.values() if optimizer.FOLDED_FROM_KEY in v.meta}
     for node in model.graph:
         if node.op_type == "Constant":

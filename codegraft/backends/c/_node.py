@@ -11,6 +11,8 @@ from collections.abc import Callable
 import numpy as np
 import onnx_ir as ir
 
+from codegraft.core.attributes import attributes_of
+
 NHWC_DOMAIN = "codegraft.nhwc"
 
 # Evaluated at compile time when every input is (ops on shapes and constants: exporters' shape
@@ -38,22 +40,22 @@ def opset_of(node: ir.Node) -> int:
 
 
 def attr_int(node: ir.Node, name: str, default: int) -> int:
-    attr = node.attributes.get(name)
+    attr = attributes_of(node).get(name)
     return default if attr is None else attr.as_int()
 
 
 def attr_float(node: ir.Node, name: str, default: float) -> float:
-    attr = node.attributes.get(name)
+    attr = attributes_of(node).get(name)
     return default if attr is None else attr.as_float()
 
 
 def attr_ints(node: ir.Node, name: str) -> list[int] | None:
-    attr = node.attributes.get(name)
+    attr = attributes_of(node).get(name)
     return None if attr is None else list(attr.as_ints())
 
 
 def attr_str(node: ir.Node, name: str, default: str) -> str:
-    attr = node.attributes.get(name)
+    attr = attributes_of(node).get(name)
     return default if attr is None else attr.as_string()
 
 
