@@ -23,6 +23,28 @@ def test_every_source_form_gives_the_same_graph(tmp_path: pathlib.Path) -> None:
     assert counts == {len(proto.graph.node)}
 
 
+def test_weights_in_an_external_file_are_read(tmp_path: pathlib.Path) -> None:
+    proto = light_model("squeezenet")
+    path = tmp_path / "m.onnx"
+    saved = onnx.ModelProto()
+    saved.CopyFrom(proto)  # onnx.save moves the data of what it saves out to the file
+    onnx.save(saved, path, save_as_external_data=True, location="m.weights", size_threshold=0)
+    assert (tmp_path / "m.weights").stat().st_size > path.stat().st_size
+    imported = import_model(path)
+    expected = {t.name: onnx.numpy_helper.to_array(t) for t in proto.graph.initializer}
+    got = {name: value.const_value.numpy() for name, value in imported.graph.initializers.items()}
+    assert got.keys() == expected.keys()
+    assert all((got[name] == expected[name]).all() for name in expected)
+
+
+def test_a_missing_external_weights_file_is_named(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "m.onnx"
+    onnx.save(light_model("squeezenet"), path, save_as_external_data=True, location="m.weights", size_threshold=0)
+    (tmp_path / "m.weights").unlink()
+    with pytest.raises(cg.ModelError, match=r"m\.onnx is not an ONNX model: .*m\.weights"):
+        import_model(path)
+
+
 def test_shapes_are_inferred_at_import() -> None:
     model = import_model(light_model_path("resnet50"))
     assert all(v.shape is not None for node in model.graph for v in node.outputs)

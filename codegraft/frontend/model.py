@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import math
+import mmap
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -293,11 +294,12 @@ _TWO_PER_ELEMENT = {onnx.TensorProto.COMPLEX64, onnx.TensorProto.COMPLEX128}
 
 def _tensor_size_problem(tensor: onnx.TensorProto) -> str:
     """Why ``tensor``'s stored data cannot be its declared shape, or ''."""
-    if min(tensor.dims, default=0) < 0:
-        return f"has a negative dimension {list(tensor.dims)}"
+    dims = tensor.dims[:]  # a list: each read of the repeated field goes through protobuf
+    if dims and min(dims) < 0:
+        return f"has a negative dimension {dims}"
     if tensor.data_location == onnx.TensorProto.EXTERNAL:
         return ""  # onnx.load has read or refused it; nothing stored here to count
-    count = math.prod(tensor.dims)
+    count = math.prod(dims)
     if tensor.data_type == onnx.TensorProto.STRING:
         stored, expected = len(tensor.string_data), count
     elif tensor.HasField("raw_data"):
@@ -315,7 +317,7 @@ def _tensor_size_problem(tensor: onnx.TensorProto) -> str:
         stored, expected = len(getattr(tensor, field)), count * (2 if tensor.data_type in _TWO_PER_ELEMENT else 1)
     if stored != expected:
         unit = "bytes" if tensor.HasField("raw_data") and tensor.data_type != onnx.TensorProto.STRING else "values"
-        return f"stores {stored} {unit}; shape {list(tensor.dims)} needs {expected}"
+        return f"stores {stored} {unit}; shape {dims} needs {expected}"
     return ""
 
 
@@ -394,7 +396,7 @@ def _to_proto(source: ModelSource, example_inputs: Sequence[Any] | None) -> onnx
         if not os.path.exists(path):
             raise ModelError(f"model file not found: {path}")
         try:
-            return onnx.load(path)
+            return _load_file(path)
         except Exception as error:
             raise ModelError(f"{path} is not an ONNX model: {one_line(error)}") from None
     if is_torch_module(source):
@@ -403,6 +405,29 @@ def _to_proto(source: ModelSource, example_inputs: Sequence[Any] | None) -> onnx
         f"cannot compile a {type(source).__name__}: pass a path, bytes, onnx.ModelProto, "
         "onnx_ir.Model or a torch.nn.Module with example_inputs="
     )
+
+
+def _load_file(path: str) -> onnx.ModelProto:
+    """``onnx.load(path)``, without its walk over every tensor when none can be external.
+
+    NOTE: onnx.load visits every tensor in Python to find those stored in other files (0.2 s
+    of a 100k-node model's import).  Each of those names its file under the key "location";
+    a file without that word anywhere has none, which one scan of its bytes tells.
+    """
+    proto = onnx.load(path, load_external_data=False)
+    if _holds(path, b"location"):
+        onnx.external_data_helper.load_external_data_for_model(proto, os.path.dirname(path))
+    return proto
+
+
+def _holds(path: str, word: bytes) -> bool:
+    """Whether the file at ``path`` contains ``word`` (mapped, not copied: models are large)."""
+    with open(path, "rb") as file:
+        try:
+            with mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as view:
+                return view.find(word) >= 0
+        except (ValueError, OSError):  # an empty file, or one that cannot be mapped
+            return True
 
 
 def _describe(source: ModelSource) -> str:

@@ -123,9 +123,15 @@ def scan(model: ir.Model, no_op_table: Iterable[NoOpRule]) -> Facts:
         domain, op, inputs, node_outputs = node.domain, node.op_type, node.inputs, node.outputs
         for value in node_outputs:
             values += 1
-            if value.shape is not None:
+            shape = value.shape
+            if shape is not None:
                 shapes_known += 1
-            if complete and not known(value):
+                if complete:  # known(value), inlined: this loop visits every value
+                    answer = static.get(id(shape))
+                    if answer is None:
+                        answer = static[id(shape)] = shape.is_static()
+                    complete = answer and value.dtype is not None
+            else:
                 complete = False
             if not unused and not value.uses() and value not in outputs:
                 unused = True
@@ -138,7 +144,12 @@ def scan(model: ir.Model, no_op_table: Iterable[NoOpRule]) -> Facts:
             elif op in wanted and op not in no_ops and (not wanted[op] or any(_constant(v) for v in inputs)):
                 no_ops.add(op)
         if not fold:
-            fold = _may_fold_node(node, op, domain, inputs, evaluated)  # type: ignore[arg-type]
+            for value in inputs:  # (the common case, a computed first input, decides at once)
+                if value is not None and value.const_value is None:
+                    fold = op == "Constant" or _may_fold_node(op, domain, inputs, evaluated)  # type: ignore[arg-type]
+                    break
+            else:
+                fold = True  # every input a constant: the folder evaluates the node
         if op == "BatchNormalization":
             batchnorm = True
             if "training_mode" in node.attributes:
@@ -158,16 +169,16 @@ def scan(model: ir.Model, no_op_table: Iterable[NoOpRule]) -> Facts:
 
 
 def _may_fold_node(
-    node: ir.Node, op: str, domain: str, inputs: Sequence[ir.Value | None], evaluated: frozenset[tuple[str, str]]
+    op: str, domain: str, inputs: Sequence[ir.Value | None], evaluated: frozenset[tuple[str, str]]
 ) -> bool:
-    present = [v for v in inputs if v is not None]
-    if op == "Constant" or all(v.const_value is not None for v in present):
-        return True
+    """Whether the folder's partial evaluator may change a node with a computed input."""
     if (domain, op) not in evaluated:
         return False
     if op != "Add" or domain not in _ONNX_DOMAINS:
         return True
-    for value in present:
+    for value in inputs:
+        if value is None:
+            continue
         producer = value.producer()
         if value.const_value is not None or (producer is not None and (producer.domain, producer.op_type) in evaluated):
             return True
