@@ -144,8 +144,8 @@ def scan(model: ir.Model, no_op_table: Iterable[NoOpRule]) -> Facts:
             elif op in wanted and op not in no_ops and (not wanted[op] or any(_constant(v) for v in inputs)):
                 no_ops.add(op)
         if not fold:
-            for value in inputs:  # (the common case, a computed first input, decides at once)
-                if value is not None and value.const_value is None:
+            for read in inputs:  # (the common case, a computed first input, decides at once)
+                if read is not None and read.const_value is None:
                     fold = op == "Constant" or _may_fold_node(op, domain, inputs, evaluated)  # type: ignore[arg-type]
                     break
             else:
