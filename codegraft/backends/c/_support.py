@@ -35,10 +35,14 @@ def supports(node: ir.Node) -> Support:
 
 def _empty(node: ir.Node) -> str:
     """Kernels index by sizes and divide by them: an empty tensor goes to the host instead."""
-    for value in (*node.inputs, *node.outputs):
-        # (a symbolic dimension never equals 0)
-        if value is not None and value.shape is not None and 0 in value.shape.dims:
-            return f"{value.name!r} is empty (shape {list(value.shape)}); empty tensors run on the host"
+    for values in (node.inputs, node.outputs):
+        for value in values:
+            if value is None:
+                continue
+            shape = value.shape
+            # (a symbolic dimension never equals 0)
+            if shape is not None and 0 in shape.dims:
+                return f"{value.name!r} is empty (shape {list(shape)}); empty tensors run on the host"
     return ""
 
 
