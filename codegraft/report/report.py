@@ -252,10 +252,23 @@ def _json_text(value: object) -> str:
             return "null"
         cls = value.__class__
         pad = "\n" + " " * (depth + 1)
-        names = _FIELD_NAMES.get(cls)  # a dataclass written before
-        if names is not None:
-            members = [f"{_quote(k)}: {text(getattr(value, k), depth + 1)}" for k in names]
-            return "{" + pad + ("," + pad).join(members) + "\n" + " " * depth + "}" if members else "{}"
+        heads = _HEADS.get((cls, depth))  # a dataclass written before at this depth
+        if heads is not None:
+            if not heads:
+                return "{}"
+            members = []
+            for name, head in heads:  # (the common leaves written here: one call per field less)
+                member = getattr(value, name)
+                kind = member.__class__
+                if kind is str:
+                    members.append(head + _quote(member))
+                elif member is None:
+                    members.append(head + "null")
+                elif kind is int:
+                    members.append(head + int.__repr__(member))
+                else:
+                    members.append(head + text(member, depth + 1))
+            return "{" + ",".join(members) + "\n" + " " * depth + "}"
         if isinstance(value, list | tuple):
             if not value:
                 return "[]"
@@ -267,7 +280,9 @@ def _json_text(value: object) -> str:
                     written[key] = done
             return done
         if is_dataclass(value) and not isinstance(value, type):
-            items = [(name, getattr(value, name)) for name in _field_names(type(value))]
+            names = _field_names(cls)
+            _HEADS[cls, depth] = tuple((name, f"{pad}{_quote(name)}: ") for name in names)
+            items = [(name, getattr(value, name)) for name in names]
         elif isinstance(value, dict) and all(isinstance(k, str) for k in value):
             items = list(value.items())
         else:  # numbers, booleans, anything else: json's own text, indented to this depth
@@ -281,6 +296,8 @@ def _json_text(value: object) -> str:
 
 
 _FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+# (dataclass, depth) -> (field name, the text before its value) per field, in order
+_HEADS: dict[tuple[type, int], tuple[tuple[str, str], ...]] = {}
 
 
 def _field_names(cls: type) -> tuple[str, ...]:
