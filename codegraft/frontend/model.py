@@ -106,10 +106,11 @@ def _from_proto(proto: onnx.ModelProto) -> ir.Model:
     if not len(graph.value_info) or (len(proto.functions) and proto.ir_version < 10):
         # (before IR 10, function values' types are stored in the graph's value_info)
         return ir.from_proto(proto)
-    declared = {name for node in graph.node for name in node.output}
-    declared.update(tensor.name for tensor in graph.initializer)
-    declared.difference_update(info.name for info in (*graph.input, *graph.output))
-    declared.discard("")
+    # Graph inputs and outputs keep their entries for onnx-ir.  An entry naming no value of
+    # this graph (a value inside a body, or none at all) onnx-ir would not apply: it is
+    # taken out like the others and, matching no value below, dropped.
+    excluded = {info.name for info in (*graph.input, *graph.output)}
+    excluded.add("")
     plain: dict[str, bytes] = {}
     plain_type: dict[bytes, bool] = {}
     repeated: set[str] = set()  # onnx-ir takes the last of several entries: leave those to it
@@ -122,7 +123,7 @@ def _from_proto(proto: onnx.ModelProto) -> ir.Model:
         key = info.type.SerializeToString(deterministic=True)
         if key not in plain_type:
             plain_type[key] = _plain_tensor_type(info.type)
-        if name in declared and plain_type[key] and not info.doc_string and not len(info.metadata_props):
+        if name not in excluded and plain_type[key] and not info.doc_string and not len(info.metadata_props):
             plain[name] = key
         else:
             repeated.add(name)  # not ours to read: any later entry of this name is not either
