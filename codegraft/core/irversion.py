@@ -23,6 +23,7 @@ import re
 import onnx
 import onnx_ir as ir
 
+from codegraft.core.attributes import attributes_of
 from codegraft.core.graphinfo import subgraphs_of
 
 # IR 4: initializers need not be graph inputs (codegraft removes them from the inputs).
@@ -102,9 +103,11 @@ def _ir_element_types(model: ir.Model) -> set[str]:
     graph = model.graph
     dtypes = {v.dtype for v in graph.initializers.values()}
     dtypes.update(v.dtype for v in graph.inputs)
+    add = dtypes.add
     for node in graph:  # (a walk of its own for a body only: few nodes have one)
-        dtypes.update(v.dtype for v in node.outputs)
-        for subgraph in subgraphs_of(node) if node.attributes else ():
+        for value in node.outputs:
+            add(value.dtype)
+        for subgraph in subgraphs_of(node) if attributes_of(node) else ():
             dtypes.update(v.dtype for inner in ir.traversal.RecursiveGraphIterator(subgraph) for v in inner.outputs)
     return {dtype.name for dtype in dtypes if dtype is not None}
 

@@ -72,16 +72,16 @@ def _normalising_passes(model: ir.Model) -> list[ir.passes.PassBase]:
 def _names_complete(graph: ir.Graph) -> bool:
     """Every node and value of a flat ``graph`` has a name no other node or value has (what
     onnx-ir's NameFixPass makes sure of); values are its inputs, initializers and node outputs,
-    which hold every value a node reads or the graph returns."""
+    which hold every value a node reads (the checker saw to that) or the graph returns."""
     node_names = [node.name for node in graph]
     if not all(node_names) or len(set(node_names)) != len(node_names):
         return False
     values = dict.fromkeys(graph.inputs)
     values.update(dict.fromkeys(graph.initializers.values()))
     values.update(dict.fromkeys(v for node in graph for v in node.outputs))
+    # (every value a node reads is one of these: the onnx checker, run before, refuses a
+    # node reading a value no earlier node, input or initializer defines)
     if not all(v in values for v in graph.outputs):
-        return False
-    if not all(v is None or v in values for node in graph for v in node.inputs):
         return False
     value_names = [v.name for v in values]
     return all(value_names) and len(set(value_names)) == len(value_names)
