@@ -8,6 +8,7 @@ written at the IR version the installed onnxruntime reads (:mod:`codegraft.core.
 from __future__ import annotations
 
 import functools
+import json
 import math
 import mmap
 import os
@@ -24,6 +25,7 @@ from codegraft.core.gcpause import without_gc
 from codegraft.core.graphinfo import is_flat
 from codegraft.core.irversion import ir_version_for
 from codegraft.errors import ModelError
+from codegraft.frontend import aside
 from codegraft.frontend.torch_export import export_module, is_torch_module
 from codegraft.frontend.utf8 import all_text_is_utf8
 
@@ -32,25 +34,95 @@ ModelSource = str | os.PathLike[str] | bytes | onnx.ModelProto | ir.Model | Any
 
 @without_gc
 def import_model(source: ModelSource, *, example_inputs: Sequence[Any] | None = None) -> ir.Model:
-    """Read, check and normalise a model; see the module docstring for what is accepted."""
-    proto = _placeholder_dims_unknown(_to_proto(source, example_inputs))
+    """Read, check and normalise a model; see the module docstring for what is accepted.
+
+    A large flat graph is checked and its shapes inferred on a second core while this one
+    builds the IR (:mod:`codegraft.frontend.aside`); the result is the same.
+    """
+    proto = _to_proto(source, example_inputs)
+    graphs = _graphs(proto.graph)
+    proto = _placeholder_dims_unknown(proto, graphs)
     where = _describe(source)
-    check_model_proto(proto, where)
+    pending = None
+    if len(graphs) == 1 and not len(proto.functions):  # (a body's inferred types stay in its node)
+        pending = aside.start(proto, where, functools.partial(_inferred_types, where=where))
     try:
-        proto = onnx.shape_inference.infer_shapes(proto, strict_mode=True)
-    except Exception as error:  # onnx raises several internal error types here
-        raise ModelError(f"{where}: shape inference failed: {one_line(error)}") from None
-    try:
-        model = _from_proto(proto)
-        for pass_ in _normalising_passes(model):
-            pass_(model)
-    except Exception as error:  # the checker passed, so this is a model onnx-ir cannot represent
-        raise ModelError(f"{where} cannot be read into the IR: {type(error).__name__}: {one_line(error)}") from None
+        if pending is None:
+            proto = _checked_and_inferred(proto, where)
+        model = _read_ir(proto, where, pending)
+    finally:
+        if pending is not None:
+            pending.cancel()  # (nothing to do once collected)
     _drop_repeated_outputs(model)
     # Initializers are no longer inputs, which IR 3 required; and an IR version newer than the
     # installed onnxruntime reads would make every partition unloadable (see core.irversion).
     model.ir_version = ir_version_for(model)
     return model
+
+
+def _checked_and_inferred(proto: onnx.ModelProto, where: str) -> onnx.ModelProto:
+    """:func:`check_model_proto`, then onnx's shape inference (a new proto)."""
+    check_model_proto(proto, where)
+    try:
+        return onnx.shape_inference.infer_shapes(proto, strict_mode=True)
+    except Exception as error:  # onnx raises several internal error types here
+        raise ModelError(f"{where}: shape inference failed: {one_line(error)}") from None
+
+
+def _inferred_types(proto: onnx.ModelProto, where: str) -> bytes:
+    """The checked and inferred graph's value types, as the child of :mod:`aside` sends them.
+
+    The plain value infos (see :func:`_from_proto`; the last of a name, as onnx-ir keeps)
+    grouped by type: a JSON list of ``[type bytes as latin-1 text, [names]]``; then the
+    inputs, outputs and the other value infos as a GraphProto.  Grouping here, in the child,
+    takes that work off the parent's path: it is still building the IR.
+    """
+    graph = _checked_and_inferred(proto, where).graph
+    entries = {info.name: info for info in graph.value_info}
+    groups: dict[bytes, list[str]] = {}
+    plain_type: dict[bytes, bool] = {}
+    rest = onnx.GraphProto()
+    rest.input.extend(graph.input)
+    rest.output.extend(graph.output)
+    for name, info in entries.items():
+        key = info.type.SerializeToString(deterministic=True)
+        plain = plain_type.get(key)
+        if plain is None:
+            plain = plain_type[key] = _plain_tensor_type(info.type)
+        if plain and not info.doc_string and not len(info.metadata_props):
+            groups.setdefault(key, []).append(name)
+        else:
+            rest.value_info.append(info)
+    header = json.dumps([[key.decode("latin-1"), names] for key, names in groups.items()]).encode()
+    return len(header).to_bytes(8, "little") + header + rest.SerializeToString()
+
+
+def _read_ir(proto: onnx.ModelProto, where: str, pending: aside.Pending | None) -> ir.Model:
+    """The normalised IR of ``proto``: inferred already, or with its types from ``pending``.
+
+    ``pending``'s verdict (the checker's) comes before any error met here, as it would had the
+    check run first.
+    """
+    try:
+        model = _from_proto(proto) if pending is None else _ir_without_value_types(proto)
+    except Exception as error:
+        if pending is not None:
+            pending.result()  # a refusal from the checker or shape inference is the error to give
+        raise _unreadable(where, error) from None
+    if pending is not None:
+        inferred = pending.result()
+    try:
+        if pending is not None:
+            _set_inferred_types(model, inferred)
+        for pass_ in _normalising_passes(model):
+            pass_(model)
+    except Exception as error:  # the checker passed, so this is a model onnx-ir cannot represent
+        raise _unreadable(where, error) from None
+    return model
+
+
+def _unreadable(where: str, error: Exception) -> ModelError:
+    return ModelError(f"{where} cannot be read into the IR: {type(error).__name__}: {one_line(error)}")
 
 
 def _normalising_passes(model: ir.Model) -> list[ir.passes.PassBase]:
@@ -150,6 +222,54 @@ def _from_proto(proto: onnx.ModelProto) -> ir.Model:
             )
         value.shape, value.type = known
     return model
+
+
+def _ir_without_value_types(proto: onnx.ModelProto) -> ir.Model:
+    """``ir.from_proto(proto)`` with the graph's value infos left out (and put back after:
+    ``proto`` may be the caller's); the types come later from :func:`_set_inferred_types`."""
+    graph = proto.graph
+    entries = list(graph.value_info)
+    graph.ClearField("value_info")
+    try:
+        return ir.from_proto(proto)
+    finally:
+        graph.value_info.extend(entries)
+
+
+def _set_inferred_types(model: ir.Model, payload: bytes) -> None:
+    """Give ``model``'s values the types :func:`_inferred_types` sent, as ``ir.from_proto`` of
+    the inferred model would have: input infos on the inputs; the value info of each node
+    output and each initializer that is not an input; the output infos last.  A plain type is
+    deserialised once, its ``Shape`` and ``TensorType`` shared (see :func:`_from_proto`).
+    """
+    size = int.from_bytes(payload[:8], "little")
+    groups = json.loads(payload[8:8 + size])
+    rest = onnx.GraphProto.FromString(payload[8 + size:])
+    graph = model.graph
+    inputs = {value.name: value for value in graph.inputs}
+    for info in rest.input:
+        if info.name in inputs:
+            ir.serde.deserialize_value_info_proto(info, inputs[info.name])
+    typed = {value.name: value for node in graph for value in node.outputs}
+    typed.update((value.name, value) for value in graph.initializers.values() if not value.is_graph_input())
+    typed.pop("", None)  # (an omitted optional output: onnx-ir gives it no value info)
+    for key, names in groups:
+        type_proto = onnx.TypeProto.FromString(key.encode("latin-1"))
+        shape = ir.serde.deserialize_type_proto_for_shape(type_proto)
+        type_ = ir.serde.deserialize_type_proto_for_type(type_proto)
+        for name in names:
+            value = typed.get(name)
+            if value is not None:
+                value.shape, value.type = shape, type_
+    for info in rest.value_info:
+        if info.name in typed:
+            ir.serde.deserialize_value_info_proto(info, typed[info.name])
+    outputs: dict[str, list[ir.Value]] = {}
+    for value in graph.outputs:
+        outputs.setdefault(value.name or "", []).append(value)
+    for info in rest.output:
+        for value in outputs.get(info.name, ()):
+            ir.serde.deserialize_value_info_proto(info, value)
 
 
 def _plain_tensor_type(type_proto: onnx.TypeProto) -> bool:
@@ -341,14 +461,14 @@ def _drop_repeated_outputs(model: ir.Model) -> None:
             outputs.pop(index)
 
 
-def _placeholder_dims_unknown(proto: onnx.ModelProto) -> onnx.ModelProto:
+def _placeholder_dims_unknown(proto: onnx.ModelProto, graphs: list[onnx.GraphProto]) -> onnx.ModelProto:
     """``proto``, or a copy in which every placeholder dimension is an unknown one.
 
     Some exporters write ``-1`` for "any size" and name every unknown dimension ``?``
     (``float32[-1, 3, ?, ?]``, Paddle2ONNX): onnxruntime reads both as unknown sizes, neither
     a size nor a name two dimensions must share, and so must everything after import.
     """
-    if not any(_placeholder_dims(graph) for graph in _graphs(proto.graph)):
+    if not any(_placeholder_dims(graph) for graph in graphs):  # (``graphs``: _graphs(proto.graph))
         return proto
     copy = onnx.ModelProto()
     copy.CopyFrom(proto)
