@@ -141,3 +141,27 @@ def test_small_graphs_and_switched_off_stay_in_turn(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(aside, "MIN_NODES", 0)
     monkeypatch.setenv("CODEGRAFT_PARALLEL_IMPORT", "0")
     assert aside.start(model, "m", lambda m: b"") is None
+
+
+def _hangs(model: onnx.ModelProto) -> bytes:
+    signal.pause()  # as a child stuck on a lock would
+    return b""
+
+
+def test_a_stuck_child_is_stopped_and_its_work_done_here(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(aside, "MIN_NODES", 0)
+    pending = aside.start(light_model("squeezenet"), "m", _hangs)
+    assert pending is not None
+    assert pending.result(timeout=0.2) is None
+    with pytest.raises(ChildProcessError):
+        os.waitpid(pending.pid, os.WNOHANG)  # stopped and reaped
+    # and through the import: the child's work is done in the caller, the result the same
+    from codegraft.frontend import model as frontend
+
+    monkeypatch.setattr(frontend, "_CHILD_GRACE_SECONDS", 0.0)
+    real_start = aside.start
+    monkeypatch.setattr(aside, "start", lambda proto, where, work: real_start(proto, where, _hangs))
+    stuck = ir.to_proto(import_model(light_model("squeezenet"))).SerializeToString(deterministic=True)
+    monkeypatch.setenv("CODEGRAFT_PARALLEL_IMPORT", "0")
+    in_turn = ir.to_proto(import_model(light_model("squeezenet"))).SerializeToString(deterministic=True)
+    assert stuck == in_turn

@@ -14,14 +14,17 @@ that dies (a crash in onnx's C++ on a model it should have refused) is a clear
 
 Linux only (``fork``; elsewhere, or with one core, or for a small graph, :func:`start`
 returns ``None`` and the caller does both in turn).  The child only runs the given function
-and ``os._exit``: no ``atexit`` handler, no buffered file and no other thread of the parent
-runs there.  ``CODEGRAFT_PARALLEL_IMPORT=0`` turns it off.
+(onnx's C++, protobuf and codegraft's own checks) and ``os._exit``: no ``atexit`` handler, no
+buffered file and no other thread of the parent runs there.  Should it still get stuck (on
+a lock another thread held at the fork), the caller stops it after a generous wait and does
+the work itself.  ``CODEGRAFT_PARALLEL_IMPORT=0`` turns it off.
 """
 
 from __future__ import annotations
 
 import faulthandler
 import os
+import select
 import signal
 import sys
 import warnings
@@ -48,9 +51,14 @@ class Pending:
     where: str
     collected: bool = False
 
-    def result(self) -> bytes:
+    def result(self, timeout: float | None = None) -> bytes | None:
         """What the child's function returned; raises its :class:`ModelError`, or one saying
-        how it died."""
+        how it died.  None when it has not answered within ``timeout`` seconds: it is stopped,
+        and the caller does the work itself (a child stuck on a lock another thread of the
+        parent held at the fork must not hang the caller)."""
+        if timeout is not None and not select.select([self.reader], [], [], timeout)[0]:
+            self.cancel()
+            return None
         self.collected = True
         with os.fdopen(self.reader, "rb") as pipe:
             payload = pipe.read()

@@ -12,6 +12,7 @@ import json
 import math
 import mmap
 import os
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -101,24 +102,37 @@ def _read_ir(proto: onnx.ModelProto, where: str, pending: aside.Pending | None) 
     """The normalised IR of ``proto``: inferred already, or with its types from ``pending``.
 
     ``pending``'s verdict (the checker's) comes before any error met here, as it would had the
-    check run first.
+    check run first.  A child that has not answered long after the IR was built (stuck: see
+    :meth:`aside.Pending.result`) is stopped and its work done here.
     """
+    started = time.perf_counter()
     try:
         model = _from_proto(proto) if pending is None else _ir_without_value_types(proto)
     except Exception as error:
         if pending is not None:
-            pending.result()  # a refusal from the checker or shape inference is the error to give
+            # a refusal from the checker or shape inference is the error to give
+            if pending.result(timeout=_CHILD_GRACE_SECONDS) is None:
+                _checked_and_inferred(proto, where)
         raise _unreadable(where, error) from None
+    inferred: bytes | None = None
     if pending is not None:
-        inferred = pending.result()
+        waited = _CHILD_GRACE_SECONDS + 10 * (time.perf_counter() - started)
+        inferred = pending.result(timeout=waited)
+        if inferred is None:
+            inferred = _inferred_types(proto, where)
     try:
-        if pending is not None:
+        if inferred is not None:
             _set_inferred_types(model, inferred)
         for pass_ in _normalising_passes(model):
             pass_(model)
     except Exception as error:  # the checker passed, so this is a model onnx-ir cannot represent
         raise _unreadable(where, error) from None
     return model
+
+
+# How long past ten times the parent's own part a child may take before it counts as stuck:
+# the check and shape inference take less than the IR build on every model measured.
+_CHILD_GRACE_SECONDS = 30.0
 
 
 def _unreadable(where: str, error: Exception) -> ModelError:
