@@ -165,3 +165,26 @@ def test_a_stuck_child_is_stopped_and_its_work_done_here(monkeypatch: pytest.Mon
     monkeypatch.setenv("CODEGRAFT_PARALLEL_IMPORT", "0")
     in_turn = ir.to_proto(import_model(light_model("squeezenet"))).SerializeToString(deterministic=True)
     assert stuck == in_turn
+
+
+def _named_graph(**changes: object) -> onnx.ModelProto:
+    model = _with_value_infos()
+    for index, name in enumerate(["mm", "relu", "sig", "add"]):
+        model.graph.node[index].name = name
+    if changes.get("unnamed"):
+        model.graph.node[1].name = ""
+    if changes.get("same_name"):
+        model.graph.node[1].name = "mm"
+    if changes.get("input_initializer"):
+        model.graph.input.append(helper.make_tensor_value_info("w", TensorProto.FLOAT, [3, 3]))
+    return model
+
+
+@pytest.mark.parametrize("changes", [{}, {"unnamed": True}, {"same_name": True}, {"input_initializer": True}])
+def test_names_read_from_the_proto_agree_with_the_ir(changes: dict[str, bool]) -> None:
+    from codegraft.frontend import model as frontend
+
+    proto = _named_graph(**changes)
+    from_proto = frontend._proto_names_complete(proto.graph)
+    from_ir = frontend._names_complete(ir.from_proto(proto).graph)
+    assert from_proto == from_ir == (not changes.get("unnamed") and not changes.get("same_name"))

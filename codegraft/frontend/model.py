@@ -73,9 +73,10 @@ def _checked_and_inferred(proto: onnx.ModelProto, where: str) -> onnx.ModelProto
 def _inferred_types(proto: onnx.ModelProto, where: str) -> bytes:
     """The checked and inferred graph's value types, as the child of :mod:`aside` sends them.
 
-    The plain value infos (see :func:`_from_proto`; the last of a name, as onnx-ir keeps)
-    grouped by type: a JSON list of ``[type bytes as latin-1 text, [names]]``; then the
-    inputs, outputs and the other value infos as a GraphProto.  Grouping here, in the child,
+    A byte, 1 when :func:`_proto_names_complete`; the plain value infos (see
+    :func:`_from_proto`; the last of a name, as onnx-ir keeps) grouped by type: a JSON list of
+    ``[type bytes as latin-1 text, [names]]`` after its length; then the inputs, outputs and
+    the other value infos as a GraphProto.  Grouping here, in the child,
     takes that work off the parent's path: it is still building the IR.
     """
     graph = _checked_and_inferred(proto, where).graph
@@ -95,7 +96,8 @@ def _inferred_types(proto: onnx.ModelProto, where: str) -> bytes:
         else:
             rest.value_info.append(info)
     header = json.dumps([[key.decode("latin-1"), names] for key, names in groups.items()]).encode()
-    return len(header).to_bytes(8, "little") + header + rest.SerializeToString()
+    named = b"\x01" if _proto_names_complete(graph) else b"\x00"
+    return named + len(header).to_bytes(8, "little") + header + rest.SerializeToString()
 
 
 def _read_ir(proto: onnx.ModelProto, where: str, pending: aside.Pending | None) -> ir.Model:
@@ -121,9 +123,8 @@ def _read_ir(proto: onnx.ModelProto, where: str, pending: aside.Pending | None) 
         if inferred is None:
             inferred = _inferred_types(proto, where)
     try:
-        if inferred is not None:
-            _set_inferred_types(model, inferred)
-        for pass_ in _normalising_passes(model):
+        named = inferred is not None and _set_inferred_types(model, inferred)
+        for pass_ in _normalising_passes(model, named=named):
             pass_(model)
     except Exception as error:  # the checker passed, so this is a model onnx-ir cannot represent
         raise _unreadable(where, error) from None
@@ -139,14 +140,15 @@ def _unreadable(where: str, error: Exception) -> ModelError:
     return ModelError(f"{where} cannot be read into the IR: {type(error).__name__}: {one_line(error)}")
 
 
-def _normalising_passes(model: ir.Model) -> list[ir.passes.PassBase]:
+def _normalising_passes(model: ir.Model, *, named: bool = False) -> list[ir.passes.PassBase]:
     """onnx-ir's passes that name every value, lift constants and free initializers from the
     inputs, less those a scan of a flat model proves have nothing to do (each walks the whole
-    graph: a third of a second each on a 100k-node model)."""
+    graph: a third of a second each on a 100k-node model).  ``named``: the names are known
+    complete already (:func:`_proto_names_complete`, in the child of :mod:`aside`)."""
     flat = is_flat(model)
     graph = model.graph
     passes: list[ir.passes.PassBase] = []
-    if not (flat and _names_complete(graph)):
+    if not (flat and (named or _names_complete(graph))):
         passes.append(common_passes.NameFixPass())
     if not (flat and not any(node.op_type == "Constant" for node in graph)):
         passes.append(common_passes.LiftConstantsToInitializersPass(lift_all_constants=True, size_limit=0))
@@ -171,6 +173,26 @@ def _names_complete(graph: ir.Graph) -> bool:
         return False
     value_names = [v.name for v in values]
     return all(value_names) and len(set(value_names)) == len(value_names)
+
+
+def _proto_names_complete(graph: onnx.GraphProto) -> bool:
+    """What :func:`_names_complete` says of the IR of a flat ``graph`` (and of no other), read
+    from the proto: True only where it would be True.  Node names, and the names of the
+    inputs, initializers and node outputs (an initializer of an input's name is that input's
+    value), are all given and unique; every output names one of them."""
+    node_names = [node.name for node in graph.node]
+    if not all(node_names) or len(set(node_names)) != len(node_names):
+        return False
+    produced = [name for node in graph.node for name in node.output]
+    inputs = [info.name for info in graph.input]
+    initializers = [tensor.name for tensor in graph.initializer]
+    given = set(inputs) | set(initializers)
+    if len(set(inputs)) != len(inputs) or len(set(initializers)) != len(initializers) or "" in given:
+        return False
+    if not all(produced) or len(set(produced)) != len(produced) or not given.isdisjoint(produced):
+        return False
+    given.update(produced)
+    return all(info.name in given for info in graph.output)
 
 
 def _from_proto(proto: onnx.ModelProto) -> ir.Model:
@@ -250,15 +272,17 @@ def _ir_without_value_types(proto: onnx.ModelProto) -> ir.Model:
         graph.value_info.extend(entries)
 
 
-def _set_inferred_types(model: ir.Model, payload: bytes) -> None:
+def _set_inferred_types(model: ir.Model, payload: bytes) -> bool:
     """Give ``model``'s values the types :func:`_inferred_types` sent, as ``ir.from_proto`` of
     the inferred model would have: input infos on the inputs; the value info of each node
     output and each initializer that is not an input; the output infos last.  A plain type is
     deserialised once, its ``Shape`` and ``TensorType`` shared (see :func:`_from_proto`).
+    Returns whether the child found every name complete.
     """
-    size = int.from_bytes(payload[:8], "little")
-    groups = json.loads(payload[8:8 + size])
-    rest = onnx.GraphProto.FromString(payload[8 + size:])
+    named = payload[:1] == b"\x01"
+    size = int.from_bytes(payload[1:9], "little")
+    groups = json.loads(payload[9:9 + size])
+    rest = onnx.GraphProto.FromString(payload[9 + size:])
     graph = model.graph
     inputs = {value.name: value for value in graph.inputs}
     for info in rest.input:
@@ -284,6 +308,7 @@ def _set_inferred_types(model: ir.Model, payload: bytes) -> None:
     for info in rest.output:
         for value in outputs.get(info.name, ()):
             ir.serde.deserialize_value_info_proto(info, value)
+    return named
 
 
 def _plain_tensor_type(type_proto: onnx.TypeProto) -> bool:
