@@ -56,9 +56,12 @@ class Pending:
         how it died.  None when it has not answered within ``timeout`` seconds: it is stopped,
         and the caller does the work itself (a child stuck on a lock another thread of the
         parent held at the fork must not hang the caller)."""
-        if timeout is not None and not select.select([self.reader], [], [], timeout)[0]:
-            self.cancel()
-            return None
+        if timeout is not None:
+            poll = select.poll()  # (not select(): a server may hold more than 1,024 files)
+            poll.register(self.reader, select.POLLIN)
+            if not poll.poll(max(0, int(timeout * 1000))):
+                self.cancel()
+                return None
         self.collected = True
         with os.fdopen(self.reader, "rb") as pipe:
             payload = pipe.read()
@@ -70,8 +73,8 @@ class Pending:
             raise ModelError(body.decode("utf-8", "replace"))
         if kind == _FAILED:
             raise ModelError(f"{self.where}: checking the model failed: {body.decode('utf-8', 'replace')}")
-        how = (f"signal {signal.Signals(-os.waitstatus_to_exitcode(status)).name}"
-               if os.WIFSIGNALED(status) else f"exit status {os.waitstatus_to_exitcode(status)}")
+        code = os.waitstatus_to_exitcode(status)
+        how = f"signal {_signal_name(-code)}" if code < 0 else f"exit status {code}"
         raise ModelError(f"{self.where}: onnx's checker or shape inference crashed on this model ({how})")
 
     def cancel(self) -> None:
@@ -122,6 +125,13 @@ def start(model: onnx.ModelProto, where: str, work: Callable[[onnx.ModelProto], 
             os._exit(0)
     os.close(writer)
     return Pending(pid, reader, where)
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return str(number)
 
 
 def _worth_it(model: onnx.ModelProto) -> bool:
