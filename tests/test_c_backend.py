@@ -369,3 +369,64 @@ def test_layer_normalization_after_matmul_and_declined_outputs() -> None:
                                {"x": (4, 64), "s": (64,)}, ["y"])
     verdict = CBackend().supports(next(iter(ir.from_proto(runtime_scale).graph)))
     assert not verdict and "scale must be a constant" in verdict.reason
+
+
+def _entry(model) -> str:  # type: ignore[no-untyped-def]
+    source = CBackend().generate(_partition(model)).source
+    return source[source.index("void cg_entry") :]
+
+
+@pytest.mark.parametrize("group", [1, 2])
+def test_bias_and_batchnorm_are_folded_into_the_conv_weights(group: int) -> None:
+    """Conv + bias + BN (+ a scalar Mul and Sub) + Relu: one add and the Relu remain per value."""
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], group=group, pads=[1, 1, 1, 1]),
+             helper.make_node("BatchNormalization", ["c", "s", "bb", "m", "v"], ["n"]),
+             helper.make_node("Mul", ["n", "half"], ["h"]),
+             helper.make_node("Sub", ["h", "shift"], ["d"]),
+             helper.make_node("Relu", ["d"], ["y"])]
+    inits = {"w": rand(8, 4 // group, 3, 3), "b": rand(8), "s": rand(8), "bb": rand(8), "m": rand(8),
+             "v": rand(8, low=0.5), "half": np.float32(0.5), "shift": rand(1, 8, 1, 1)}
+    model = make_model(nodes, {"x": (2, 4, 7, 7)}, ["y"], inits)
+    check(model)
+    assert "/* Conv -> add+relu" in _entry(model)
+    # a residual after the folded steps keeps its place: Conv -> BN -> Add(x) -> Relu
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("BatchNormalization", ["c", "s", "bb", "m", "v"], ["n"]),
+             helper.make_node("Add", ["n", "x"], ["r"]),
+             helper.make_node("Relu", ["r"], ["y"])]
+    inits = {"w": rand(4, 4, 3, 3), "s": rand(4), "bb": rand(4), "m": rand(4), "v": rand(4, low=0.5)}
+    model = make_model(nodes, {"x": (1, 4, 6, 6)}, ["y"], inits)
+    check(model)
+    assert "/* Conv -> add+add+relu" in _entry(model)
+
+
+def test_channel_shuffle_between_convs_is_one_per_pixel_transpose() -> None:
+    """ShuffleNet's Reshape -> Transpose -> Reshape on channels-last data moves its bytes once."""
+    c, groups = 12, 3
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["a"], group=groups),
+             helper.make_node("Reshape", ["a", "split"], ["b"]),
+             helper.make_node("Transpose", ["b"], ["t"], perm=[0, 2, 1, 3, 4]),
+             helper.make_node("Reshape", ["t", "merge"], ["s"]),
+             helper.make_node("Conv", ["s", "w2"], ["y"], group=c, pads=[1, 1, 1, 1])]
+    inits = {"w1": rand(c, c // groups, 1, 1), "w2": rand(c, 1, 3, 3),
+             "split": np.array([1, groups, c // groups, 5, 6]), "merge": np.array([1, c, 5, 6])}
+    model = make_model(nodes, {"x": (1, c, 5, 6)}, ["y"], inits)
+    check(model)
+    # the input to NHWC, the shuffle (a 3 x 4 transpose per pixel), the output back to NCHW
+    assert _entry(model).count("/* Transpose") == 3
+
+
+def test_transposes_and_reshapes_of_channels_last_data_elsewhere() -> None:
+    """Views of a Conv's NHWC result: fed to elementwise ops, outputs, MatMul and a 5-D split."""
+    nodes = [helper.make_node("Conv", ["x", "w"], ["a"]),
+             helper.make_node("Transpose", ["a"], ["t"], perm=[0, 3, 1, 2]),  # relabelled: no bytes move
+             helper.make_node("Add", ["t", "t2"], ["u"]),
+             helper.make_node("Relu", ["t"], ["y1"]),
+             helper.make_node("Reshape", ["a", "split"], ["r"]),  # a view of NHWC, then back to plain
+             helper.make_node("Sigmoid", ["r"], ["y2"]),
+             helper.make_node("Reshape", ["a", "flat"], ["f"]),  # NCHW flattening: not a view of NHWC
+             helper.make_node("MatMul", ["f", "m"], ["y3"])]
+    inits = {"w": rand(6, 3, 1, 1), "split": np.array([2, 2, 3, 4, 5]), "flat": np.array([2, 120]),
+             "m": rand(120, 7)}
+    model = make_model(nodes, {"x": (2, 3, 4, 5), "t2": (2, 5, 6, 4)}, ["u", "y1", "y2", "y3"], inits)
+    check(model)

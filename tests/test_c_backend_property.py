@@ -382,3 +382,38 @@ def test_depthwise_conv_random(case: tuple[dict, tuple, tuple], seed: int) -> No
     nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], **attrs),
              helper.make_node("Clip", ["c", "lo", "hi"], ["y"])]
     check(make_model(nodes, {"x": x}, ["y"], inits), seed=seed)
+
+
+@st.composite
+def stored_reshapes(draw: st.DrawFn) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    """A shape, a physical order of it, and a new shape made by splitting and merging axes."""
+    factors = draw(st.lists(st.integers(1, 4), min_size=1, max_size=6))
+    cuts_old = sorted(draw(st.sets(st.integers(1, len(factors) - 1), max_size=len(factors) - 1))) \
+        if len(factors) > 1 else []
+    cuts_new = sorted(draw(st.sets(st.integers(1, len(factors) - 1), max_size=len(factors) - 1))) \
+        if len(factors) > 1 else []
+
+    def grouped(cuts: list[int]) -> tuple[int, ...]:
+        edges = [0, *cuts, len(factors)]
+        return tuple(int(np.prod(factors[a:b])) for a, b in zip(edges, edges[1:], strict=False))
+
+    shape = grouped(cuts_old)
+    perm = tuple(draw(st.permutations(range(len(shape)))))
+    return shape, perm, grouped(cuts_new)
+
+
+@given(stored_reshapes())
+@settings(max_examples=200, deadline=None)
+def test_reshape_views_of_stored_tensors_keep_the_bytes(case: tuple) -> None:
+    """Whenever layout keeps a reshape as a view (``view_perm``), the stored bytes really are the same."""
+    from codegraft.backends.c._layout import view_perm
+
+    shape, perm, new_shape = case
+    x = np.arange(int(np.prod(shape))).reshape(shape)
+    found = view_perm(shape, perm, new_shape)
+    if perm == tuple(range(len(shape))):
+        assert found is not None  # a plain tensor reshapes in place
+    if found is not None:
+        assert sorted(found) == list(range(len(new_shape)))
+        stored = np.transpose(x, perm).reshape(-1)
+        assert (np.transpose(x.reshape(new_shape), found).reshape(-1) == stored).all()

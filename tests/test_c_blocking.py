@@ -62,3 +62,19 @@ def test_task_size_follows_the_fma_rate_and_the_threads() -> None:
     assert xeon.tiles_per_task(523, 1, 6, 64, 64, 16) < xeon.tiles_per_task(523, 1, 6, 64, 64, 4)
     # A deep layer: one tile is already more than 5 us of work.
     assert xeon.tiles_per_task(9, 8, 6, 64, 4608, 1) == 1
+
+
+def test_a_tile_runs_the_channel_blocks_whose_weights_stay_in_l2() -> None:
+    xeon, zen2 = Blocking.for_cpu(XEON), Blocking.for_cpu(ZEN2)
+    # resnet50's 1x1 expansion 64 -> 256 at 56x56 (AVX2 tiles: 3 rows x 32 channels): its 64 KB of
+    # weights fit, so every one of the 8 blocks runs on a tile before the next tile.
+    assert zen2.blocks_per_task(8, 64, 32, 3, 1046) == 8
+    # 256 -> 1024 at 14x14: 1 MB of weights, 32 KB per block; 3/4 of a 512K L2 holds 12 blocks.
+    assert zen2.blocks_per_task(32, 256, 32, 3, 66) == 12
+    # A 3x3 over 512 channels: one block's panel (590 KB at 32 wide) already fills the L2.
+    assert zen2.blocks_per_task(16, 4608, 32, 3, 17) == 1
+    assert xeon.blocks_per_task(8, 4608, 64, 6, 9) == 1
+    # One tile (a row-vector product): its weights are read once whatever the order.
+    assert xeon.blocks_per_task(64, 4096, 64, 1, 1) == 1
+    # The tile's results (rows x width per block) stay within half the L1.
+    assert zen2.blocks_per_task(1000, 8, 32, 3, 100) == (32 << 10) // 2 // (4 * 3 * 32)

@@ -22,6 +22,7 @@ from codegraft.backends.c import _graph as g
 from codegraft.backends.c._branches import STAGE, Stage, dependences, plan_stages, stage_function
 from codegraft.backends.c._c_files import c_file
 from codegraft.backends.c._emit import Context
+from codegraft.backends.c._fold import fold_affine
 from codegraft.backends.c._fuse import Kernel, fuse
 from codegraft.backends.c._layout import assign_layout
 from codegraft.backends.c._thread_cost import Choice, Machine, Work, choose
@@ -77,6 +78,8 @@ def generate(model: ir.Model, target: Target, threads: int | None = None, machin
     _refuse_empty(model)
     graph = assign_layout(translate(model))
     kernels = fuse(graph)
+    for kernel in kernels:
+        fold_affine(kernel)
     ctx = Context(target, graph.inputs, graph.outputs)
     most = threads or os.cpu_count() or 1
     machine = machine or host_machine(target)

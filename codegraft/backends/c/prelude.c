@@ -73,6 +73,7 @@ typedef struct {
   float* y; long ldy; long rbase;
   cg_ep ep; const float* const* ops;
   long per_task;  /* row tiles per task, from the thread cost model (_thread_cost.py) */
+  long blocks_per_task;  /* channel blocks each tile runs (one buffer, one epilogue call), _blocking.py */
 } cg_gemm_t;
 
 /* Zero-padded copy of channels-last x[N][H][W][C] into xp[N][Hp][Wp][C]; one task per row. */

@@ -128,13 +128,16 @@ def emit_conv(ctx: Context, kernel: Kernel) -> None:
     packed, nmb = pack_weights(weight, group, nv, ctx.target.vector_floats)
     wsym = ctx.weight(packed)
     driver = gemm_function(ctx, nv, p)
-    per_task = host_blocking(ctx.target.vector_floats).tiles_per_task(
-        -(-rows // p), group * nmb, p, nv * ctx.target.vector_floats, len(taps) * run, ctx.op_threads)
+    blocking = host_blocking(ctx.target.vector_floats)
+    width = nv * ctx.target.vector_floats
+    bpt = blocking.blocks_per_task(nmb, len(taps) * run, width, p, -(-rows // p))
+    per_task = blocking.tiles_per_task(-(-rows // p), group * -(-nmb // bpt), p, width * bpt, len(taps) * run,
+                                       ctx.op_threads)
     job = ctx.name("job")
     ctx.body.append(
         f"  {{ const cg_gemm_t {job} = {{{src}, {c}, 1, {run}, {n}, {hp}, {wp}, {out_spatial[0]}, {out_spatial[1]}, "
         f"{strides[0]}, {strides[1]}, {len(taps)}, {tap_sym}, {group}, {mg}, {nmb}, {wsym}, {y}, {ldy}, 0, "
-        f"{ep}, {ep}_ops, {per_task}}};\n    {driver}(&{job}); }}"
+        f"{ep}, {ep}_ops, {per_task}, {bpt}}};\n    {driver}(&{job}); }}"
     )
 
 

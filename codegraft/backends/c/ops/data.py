@@ -408,6 +408,6 @@ KERNELS = (
     KernelOp(g.Concat, Layout.ALIGN_INPUTS, emit_concat),
     KernelOp(Slice, Layout.PLAIN, emit_slice),
     KernelOp(Pad, Layout.PLAIN, emit_pad),
-    KernelOp(g.Transpose, Layout.PLAIN, emit_transpose),
+    KernelOp(g.Transpose, Layout.PERMUTE, emit_transpose),
     KernelOp(g.Copy, Layout.PLAIN, emit_copy),
 )

@@ -13,8 +13,10 @@ residual) before anything reaches memory.
 Packing happens in numpy, once per compile: the C code only ever sees weights already in
 the micro-kernel's order (``[group][block][k][NV * VW]``), so nothing is reshuffled per
 call.  The tile shape (``P`` rows x ``NV`` vectors) is chosen per op by ``_blocking.py``
-(rows from the register file, width so the weight panel stays in L2).  The parallel
-driver around each tile variant is ``gemm_driver.c``.
+(rows from the register file, width so the weight panel stays in L2), and so is how many
+channel blocks each tile runs before the next (as many as keep their panels in L2: the
+tile's inputs are then read once, not once per block).  The parallel driver around each
+tile variant is ``gemm_driver.c``.
 """
 
 from __future__ import annotations
@@ -62,7 +64,7 @@ def microkernel(nv: int, p: int) -> str:
     accs = [f"a{i}_{j}" for i in range(p) for j in range(nv)]
     lines = [
         f"static void cg_mk_{nv}_{p}(const float* const* rows, const long* tapoff, long ntaps, long cg, long cs,",
-        "                          const float* w, float* tile) {",
+        "                          const float* w, float* tile, long ldt) {",
         "  vf " + ", ".join(f"{a} = {{0}}" for a in accs) + ";",
         "  for (long t = 0; t < ntaps; t++) {",
     ]
@@ -78,7 +80,7 @@ def microkernel(nv: int, p: int) -> str:
             lines.append("        }")
         lines.append("      }")
     lines += ["    }", "  }"]
-    lines += [f"  *(vf*)(tile + {(i * nv + j)} * VW) = a{i}_{j};" for i in range(p) for j in range(nv)]
+    lines += [f"  *(vf*)(tile + {i} * ldt + {j} * VW) = a{i}_{j};" for i in range(p) for j in range(nv)]
     lines.append("}")
     lines.append(filled("ops/gemm_driver.c", NV=nv, P=p))
     return "\n".join(lines)

@@ -1,22 +1,26 @@
 
-/* A task is a run of consecutive row tiles for one (group, channel block): rows are walked
-   incrementally (no divisions per row) and the packed weights stay in cache across tiles. */
-typedef struct { const cg_gemm_t* k; long per_task, chunks; } cg_gemm_${NV}_${P}_job;
+/* A task is a run of consecutive row tiles of one group and one range of channel blocks
+   (``blocks_per_task`` of them, _blocking.py): each tile runs every block of the range into
+   one buffer, so its input rows are read from memory once and then from L1, the range's
+   packed weights stay in L2 across the tiles, and the epilogue stores the tile's rows in one
+   call.  Rows are walked incrementally (no divisions per row). */
+typedef struct { const cg_gemm_t* k; long per_task, chunks, ranges; } cg_gemm_${NV}_${P}_job;
 static void cg_gemm_${NV}_${P}_task(const void* ctx, long task) {
   const cg_gemm_${NV}_${P}_job* job = ctx;
   const cg_gemm_t* k = job->k;
   const long R = k->N * k->OH * k->OW;
   const long ntiles = (R + ${P} - 1) / ${P};
   const long K = k->ntaps * k->cg;
-  const long chunk = task % job->chunks, gm = task / job->chunks, mb = gm % k->nmb, grp = gm / k->nmb;
+  const long chunk = task % job->chunks, gr = task / job->chunks, range = gr % job->ranges, grp = gr / job->ranges;
   const long t0 = chunk * job->per_task, t1 = cg_min(ntiles, t0 + job->per_task);
-  const float* wp = k->wp + (grp * k->nmb + mb) * K * ${NV} * VW;
-  const long c0 = grp * k->mg + mb * ${NV} * VW;
-  const long nc = cg_min(${NV} * VW, k->mg - mb * ${NV} * VW);
+  const long mb0 = range * k->blocks_per_task, mb1 = cg_min(k->nmb, mb0 + k->blocks_per_task);
+  const long ldt = (mb1 - mb0) * ${NV} * VW;
+  const long c0 = grp * k->mg + mb0 * ${NV} * VW, nc = cg_min(ldt, k->mg - mb0 * ${NV} * VW);
+  const float* wp = k->wp + (grp * k->nmb + mb0) * K * ${NV} * VW;
   const float* x = k->x + grp * k->cg * k->cstride;
   long r = t0 * ${P}, ow = r % k->OW, rest = r / k->OW, oh = rest % k->OH, n = rest / k->OH;
   const float* rows[${P}];
-  float buf[${P} * ${NV} * VW] __attribute__((aligned(64)));
+  float buf[${P} * ldt] __attribute__((aligned(64)));
   for (long tile = t0; tile < t1; tile++) {
     const long r0 = tile * ${P}, nr = cg_min(${P}, R - r0);
     for (int p = 0; p < ${P}; p++) {
@@ -24,15 +28,17 @@ static void cg_gemm_${NV}_${P}_task(const void* ctx, long task) {
       rows[p] = x + ((n * k->Hp + oh * k->sh) * k->Wp + ow * k->sw) * k->pstride;
       if (++ow == k->OW) { ow = 0; if (++oh == k->OH) { oh = 0; n++; } }
     }
-    cg_mk_${NV}_${P}(rows, k->tapoff, k->ntaps, k->cg, k->cstride, wp, buf);
-    k->ep(k->ops, k->y, k->ldy, buf, ${NV} * VW, k->rbase + r0, nr, c0, nc);
+    for (long mb = 0; mb < mb1 - mb0; mb++)
+      cg_mk_${NV}_${P}(rows, k->tapoff, k->ntaps, k->cg, k->cstride, wp + mb * K * ${NV} * VW, buf + mb * ${NV} * VW,
+                       ldt);
+    k->ep(k->ops, k->y, k->ldy, buf, ldt, k->rbase + r0, nr, c0, nc);
   }
 }
 static void cg_gemm_${NV}_${P}(const cg_gemm_t* k) {
   const long ntiles = (k->N * k->OH * k->OW + ${P} - 1) / ${P};
-  const long blocks = k->groups * k->nmb;
+  const long ranges = (k->nmb + k->blocks_per_task - 1) / k->blocks_per_task;  /* blocks_per_task >= 1 */
   /* the split was chosen at compile time for the threads this op gets (_thread_cost.py) */
   const long per_task = cg_min(ntiles, k->per_task < 1 ? 1 : k->per_task);
-  const cg_gemm_${NV}_${P}_job job = {k, per_task, (ntiles + per_task - 1) / per_task};
-  cg_parallel(blocks * job.chunks, cg_gemm_${NV}_${P}_task, &job);
+  const cg_gemm_${NV}_${P}_job job = {k, per_task, (ntiles + per_task - 1) / per_task, ranges};
+  cg_parallel(k->groups * ranges * job.chunks, cg_gemm_${NV}_${P}_task, &job);
 }

@@ -125,8 +125,9 @@ def emit_matmul(ctx: Context, kernel: Kernel) -> None:
             f"{wsym} + bi * {block}, {nmb}, {width});"
         )
     pstride, cstride = (1, rows) if mm.trans_a else (depth, 1)
-    per_task = host_blocking(ctx.target.vector_floats).tiles_per_task(-(-rows // p), nmb, p, width, depth,
-                                                                      ctx.op_threads)
+    blocking = host_blocking(ctx.target.vector_floats)
+    bpt = blocking.blocks_per_task(nmb, depth, width, p, -(-rows // p))
+    per_task = blocking.tiles_per_task(-(-rows // p), -(-nmb // bpt), p, width * bpt, depth, ctx.op_threads)
     job = ctx.name("job")
     aoff, boff = ctx.name("aoff"), ctx.name("boff")
     ctx.body.append(f"  static const long {aoff}[] = {c_longs([int(i) * rows * depth for i in a_index])};")
@@ -136,7 +137,7 @@ def emit_matmul(ctx: Context, kernel: Kernel) -> None:
         f"  for (long bi = 0; bi < {nbatch}; bi++) {{\n"
         f"    const cg_gemm_t {job} = {{{ctx.ptr(a)} + {aoff}[bi], {pstride}, {cstride}, {depth}, 1, 1, {rows}, 1, "
         f"{rows}, 1, 1, 1, {job}_tap, 1, {cols}, {nmb}, {wsym} + {boff}[bi], {ctx.ptr(out)}, {cols}, bi * {rows}, "
-        f"{ep}, {ep}_ops, {per_task}}};\n    {driver}(&{job});\n  }}"
+        f"{ep}, {ep}_ops, {per_task}, {bpt}}};\n    {driver}(&{job});\n  }}"
     )
 
 
