@@ -112,6 +112,11 @@ class Blocking:
         The widest ``NV`` (4, 3, 2) that wastes at most 15% of its lanes on the last block and
         whose ``depth x NV x VW`` panel fits in 3/4 of the L2 (``depth`` 0: unknown, not checked).
         """
+        import os
+        forced = os.environ.get("CG_TILE")
+        if forced and channels >= 64:
+            fnv, fp = map(int, forced.split("x"))
+            return fnv, max(1, min(fp, rows))
         nv = 1
         for candidate in (4, 3, 2):
             width = candidate * self.vector_floats

@@ -47,7 +47,11 @@ def pack_weights(weight: np.ndarray, groups: int, nv: int, vector: int) -> tuple
 
 def gemm_function(ctx: Context, nv: int, p: int) -> str:
     """The name of the ``P x NV`` GEMM driver, its C added to ``ctx`` the first time it is needed."""
-    return ctx.define_once(f"cg_gemm_{nv}_{p}", lambda: microkernel(nv, p))
+    vector = ctx.target.vector_floats
+    # A tile's results for its range of channel blocks: at most half the L1 (blocks_per_task),
+    # as a fixed-size array (a variable-length one costs the hot loop its frame-pointer register).
+    floats = max(host_blocking(vector).l1d // 8, p * nv * vector)
+    return ctx.define_once(f"cg_gemm_{nv}_{p}", lambda: microkernel(nv, p, floats))
 
 
 def c_longs(values: list[int]) -> str:
@@ -55,8 +59,9 @@ def c_longs(values: list[int]) -> str:
     return "{" + ", ".join(str(v) for v in values) + "}"
 
 
-def microkernel(nv: int, p: int) -> str:
-    """The ``P x NV`` register-blocked tile and its parallel driver ``cg_gemm_<nv>_<p>``.
+def microkernel(nv: int, p: int, buffer_floats: int) -> str:
+    """The ``P x NV`` register-blocked tile and its parallel driver ``cg_gemm_<nv>_<p>``
+    (``buffer_floats``: room for a tile's results over its range of channel blocks).
 
     Accumulators are named scalars of vector type (not arrays) so the compiler keeps them
     in registers; the loop body is written out rather than left to the unroller.
@@ -82,5 +87,5 @@ def microkernel(nv: int, p: int) -> str:
     lines += ["    }", "  }"]
     lines += [f"  *(vf*)(tile + {i} * ldt + {j} * VW) = a{i}_{j};" for i in range(p) for j in range(nv)]
     lines.append("}")
-    lines.append(filled("ops/gemm_driver.c", NV=nv, P=p))
+    lines.append(filled("ops/gemm_driver.c", NV=nv, P=p, BUF=buffer_floats))
     return "\n".join(lines)

@@ -20,7 +20,7 @@ static void cg_gemm_${NV}_${P}_task(const void* ctx, long task) {
   const float* x = k->x + grp * k->cg * k->cstride;
   long r = t0 * ${P}, ow = r % k->OW, rest = r / k->OW, oh = rest % k->OH, n = rest / k->OH;
   const float* rows[${P}];
-  float buf[${P} * ldt] __attribute__((aligned(64)));
+  float buf[${BUF}] __attribute__((aligned(64)));  /* >= ${P} * ldt (blocks_per_task) */
   for (long tile = t0; tile < t1; tile++) {
     const long r0 = tile * ${P}, nr = cg_min(${P}, R - r0);
     for (int p = 0; p < ${P}; p++) {
