@@ -78,7 +78,7 @@ def assign_layout(graph: g.Graph) -> g.Graph:
         if rule is Layout.PERMUTE:
             assert isinstance(op, g.Transpose)
             x = op.inputs[0]
-            if x.perm != tuple(range(len(x.shape))) or absorbed(op.out):
+            if x.perm != tuple(range(len(x.shape))):  # a plain input: a real transpose, as before
                 # output axis i is input axis perm[i]: the same bytes, read in the input's order
                 op.out.perm = tuple(op.perm.index(axis) for axis in x.perm)
                 op.out.view_of = x

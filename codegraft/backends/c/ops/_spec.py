@@ -60,7 +60,7 @@ class Layout(enum.Enum):
     ALIGN_INPUTS = "align-inputs"  # Concat: every input converted to the first non-plain one's order
     KEEP_INPUT = "keep-input"  # input untouched, output in its order (works along any channel axis)
     VIEW = "view"  # no code: the output shares the input's bytes (plain unless the shape is unchanged)
-    PERMUTE = "permute"  # a logical transpose: a view of its input's bytes where that saves copies, else plain
+    PERMUTE = "permute"  # a logical transpose: a view of a non-plain input (no bytes move), else a plain transpose
 
 
 @dataclass(frozen=True)
