@@ -14,6 +14,7 @@ import mmap
 import os
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import onnx
@@ -71,33 +72,9 @@ def _checked_and_inferred(proto: onnx.ModelProto, where: str) -> onnx.ModelProto
 
 
 def _inferred_types(proto: onnx.ModelProto, where: str) -> bytes:
-    """The checked and inferred graph's value types, as the child of :mod:`aside` sends them.
-
-    A byte, 1 when :func:`_proto_names_complete`; the plain value infos (see
-    :func:`_from_proto`; the last of a name, as onnx-ir keeps) grouped by type: a JSON list of
-    ``[type bytes as latin-1 text, [names]]`` after its length; then the inputs, outputs and
-    the other value infos as a GraphProto.  Grouping here, in the child,
-    takes that work off the parent's path: it is still building the IR.
-    """
-    graph = _checked_and_inferred(proto, where).graph
-    entries = {info.name: info for info in graph.value_info}
-    groups: dict[bytes, list[str]] = {}
-    plain_type: dict[bytes, bool] = {}
-    rest = onnx.GraphProto()
-    rest.input.extend(graph.input)
-    rest.output.extend(graph.output)
-    for name, info in entries.items():
-        key = info.type.SerializeToString(deterministic=True)
-        plain = plain_type.get(key)
-        if plain is None:
-            plain = plain_type[key] = _plain_tensor_type(info.type)
-        if plain and not info.doc_string and not len(info.metadata_props):
-            groups.setdefault(key, []).append(name)
-        else:
-            rest.value_info.append(info)
-    header = json.dumps([[key.decode("latin-1"), names] for key, names in groups.items()]).encode()
-    named = b"\x01" if _proto_names_complete(graph) else b"\x00"
-    return named + len(header).to_bytes(8, "little") + header + rest.SerializeToString()
+    """The checked and inferred graph's value types, as the child of :mod:`aside` sends them
+    (grouped there, in the child, off the parent's path: it is still building the IR)."""
+    return _value_types(_checked_and_inferred(proto, where).graph, names=True).to_bytes()
 
 
 def _read_ir(proto: onnx.ModelProto, where: str, pending: aside.Pending | None) -> ir.Model:
@@ -116,15 +93,15 @@ def _read_ir(proto: onnx.ModelProto, where: str, pending: aside.Pending | None) 
             if pending.result(timeout=_CHILD_GRACE_SECONDS) is None:
                 _checked_and_inferred(proto, where)
         raise _unreadable(where, error) from None
-    inferred: bytes | None = None
-    if pending is not None:
+    types: _ValueTypes | None = None
+    if pending is not None:  # (its refusal is raised here, as it is)
         waited = _CHILD_GRACE_SECONDS + 10 * (time.perf_counter() - started)
         inferred = pending.result(timeout=waited)
-        if inferred is None:
-            inferred = _inferred_types(proto, where)
+        types = _ValueTypes.from_bytes(inferred if inferred is not None else _inferred_types(proto, where))
     try:
-        named = inferred is not None and _set_inferred_types(model, inferred)
-        for pass_ in _normalising_passes(model, named=named):
+        if types is not None:
+            _set_value_types(model, types)
+        for pass_ in _normalising_passes(model, named=types is not None and types.named):
             pass_(model)
     except Exception as error:  # the checker passed, so this is a model onnx-ir cannot represent
         raise _unreadable(where, error) from None
@@ -201,70 +178,25 @@ def _from_proto(proto: onnx.ModelProto) -> ir.Model:
     NOTE: after shape inference the graph holds one ValueInfoProto per value, and onnx-ir
     deserialises each one in Python (a type, a shape, its dimensions: two fifths of
     ``from_proto`` on a 100k-node model), although an exported model has few distinct value
-    types.  Here the plain ones (a tensor type with a shape and nothing else: no doc string,
-    metadata or denotation) of node outputs and initializers are taken out of the proto
-    before ``from_proto``, deserialised by onnx-ir once per distinct type, and set on the
-    values after: the same frozen ``Shape`` and ``TensorType`` onnx-ir would have made, shared
-    between values of one type (frozen shapes are never changed in place; passes assign new
-    ones).  Every other entry (graph outputs, whose own ValueInfoProto is applied after these
-    by onnx-ir; anything with more than a plain type) stays for onnx-ir to read as before.
-    ``proto`` is consumed: it is the copy shape inference returned.
+    types.  Here the graph's value infos are taken out of the proto before ``from_proto`` and
+    set after (:class:`_ValueTypes`), the plain ones once per distinct type.  ``proto`` is
+    consumed: it is the copy shape inference returned.
     """
     graph = proto.graph
     if not len(graph.value_info) or (len(proto.functions) and proto.ir_version < 10):
         # (before IR 10, function values' types are stored in the graph's value_info)
         return ir.from_proto(proto)
-    # Graph inputs and outputs keep their entries for onnx-ir.  An entry naming no value of
-    # this graph (a value inside a body, or none at all) onnx-ir would not apply: it is
-    # taken out like the others and, matching no value below, dropped.
-    excluded = {info.name for info in (*graph.input, *graph.output)}
-    excluded.add("")
-    plain: dict[str, bytes] = {}
-    plain_type: dict[bytes, bool] = {}
-    repeated: set[str] = set()  # onnx-ir takes the last of several entries: leave those to it
-    for info in graph.value_info:
-        name = info.name
-        if name in plain or name in repeated:
-            plain.pop(name, None)
-            repeated.add(name)
-            continue
-        key = info.type.SerializeToString(deterministic=True)
-        if key not in plain_type:
-            plain_type[key] = _plain_tensor_type(info.type)
-        if name not in excluded and plain_type[key] and not info.doc_string and not len(info.metadata_props):
-            plain[name] = key
-        else:
-            repeated.add(name)  # not ours to read: any later entry of this name is not either
-    if not plain:
-        return ir.from_proto(proto)
-    rest = [onnx.ValueInfoProto.FromString(info.SerializeToString()) for info in graph.value_info
-            if info.name not in plain]
-    graph.ClearField("value_info")
-    graph.value_info.extend(rest)
-    model = ir.from_proto(proto)
-    types: dict[bytes, tuple[ir.Shape | None, ir.TypeProtocol | None]] = {}
-    values: list[ir.Value] = [v for node in model.graph for v in node.outputs]
-    values.extend(model.graph.initializers.values())
-    for value in values:
-        key = plain.get(value.name or "")
-        if key is None:
-            continue
-        known = types.get(key)
-        if known is None:
-            type_proto = onnx.TypeProto.FromString(key)
-            known = types[key] = (
-                ir.serde.deserialize_type_proto_for_shape(type_proto),
-                ir.serde.deserialize_type_proto_for_type(type_proto),
-            )
-        value.shape, value.type = known
+    types = _value_types(graph, names=False)
+    model = _ir_without_value_types(proto, keep=False)
+    _set_value_types(model, types)
     return model
 
 
-def _ir_without_value_types(proto: onnx.ModelProto) -> ir.Model:
-    """``ir.from_proto(proto)`` with the graph's value infos left out (and put back after:
-    ``proto`` may be the caller's); the types come later from :func:`_set_inferred_types`."""
+def _ir_without_value_types(proto: onnx.ModelProto, *, keep: bool = True) -> ir.Model:
+    """``ir.from_proto(proto)`` with the graph's value infos left out (put back after with
+    ``keep``: ``proto`` may be the caller's); the types come from :func:`_set_value_types`."""
     graph = proto.graph
-    entries = list(graph.value_info)
+    entries = list(graph.value_info) if keep else []
     graph.ClearField("value_info")
     try:
         return ir.from_proto(proto)
@@ -272,18 +204,62 @@ def _ir_without_value_types(proto: onnx.ModelProto) -> ir.Model:
         graph.value_info.extend(entries)
 
 
-def _set_inferred_types(model: ir.Model, payload: bytes) -> bool:
-    """Give ``model``'s values the types :func:`_inferred_types` sent, as ``ir.from_proto`` of
-    the inferred model would have: input infos on the inputs; the value info of each node
-    output and each initializer that is not an input; the output infos last.  A plain type is
-    deserialised once, its ``Shape`` and ``TensorType`` shared (see :func:`_from_proto`).
-    Returns whether the child found every name complete.
+@dataclass
+class _ValueTypes:
+    """A graph's value infos, ready to set on its IR (:func:`_set_value_types`).
+
+    ``groups``: the plain ones (a tensor type with a shape and nothing else: no doc string,
+    metadata or denotation), the last of each name as onnx-ir keeps, as (type bytes, names);
+    each type is deserialised once and its frozen ``Shape`` and ``TensorType`` shared between
+    its values (frozen shapes are never changed in place; passes assign new ones).  ``rest``:
+    the graph's inputs, outputs and other value infos.  ``named``: every name is known
+    complete (:func:`_proto_names_complete`; False when not asked).
     """
-    named = payload[:1] == b"\x01"
-    size = int.from_bytes(payload[1:9], "little")
-    groups = json.loads(payload[9:9 + size])
-    rest = onnx.GraphProto.FromString(payload[9 + size:])
-    graph = model.graph
+
+    groups: list[tuple[bytes, list[str]]]
+    rest: onnx.GraphProto
+    named: bool = False
+
+    def to_bytes(self) -> bytes:
+        """A byte for ``named``; the groups as JSON after its length (type bytes as latin-1
+        text); ``rest`` serialised."""
+        header = json.dumps([[key.decode("latin-1"), names] for key, names in self.groups]).encode()
+        return (b"\x01" if self.named else b"\x00") + len(header).to_bytes(8, "little") + header + \
+            self.rest.SerializeToString()
+
+    @staticmethod
+    def from_bytes(payload: bytes) -> _ValueTypes:
+        size = int.from_bytes(payload[1:9], "little")
+        groups = [(key.encode("latin-1"), names) for key, names in json.loads(payload[9:9 + size])]
+        return _ValueTypes(groups, onnx.GraphProto.FromString(payload[9 + size:]), payload[:1] == b"\x01")
+
+
+def _value_types(graph: onnx.GraphProto, *, names: bool) -> _ValueTypes:
+    """``graph``'s value infos as :class:`_ValueTypes` (``names``: also check the names)."""
+    entries = {info.name: info for info in graph.value_info}
+    groups: dict[bytes, list[str]] = {}
+    plain_type: dict[bytes, bool] = {}
+    rest = onnx.GraphProto()
+    rest.input.extend(graph.input)
+    rest.output.extend(graph.output)
+    for name, info in entries.items():
+        key = info.type.SerializeToString(deterministic=True)
+        plain = plain_type.get(key)
+        if plain is None:
+            plain = plain_type[key] = _plain_tensor_type(info.type)
+        if plain and not info.doc_string and not len(info.metadata_props):
+            groups.setdefault(key, []).append(name)
+        else:
+            rest.value_info.append(info)
+    return _ValueTypes(list(groups.items()), rest, names and _proto_names_complete(graph))
+
+
+def _set_value_types(model: ir.Model, types: _ValueTypes) -> None:
+    """Give ``model``'s values ``types`` as ``ir.from_proto`` of the proto they came from would
+    have: input infos on the inputs; the value info of each node output and each initializer
+    that is not an input; the output infos last (an entry naming no such value of the graph,
+    a value inside a body say, onnx-ir would not apply either)."""
+    graph, rest = model.graph, types.rest
     inputs = {value.name: value for value in graph.inputs}
     for info in rest.input:
         if info.name in inputs:
@@ -291,8 +267,8 @@ def _set_inferred_types(model: ir.Model, payload: bytes) -> bool:
     typed = {value.name: value for node in graph for value in node.outputs}
     typed.update((value.name, value) for value in graph.initializers.values() if not value.is_graph_input())
     typed.pop("", None)  # (an omitted optional output: onnx-ir gives it no value info)
-    for key, names in groups:
-        type_proto = onnx.TypeProto.FromString(key.encode("latin-1"))
+    for key, names in types.groups:
+        type_proto = onnx.TypeProto.FromString(key)
         shape = ir.serde.deserialize_type_proto_for_shape(type_proto)
         type_ = ir.serde.deserialize_type_proto_for_type(type_proto)
         for name in names:
@@ -308,7 +284,6 @@ def _set_inferred_types(model: ir.Model, payload: bytes) -> bool:
     for info in rest.output:
         for value in outputs.get(info.name, ()):
             ir.serde.deserialize_value_info_proto(info, value)
-    return named
 
 
 def _plain_tensor_type(type_proto: onnx.TypeProto) -> bool:
