@@ -6,6 +6,7 @@ import pathlib
 
 import onnx
 import onnx_ir as ir
+import onnxruntime
 import pytest
 from onnx import TensorProto, helper
 
@@ -193,3 +194,12 @@ def test_an_input_of_unknown_rank_is_accepted_as_onnxruntime_accepts_it() -> Non
     (partition,) = exe.report().partitions
     assert partition.backend == "acc" and partition.deferred
     assert acc.compiled == [[(2, 3)]]
+
+
+def test_a_model_onnx_ir_cannot_hold_names_the_first_cause() -> None:
+    # onnxruntime's own sample: a ZipMap whose output is a sequence of maps, which onnx-ir
+    # cannot represent yet; the error says that, not which deserialiser wrapped it
+    path = pathlib.Path(onnxruntime.__file__).parent / "datasets" / "logreg_iris.onnx"
+    expected = r"logreg_iris\.onnx cannot be read into the IR: NotImplementedError: Map types"
+    with pytest.raises(cg.ModelError, match=expected):
+        import_model(path)

@@ -113,7 +113,12 @@ def _read_ir(proto: onnx.ModelProto, where: str, pending: aside.Pending | None) 
 _CHILD_GRACE_SECONDS = 30.0
 
 
-def _unreadable(where: str, error: Exception) -> ModelError:
+def _unreadable(where: str, error: BaseException) -> ModelError:
+    """The error onnx-ir raised, by its first cause: onnx-ir wraps what went wrong in a
+    ``SerdeError`` per level it passed ("Error calling _deserialize_graph with: <id>"), and
+    only the innermost says what (``Map types are not supported yet``)."""
+    while error.__cause__ is not None:
+        error = error.__cause__
     return ModelError(f"{where} cannot be read into the IR: {type(error).__name__}: {one_line(error)}")
 
 
