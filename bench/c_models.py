@@ -51,8 +51,9 @@ MODELS = [
 ]
 
 
-# Calls per side before switching: onnxruntime's spinning workers then disturb only the first
-# c call of a block (and the reverse), as in a program that runs one engine at a time.
+# Calls per side before switching, each block started once the other side's workers stopped
+# spinning (bench.c_ops.settle), as in a program that runs one engine only; within a block
+# each engine's own spinning between calls helps it, as it helps its users.
 BLOCK = 5
 
 

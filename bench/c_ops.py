@@ -52,6 +52,25 @@ class Row:
         return self.c_ms / self.ort_ms
 
 
+def settle(slice_s: float = 0.005, limit_s: float = 1.0) -> float:
+    """Wait until no thread of this process is busy (the other engine's workers stopped spinning).
+
+    onnxruntime's workers spin for tens of milliseconds after each ``run`` (default session
+    options; ``c``'s for at most 0.4 ms): a block of the other engine's calls started inside that
+    window shares the cores with them, which on 2 cores made ``c`` at 2 threads look slower
+    than at 1 (squeezenet 9.4 ms against 5.5 alone).  Each side is timed as its users run it,
+    alone, so a block starts once a slice of sleep costs this process under 10% of a core.
+    Returns the seconds waited.
+    """
+    start = time.perf_counter()
+    while time.perf_counter() - start < limit_s:
+        cpu, wall = time.process_time(), time.perf_counter()
+        time.sleep(slice_s)
+        if time.process_time() - cpu < 0.1 * (time.perf_counter() - wall):
+            break
+    return time.perf_counter() - start
+
+
 def median_pair(c_call: Callable[[], object], ort_call: Callable[[], object], repeat: int,
                 block: int = 1) -> tuple[float, float]:
     """Medians (ms) of two callables timed alternately in blocks of ``block`` calls, after a warm-up.
@@ -67,6 +86,8 @@ def median_pair(c_call: Callable[[], object], ort_call: Callable[[], object], re
     ort_times: list[float] = []
     for _ in range(max(1, -(-repeat // block))):
         for call, times in ((c_call, c_times), (ort_call, ort_times)):
+            if block > 1:
+                settle()
             for _ in range(block):
                 start = time.perf_counter()
                 call()

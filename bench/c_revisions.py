@@ -54,6 +54,8 @@ import json, pathlib, sys
 import onnx, onnx_ir as ir
 from codegraft.backend import Partition
 from codegraft.backends.c import CBackend
+import codegraft
+assert pathlib.Path(codegraft.__file__).is_relative_to(pathlib.Path(sys.argv[2])), codegraft.__file__
 jobs = json.loads(sys.argv[1])
 for model_path, threads, out in jobs:
     backend = CBackend(num_threads=threads, cache_dir=pathlib.Path(out).parent / "cache-old")
@@ -70,7 +72,10 @@ def old_blobs(revision: str, jobs: list[tuple[str, int, str]], folder: pathlib.P
     with tarfile.open(archive) as tar:
         tar.extractall(folder / "old", filter="data")
     env = {**os.environ, "PYTHONPATH": str(folder / "old")}
-    subprocess.run([sys.executable, "-c", _OLD_COMPILER, json.dumps(jobs)], env=env, check=True)
+    # Run in the old tree's folder: `python -c` puts the working directory before PYTHONPATH,
+    # and from the repository root that imported *this* tree's codegraft as "old".
+    subprocess.run([sys.executable, "-c", _OLD_COMPILER, json.dumps(jobs), str(folder / "old")], env=env,
+                   cwd=folder / "old", check=True)
 
 
 def alternate(calls: dict[str, Callable[[], object]], repeat: int, block: int,
