@@ -40,6 +40,8 @@ Example (a 3x3 convolution over 256 channels on an AVX-512 Xeon with 1 MiB of L2
     (16, 32, (4, 6))
     >>> xeon.tile(512, 49, depth=4608)  # its 1.2 MB panel at NV = 4 would not stay in L2
     (2, 12)
+    >>> xeon.tile(4096, 1, depth=25088)  # one row: the panel streams through once, any width
+    (4, 1)
     >>> xeon.tiles_per_task(ntiles=1046, blocks=1, rows=6, cols=64, depth=64, threads=1)
     10
 """
@@ -110,18 +112,18 @@ class Blocking:
         """``(NV, P)`` for ``channels`` outputs per group over ``rows`` output rows, ``depth`` deep.
 
         The widest ``NV`` (4, 3, 2) that wastes at most 15% of its lanes on the last block and
-        whose ``depth x NV x VW`` panel fits in 3/4 of the L2 (``depth`` 0: unknown, not checked).
+        whose ``depth x NV x VW`` panel fits in 3/4 of the L2 (``depth`` 0: unknown, not
+        checked), or whose ``rows`` fit in one tile (the panel is then read once anyway).
         """
-        import os
-        forced = os.environ.get("CG_TILE")
-        if forced and channels >= 64:
-            fnv, fp = map(int, forced.split("x"))
-            return fnv, max(1, min(fp, rows))
         nv = 1
         for candidate in (4, 3, 2):
             width = candidate * self.vector_floats
             blocks = -(-channels // width)
-            fits = 4 * depth * width <= 3 * self.l2 // 4
+            # With one tile of rows (a batch-1 fully connected layer) the panel is read once
+            # whatever its size: nothing to keep in L2, and a narrow tile would leave the
+            # kernel one FMA chain per row (vgg19's 25088 x 4096 layer: 14 -> 19 ms at NV = 1).
+            single_tile = rows <= self.rows_per_tile(candidate)
+            fits = single_tile or 4 * depth * width <= 3 * self.l2 // 4
             if fits and (blocks * width - channels) <= 0.15 * blocks * width:
                 nv = candidate
                 break
