@@ -74,6 +74,7 @@ typedef struct {
   cg_ep ep; const float* const* ops;
   long per_task;  /* row tiles per task, from the thread cost model (_thread_cost.py) */
   long blocks_per_task;  /* channel blocks each tile runs (one buffer, one epilogue call), _blocking.py */
+  const long* rs;  /* register epilogues only (gemm.py): each operand's row stride */
 } cg_gemm_t;
 
 /* Zero-padded copy of channels-last x[N][H][W][C] into xp[N][Hp][Wp][C]; one task per row. */
@@ -199,6 +200,8 @@ static void cg_lrn(const float* x, float* y, long outer, long C, long inner, lon
    Contiguous lines (inner == 1) keep VW partial maxima and sums in vector registers: the
    compiler will not reorder a float reduction by itself (no -ffast-math here). */
 typedef int vi __attribute__((vector_size(VW * 4)));
+/* Relu of a vector as the scalar `v < 0 ? 0 : v` (NaN and -0 pass through); C has no ?: on vectors. */
+static inline vf cg_vrelu(vf v) { return (vf)((vi)v & ~(v < (vf){0})); }
 typedef struct { const float* x; float* y; long n, inner; int log; } cg_softmax_t;
 static void cg_softmax_line(const void* ctx, long task) {
   const cg_softmax_t* k = ctx;

@@ -21,7 +21,7 @@ from codegraft.backends.c._node import NHWC_DOMAIN, attr_int, is_constant, prese
 from codegraft.backends.c.ops._spec import KernelOp, Layout, OnnxOp, core_of
 from codegraft.backends.c.ops._window import check_window, join_layout, split_layout, window_of
 from codegraft.backends.c.ops.depthwise import DepthwiseShape, depthwise_function
-from codegraft.backends.c.ops.elementwise import emit_epilogue
+from codegraft.backends.c.ops.elementwise import emit_epilogue, vector_epilogue
 from codegraft.backends.c.ops.gemm import c_longs, choose_tile, gemm_function, pack_weights
 
 
@@ -127,7 +127,12 @@ def emit_conv(ctx: Context, kernel: Kernel) -> None:
     nv, p = choose_tile(mg, rows, ctx.target.vector_floats, len(taps) * run)
     packed, nmb = pack_weights(weight, group, nv, ctx.target.vector_floats)
     wsym = ctx.weight(packed)
-    driver = gemm_function(ctx, nv, p)
+    fused = vector_epilogue(kernel)
+    driver = gemm_function(ctx, nv, p, fused)
+    rs_arg = ""
+    if fused is not None:
+        ctx.body.append(f"  static const long {ep}_rs[] = {c_longs(list(fused.row_strides) or [0])};")
+        rs_arg = f", {ep}_rs"
     blocking = host_blocking(ctx.target.vector_floats)
     width = nv * ctx.target.vector_floats
     bpt = blocking.blocks_per_task(nmb, len(taps) * run, width, p, -(-rows // p))
@@ -137,7 +142,7 @@ def emit_conv(ctx: Context, kernel: Kernel) -> None:
     ctx.body.append(
         f"  {{ const cg_gemm_t {job} = {{{src}, {c}, 1, {run}, {n}, {hp}, {wp}, {out_spatial[0]}, {out_spatial[1]}, "
         f"{strides[0]}, {strides[1]}, {len(taps)}, {tap_sym}, {group}, {mg}, {nmb}, {wsym}, {y}, {ldy}, 0, "
-        f"{ep}, {ep}_ops, {per_task}, {bpt}}};\n    {driver}(&{job}); }}"
+        f"{ep}, {ep}_ops, {per_task}, {bpt}{rs_arg}}};\n    {driver}(&{job}); }}"
     )
 
 

@@ -14,6 +14,7 @@ float attributes it reads as ``{p0}``, ``{p1}``.
 from __future__ import annotations
 
 import math
+import zlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -335,3 +336,55 @@ def emit_epilogue(ctx: Context, kernel: Kernel) -> str:
 
 
 KERNELS = (KernelOp(g.Elementwise, Layout.FOLLOW_INPUTS, emit_elementwise),)
+
+
+# -- epilogues on a GEMM tile's registers (gemm.py) ----------------------------------------------
+
+# Steps with a vector form on ``vf`` values, each the same IEEE operation per element as its
+# scalar form (no multiply, so no contraction into an FMA that the scalar code might not do).
+VECTOR_FORMS = {"add": "{a} + {b}", "sub": "{a} - {b}", "relu": "cg_vrelu({a})"}
+
+
+@dataclass(frozen=True)
+class VectorEpilogue:
+    """An anchor epilogue written on vectors: ``operands`` per operand ``"c"`` (a run of
+    columns: bias, residual) or ``"s"`` (one value per row); row strides are runtime values,
+    so layers with the same steps and operand kinds share one micro-kernel (``key``)."""
+
+    steps: tuple[Step, ...]
+    operands: tuple[str, ...]
+    row_strides: tuple[int, ...]
+
+    @property
+    def key(self) -> str:
+        text = repr((self.steps, self.operands))
+        return f"{zlib.crc32(text.encode()):08x}"
+
+    @property
+    def result(self) -> str:
+        return f"v{len(self.steps) - 1}" if self.steps else "acc"
+
+    def lines(self, indent: str) -> list[str]:
+        names = {"acc": lambda i: "acc", "in": lambda i: f"i{i}", "step": lambda i: f"v{i}"}
+        return [
+            f"{indent}const vf v{k} = "
+            + VECTOR_FORMS[s.kind].format(**dict(zip("abc", [names[r[0]](r[1]) for r in s.args], strict=False)))
+            + ";"
+            for k, s in enumerate(self.steps)
+        ]
+
+
+def vector_epilogue(kernel: Kernel) -> VectorEpilogue | None:
+    """``kernel``'s epilogue on vectors, or None when a step has no vector form."""
+    if any(s.kind not in VECTOR_FORMS or s.params for s in kernel.steps):
+        return None
+    if any(index.col_stride not in (0, 1) for index in kernel.indexing):
+        return None
+    for step in kernel.steps:  # a step's result is a vector as soon as the accumulator is in it
+        if not any(ref[0] in ("acc", "step") or kernel.indexing[ref[1]].col_stride for ref in step.args):
+            return None
+    return VectorEpilogue(
+        tuple(kernel.steps),
+        tuple("c" if index.col_stride else "s" for index in kernel.indexing),
+        tuple(index.row_stride for index in kernel.indexing),
+    )

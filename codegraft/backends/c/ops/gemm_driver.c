@@ -3,10 +3,11 @@
    (``blocks_per_task`` of them, _blocking.py): each tile runs every block of the range into
    one buffer, so its input rows are read from memory once and then from L1, the range's
    packed weights stay in L2 across the tiles, and the epilogue stores the tile's rows in one
-   call.  Rows are walked incrementally (no divisions per row). */
-typedef struct { const cg_gemm_t* k; long per_task, chunks, ranges; } cg_gemm_${NV}_${P}_job;
-static void cg_gemm_${NV}_${P}_task(const void* ctx, long task) {
-  const cg_gemm_${NV}_${P}_job* job = ctx;
+   call.  Rows are walked incrementally (no divisions per row).  The FUSED hole is empty, or a
+   register epilogue's full-tile path (gemm.py: driver). */
+typedef struct { const cg_gemm_t* k; long per_task, chunks, ranges; } cg_gemm_${NAME}_job;
+static void cg_gemm_${NAME}_task(const void* ctx, long task) {
+  const cg_gemm_${NAME}_job* job = ctx;
   const cg_gemm_t* k = job->k;
   const long R = k->N * k->OH * k->OW;
   const long ntiles = (R + ${P} - 1) / ${P};
@@ -28,17 +29,17 @@ static void cg_gemm_${NV}_${P}_task(const void* ctx, long task) {
       rows[p] = x + ((n * k->Hp + oh * k->sh) * k->Wp + ow * k->sw) * k->pstride;
       if (++ow == k->OW) { ow = 0; if (++oh == k->OH) { oh = 0; n++; } }
     }
-    for (long mb = 0; mb < mb1 - mb0; mb++)
+${FUSED}    for (long mb = 0; mb < mb1 - mb0; mb++)
       cg_mk_${NV}_${P}(rows, k->tapoff, k->ntaps, k->cg, k->cstride, wp + mb * K * ${NV} * VW, buf + mb * ${NV} * VW,
                        ldt);
     k->ep(k->ops, k->y, k->ldy, buf, ldt, k->rbase + r0, nr, c0, nc);
   }
 }
-static void cg_gemm_${NV}_${P}(const cg_gemm_t* k) {
+static void cg_gemm_${NAME}(const cg_gemm_t* k) {
   const long ntiles = (k->N * k->OH * k->OW + ${P} - 1) / ${P};
   const long ranges = (k->nmb + k->blocks_per_task - 1) / k->blocks_per_task;  /* blocks_per_task >= 1 */
   /* the split was chosen at compile time for the threads this op gets (_thread_cost.py) */
   const long per_task = cg_min(ntiles, k->per_task < 1 ? 1 : k->per_task);
-  const cg_gemm_${NV}_${P}_job job = {k, per_task, (ntiles + per_task - 1) / per_task, ranges};
-  cg_parallel(k->groups * ranges * job.chunks, cg_gemm_${NV}_${P}_task, &job);
+  const cg_gemm_${NAME}_job job = {k, per_task, (ntiles + per_task - 1) / per_task, ranges};
+  cg_parallel(k->groups * ranges * job.chunks, cg_gemm_${NAME}_task, &job);
 }
