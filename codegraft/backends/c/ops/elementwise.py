@@ -210,15 +210,17 @@ ONNX = (
 # -- emission -------------------------------------------------------------------------------
 
 
+def ref_name(ref: Ref) -> str:
+    """The C name of a step's argument: the anchor result ``acc``, operand ``iJ``, step ``vK``."""
+    kind, index = ref
+    return {"acc": "acc", "in": f"i{index}", "step": f"v{index}"}[kind]
+
+
 def step_lines(steps: list[Step], indent: str) -> list[str]:
     """``const float vK = ...;`` for each step; operands are ``iJ``, the anchor result ``acc``."""
-
-    def name(ref: Ref) -> str:
-        kind, index = ref
-        return {"acc": "acc", "in": f"i{index}", "step": f"v{index}"}[kind]
-
     return [
-        f"{indent}const float v{k} = {expression(step, [name(r) for r in step.args])};" for k, step in enumerate(steps)
+        f"{indent}const float v{k} = {expression(step, [ref_name(r) for r in step.args])};"
+        for k, step in enumerate(steps)
     ]
 
 
@@ -365,10 +367,9 @@ class VectorEpilogue:
         return f"v{len(self.steps) - 1}" if self.steps else "acc"
 
     def lines(self, indent: str) -> list[str]:
-        names = {"acc": lambda i: "acc", "in": lambda i: f"i{i}", "step": lambda i: f"v{i}"}
         return [
             f"{indent}const vf v{k} = "
-            + VECTOR_FORMS[s.kind].format(**dict(zip("abc", [names[r[0]](r[1]) for r in s.args], strict=False)))
+            + VECTOR_FORMS[s.kind].format(**dict(zip("abc", [ref_name(r) for r in s.args], strict=False)))
             + ";"
             for k, s in enumerate(self.steps)
         ]
