@@ -18,7 +18,11 @@ each parameter follows from what bounds it:
   the rows and the tile) and that wastes at most 15% of its lanes on the last block of
   channels (a 3x3 convolution over 512 channels, K = 4608, takes NV = 2 on a 1 MiB-L2
   AVX-512 Xeon where a 2 MiB L2 keeps NV = 4).  Narrower tiles with more rows load about as
-  much per multiply-add (``1/P`` weights + ``1/NV`` inputs);
+  much per multiply-add (``1/P`` weights + ``1/NV`` inputs).  Where no width of 2-4 vectors
+  wastes little (groups of 34 or 68 channels), the tile of least :meth:`Blocking.tile_cost`
+  (issue slots, padded lanes and rows counted) among 1-4 vectors and the 5-6-vector single
+  blocks: 68 channels as 4 rows x 5 vectors rather than 16 x 1 (shufflenet 25% faster on an
+  AVX-512 Xeon);
 - **channel blocks per tile** from the L2 and L1: a tile runs as many of its group's
   channel blocks, one after the other, as keep their weight panels in 3/4 of the L2
   (:meth:`Blocking.blocks_per_task`), so its input rows are read from memory once (then
@@ -114,20 +118,49 @@ class Blocking:
         The widest ``NV`` (4, 3, 2) that wastes at most 15% of its lanes on the last block and
         whose ``depth x NV x VW`` panel fits in 3/4 of the L2 (``depth`` 0: unknown, not
         checked), or whose ``rows`` fit in one tile (the panel is then read once anyway).
+        When none does (a group of 34 or 68 channels: shufflenet), the tile of least
+        :meth:`tile_cost` among widths 1-4 and the widths 5-6 that hold every channel in one
+        block.
         """
-        nv = 1
         for candidate in (4, 3, 2):
             width = candidate * self.vector_floats
             blocks = -(-channels // width)
-            # With one tile of rows (a batch-1 fully connected layer) the panel is read once
-            # whatever its size: nothing to keep in L2, and a narrow tile would leave the
-            # kernel one FMA chain per row (vgg19's 25088 x 4096 layer: 14 -> 19 ms at NV = 1).
-            single_tile = rows <= self.rows_per_tile(candidate)
-            fits = single_tile or 4 * depth * width <= 3 * self.l2 // 4
-            if fits and (blocks * width - channels) <= 0.15 * blocks * width:
-                nv = candidate
-                break
+            if self._panel_fits(candidate, rows, depth) and (blocks * width - channels) <= 0.15 * blocks * width:
+                return candidate, max(1, min(self.rows_per_tile(candidate), rows))
+        # Widths 5-6 only where they still get 4 rows (32 registers): tiles of 2 rows pay the
+        # driver's per-tile work every other row (AVX2, 34 channels: 2 x 5 no faster than 8 x 1).
+        widths = [nv for nv in range(1, 7)
+                  if nv <= 4 or (channels <= nv * self.vector_floats and self.rows_per_tile(nv) >= 4)]
+        fitting = [nv for nv in widths if nv == 1 or self._panel_fits(nv, rows, depth)]
+        nv = min(fitting, key=lambda nv: (self.tile_cost(nv, channels, rows), -nv))
         return nv, max(1, min(self.rows_per_tile(nv), rows))
+
+    def _panel_fits(self, nv: int, rows: int, depth: int) -> bool:
+        # With one tile of rows (a batch-1 fully connected layer) the panel is read once
+        # whatever its size: nothing to keep in L2, and a narrow tile would leave the
+        # kernel one FMA chain per row (vgg19's 25088 x 4096 layer: 14 -> 19 ms at NV = 1).
+        single_tile = rows <= self.rows_per_tile(nv)
+        return single_tile or 4 * depth * nv * self.vector_floats <= 3 * self.l2 // 4
+
+    def tile_cost(self, nv: int, channels: int, rows: int) -> float:
+        """Issue slots per multiply-add step of a ``P x nv`` tiling of ``channels x rows``.
+
+        Each step of a tile's k-loop issues ``P x nv`` FMAs and ``P + nv`` loads (the
+        broadcast inputs and the weight vectors), and takes at least the FMA latency (~4
+        cycles, 8 FMAs on two ports) whatever its size; a load weighs 1.5 FMA slots (tiles
+        with about as many loads as FMAs measure slower than their FMA count: AVX2, 34
+        channels, 8 x 1 is 4% slower than 4 x 3); every block and row tile, ragged ones
+        included, costs a whole tile.  On AVX-512, 68 channels as one 5-vector block of 4 rows
+        cost 20 slots a 4 rows, as five 1-vector blocks of 16 rows 32, and measured 21% faster
+        in the whole of shufflenet (34 channels as 8 x 3 rather than 16 x 1 with them)::
+
+            >>> xeon = Blocking.for_cpu(CpuDescription.avx512_xeon())
+            >>> xeon.tile(68, 196), xeon.tile(34, 784), xeon.tile(64, 3136)
+            ((5, 4), (3, 8), (4, 6))
+        """
+        p = max(1, min(self.rows_per_tile(nv), rows))
+        blocks = -(-channels // (nv * self.vector_floats))
+        return blocks * -(-rows // p) * max(p * nv, 1.5 * (p + nv), 8)
 
     def blocks_per_task(self, nmb: int, depth: int, width: int, rows: int, ntiles: int) -> int:
         """How many of a group's ``nmb`` channel blocks (``width`` floats each) each tile of
