@@ -40,7 +40,7 @@ def test_tile_width_keeps_the_weight_panel_in_l2() -> None:
     # resnet50's 3x3 convolutions: 64..512 channels, K = 9 x channels.
     assert xeon.tile(64, 3136, depth=576) == (4, 6)
     assert xeon.tile(256, 196, depth=2304) == (4, 6)  # 590 KB panel: fits 3/4 of 1 MiB
-    assert xeon.tile(512, 49, depth=4608) == (2, 12)  # 1.2 MB at NV = 4 would not
+    assert xeon.tile(512, 49, depth=4608) == (2, 10)  # 1.2 MB at NV = 4 would not (49 rows: 5 tiles of 10)
     assert sapphire.tile(512, 49, depth=4608) == (4, 6)  # 2 MiB of L2 keeps it
     assert zen2.tile(512, 49, depth=4608) == (2, 6)  # 8-float vectors, 512K L2: 295 KB at NV = 2
     assert zen2.tile(256, 196, depth=2304) == (4, 3)
@@ -61,7 +61,8 @@ def test_channels_no_width_fits_take_the_tile_the_cost_model_prefers() -> None:
     assert xeon.tile(16, 1000) == (1, 16)  # one vector holds them all: nothing cheaper
     # The cost counts padded lanes and rows, and loads against FMAs.
     assert xeon.tile_cost(5, 68, 196) < xeon.tile_cost(1, 68, 196)
-    assert xeon.tile_cost(4, 64, 7) == xeon.tile_cost(4, 64, 12)  # a ragged tile costs a whole one
+    assert xeon.tile_cost(4, 64, 12) == 2 * xeon.tile_cost(4, 64, 6)  # per tile of P rows
+    assert xeon.tile_cost(4, 64, 7) < xeon.tile_cost(4, 64, 12)  # 7 rows: 2 tiles of 4, not 6 + a padded 1
     # Wide single-block tiles must still keep their weight panel in L2.
     assert xeon.tile(68, 196, depth=68 * 9 * 20) == (1, 16)
 

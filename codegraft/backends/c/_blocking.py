@@ -43,7 +43,7 @@ Example (a 3x3 convolution over 256 channels on an AVX-512 Xeon with 1 MiB of L2
     >>> xeon.vector_floats, xeon.registers, xeon.tile(256, 196, depth=2304)
     (16, 32, (4, 6))
     >>> xeon.tile(512, 49, depth=4608)  # its 1.2 MB panel at NV = 4 would not stay in L2
-    (2, 12)
+    (2, 10)
     >>> xeon.tile(4096, 1, depth=25088)  # one row: the panel streams through once, any width
     (4, 1)
     >>> xeon.tiles_per_task(ntiles=1046, blocks=1, rows=6, cols=64, depth=64, threads=1)
@@ -112,6 +112,18 @@ class Blocking:
         """``P`` for tiles of ``nv`` vectors: ~3/4 of the registers as accumulators, at most half."""
         return max(1, min(self.registers // 2, (3 * self.registers // 4) // nv))
 
+    def balanced_rows(self, nv: int, rows: int) -> int:
+        """``P`` for ``rows`` rows in tiles of ``nv`` vectors: as few tiles as
+        :meth:`rows_per_tile` allows, the rows spread evenly over them, so the last tile is not
+        a mostly padded one (resnet50's 7 x 7 maps: 49 rows as 7 x 7, not 6 x 8 + 1 x 8)::
+
+            >>> xeon = Blocking.for_cpu(CpuDescription.avx512_xeon())
+            >>> xeon.balanced_rows(3, 49), xeon.balanced_rows(3, 784), xeon.balanced_rows(2, 49)
+            (7, 8, 10)
+        """
+        most = max(1, min(self.rows_per_tile(nv), rows))
+        return -(-rows // -(-rows // most))
+
     def tile(self, channels: int, rows: int, depth: int = 0) -> tuple[int, int]:
         """``(NV, P)`` for ``channels`` outputs per group over ``rows`` output rows, ``depth`` deep.
 
@@ -126,14 +138,14 @@ class Blocking:
             width = candidate * self.vector_floats
             blocks = -(-channels // width)
             if self._panel_fits(candidate, rows, depth) and (blocks * width - channels) <= 0.15 * blocks * width:
-                return candidate, max(1, min(self.rows_per_tile(candidate), rows))
+                return candidate, self.balanced_rows(candidate, rows)
         # Widths 5-6 only where they still get 4 rows (32 registers): tiles of 2 rows pay the
         # driver's per-tile work every other row (AVX2, 34 channels: 2 x 5 no faster than 8 x 1).
         widths = [nv for nv in range(1, 7)
                   if nv <= 4 or (channels <= nv * self.vector_floats and self.rows_per_tile(nv) >= 4)]
         fitting = [nv for nv in widths if nv == 1 or self._panel_fits(nv, rows, depth)]
         nv = min(fitting, key=lambda nv: (self.tile_cost(nv, channels, rows), -nv))
-        return nv, max(1, min(self.rows_per_tile(nv), rows))
+        return nv, self.balanced_rows(nv, rows)
 
     def _panel_fits(self, nv: int, rows: int, depth: int) -> bool:
         # With one tile of rows (a batch-1 fully connected layer) the panel is read once
@@ -158,7 +170,7 @@ class Blocking:
             >>> xeon.tile(68, 196), xeon.tile(34, 784), xeon.tile(64, 3136)
             ((5, 4), (3, 8), (4, 6))
         """
-        p = max(1, min(self.rows_per_tile(nv), rows))
+        p = self.balanced_rows(nv, rows)
         blocks = -(-channels // (nv * self.vector_floats))
         return blocks * -(-rows // p) * max(p * nv, 1.5 * (p + nv), 8)
 
