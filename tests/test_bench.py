@@ -41,7 +41,7 @@ def test_boundary_chain_is_one_partition_per_op() -> None:
 
 
 def test_c_models_scaling_table_flags_a_model_slower_with_more_threads() -> None:
-    from bench.c_models import _counts, scaling_table
+    from bench.c_models import _counts, scaling_table, slower_steps
     from bench.c_ops import Row
 
     rows = {1: [Row("a", 10.0, 8.0), Row("b", 4.0, 4.0)], 4: [Row("a", 3.0, 3.0), Row("b", 5.0, 2.0)]}
@@ -49,6 +49,7 @@ def test_c_models_scaling_table_flags_a_model_slower_with_more_threads() -> None
     assert "| a | 1.25x | 1.00x | 10 / 3 | 8 / 3 |" in text
     assert "| b | 1.00x | 2.50x | 4 / 5 | 4 / 2 |" in text
     assert text.endswith("c slower with more threads: b (1->4 threads)")
+    assert slower_steps(rows) == [("b", 1, 4)]
     assert _counts("1,4,16") == [1, 4, 16]
     with pytest.raises(Exception, match="positive"):
         _counts("0,4")
