@@ -53,3 +53,19 @@ def test_c_models_scaling_table_flags_a_model_slower_with_more_threads() -> None
     assert _counts("1,4,16") == [1, 4, 16]
     with pytest.raises(Exception, match="positive"):
         _counts("0,4")
+
+
+def test_c_layers_groups_a_models_convolutions_by_shape() -> None:
+    import numpy as np
+
+    from bench.c_layers import describe, distinct_convs, layer_model
+    from codegraft.testing import light_model
+
+    layers = distinct_convs(light_model("squeezenet"))
+    assert len(layers) == 18 and sum(layer.count for layer in layers) == 26  # 8 fire modules, 3 convs each, + 2
+    assert describe(layers[0]) == "3->64 3x3 @224x224 s2"
+    twice = [describe(layer) for layer in layers if layer.count == 2]
+    assert twice[:2] == ["16->64 1x1 @55x55 s1", "16->64 3x3 @55x55 s1"]
+    model = layer_model(layers[0], np.random.default_rng(0))
+    assert [n.op_type for n in model.graph.node] == ["Conv", "Relu"]
+    assert [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim] == [1, 3, 224, 224]
