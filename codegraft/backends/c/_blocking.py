@@ -159,12 +159,12 @@ class Blocking:
 
         Each step of a tile's k-loop issues ``P x nv`` FMAs and ``P + nv`` loads (the
         broadcast inputs and the weight vectors), and takes at least the FMA latency (~4
-        cycles, 8 FMAs on two ports) whatever its size; a load weighs 1.5 FMA slots (tiles
-        with about as many loads as FMAs measure slower than their FMA count: AVX2, 34
-        channels, 8 x 1 is 4% slower than 4 x 3); every block and row tile, ragged ones
-        included, costs a whole tile.  On AVX-512, 68 channels as one 5-vector block of 4 rows
-        cost 20 slots a 4 rows, as five 1-vector blocks of 16 rows 32, and measured 21% faster
-        in the whole of shufflenet (34 channels as 8 x 3 rather than 16 x 1 with them)::
+        cycles, 8 FMAs on two ports) whatever its size; a load weighs 1.5 FMA slots, a guess
+        on the side of fewer loads (a 16 x 1 tile, as many loads as FMAs, ran shufflenet's
+        grouped 1x1 layers at 28% of the FMA peak); every block and row tile, ragged ones
+        included, costs a whole tile.  On AVX-512, 16 rows of 68 channels cost 80 slots as four
+        tiles of 4 rows x 5 vectors, 128 as five 1-vector blocks of 16 rows; with 34 channels
+        as 8 x 3 rather than 16 x 1 too, shufflenet ran 14-24% faster::
 
             >>> xeon = Blocking.for_cpu(CpuDescription.avx512_xeon())
             >>> xeon.tile(68, 196), xeon.tile(34, 784), xeon.tile(64, 3136)
