@@ -24,12 +24,16 @@ each parameter follows from what bounds it:
   blocks: 68 channels as 4 rows x 5 vectors rather than 16 x 1 (shufflenet 25% faster on an
   AVX-512 Xeon);
 - **channel blocks per tile** from the L2 and L1: a tile runs as many of its group's
-  channel blocks, one after the other, as keep their weight panels in 3/4 of the L2
+  channel blocks, one after the other, as keep their weight panels in half the L2
   (:meth:`Blocking.blocks_per_task`), so its input rows are read from memory once (then
   from L1) instead of once per block, and the epilogue stores whole output rows in one
   call.  That is every block of a 1x1 convolution over 64-256 channels (resnet50's
-  expansions: 1.4x faster than one block per task on this machine's 56x56 layers) and one
-  block of a 3x3 over 512 (a 2.4 MB weight set);
+  expansions: 1.4x faster than one block per task on an AVX2 Zen's 56x56 layers) and one
+  block of a 3x3 over 512 (a 2.4 MB weight set).  Half, not the 3/4 a single panel may
+  take: the panels of several blocks, re-read by every tile, share the L2 with the input
+  rows and outputs streaming through it; on an AVX-512 Xeon with 1.25 MiB of L2, 1x1
+  layers whose weights outweigh their rows (squeezenet's 512 -> 1000 classifier, resnet50's
+  256 -> 1024 at 14x14) ran 0.86-0.89x as long with half;
 - **tiles per task** from the core's FMA rate: a task is at least ~5 us of work, so claiming
   it from the pool's counter (one contended atomic) and warming its panel stay a few percent;
   the thread cost model's balance rule (8 tasks per thread) halves it from there.  The L2
@@ -178,13 +182,13 @@ class Blocking:
         """How many of a group's ``nmb`` channel blocks (``width`` floats each) each tile of
         ``rows`` rows runs, one after the other, before the next tile (``ntiles`` in all).
 
-        As many as keep their packed weights (``depth x width`` floats each) in 3/4 of the L2
-        (the panel rule of :meth:`tile`) and the tile's results (``rows x width`` each) in half
-        the L1; 1 when there is a single tile (its weights are read once whatever the order).
+        As many as keep their packed weights (``depth x width`` floats each) in half the L2
+        (see the module note) and the tile's results (``rows x width`` each) in half the L1;
+        1 when there is a single tile (its weights are read once whatever the order).
         """
         if ntiles <= 1:
             return 1
-        by_l2 = (3 * self.l2 // 4) // max(1, 4 * depth * width)
+        by_l2 = (self.l2 // 2) // max(1, 4 * depth * width)
         by_l1 = (self.l1d // 2) // max(1, 4 * rows * width)
         return max(1, min(nmb, by_l2, by_l1))
 
