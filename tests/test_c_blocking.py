@@ -41,8 +41,8 @@ def test_tile_width_keeps_the_weight_panel_in_l2() -> None:
     assert xeon.tile(64, 3136, depth=576) == (4, 6)
     assert xeon.tile(256, 196, depth=2304) == (4, 6)  # 590 KB panel: fits 3/4 of 1 MiB
     assert xeon.tile(512, 49, depth=4608) == (2, 10)  # 1.2 MB at NV = 4 would not (49 rows: 5 tiles of 10)
-    assert sapphire.tile(512, 49, depth=4608) == (4, 6)  # 2 MiB of L2 keeps it
-    assert zen2.tile(512, 49, depth=4608) == (2, 6)  # 8-float vectors, 512K L2: 295 KB at NV = 2
+    assert sapphire.tile(512, 49, depth=4608) == (4, 5)  # 2 MiB of L2 keeps it (49 rows: 10 tiles of 5)
+    assert zen2.tile(512, 49, depth=4608) == (2, 5)  # 8-float vectors, 512K L2: 295 KB at NV = 2
     assert zen2.tile(256, 196, depth=2304) == (4, 3)
     # Lanes wasted on the last block still decide first: 96 channels in 64-wide tiles waste 33%.
     assert xeon.tile(96, 1000, depth=64) == (3, 8)
@@ -64,7 +64,7 @@ def test_channels_no_width_fits_take_the_tile_the_cost_model_prefers() -> None:
     assert xeon.tile_cost(4, 64, 12) == 2 * xeon.tile_cost(4, 64, 6)  # per tile of P rows
     assert xeon.tile_cost(4, 64, 7) < xeon.tile_cost(4, 64, 12)  # 7 rows: 2 tiles of 4, not 6 + a padded 1
     # Wide single-block tiles must still keep their weight panel in L2.
-    assert xeon.tile(68, 196, depth=68 * 9 * 20) == (1, 16)
+    assert xeon.tile(68, 196, depth=68 * 9 * 20) == (1, 14)  # 196 rows: 14 tiles of 14
 
 
 def test_task_size_follows_the_fma_rate_and_the_threads() -> None:
