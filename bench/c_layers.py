@@ -21,7 +21,6 @@ The random weights and inputs come from a fixed seed; the same-seeded light mode
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import os
 import pathlib
@@ -96,10 +95,6 @@ def time_layer(model: onnx.ModelProto, threads: int, repeat: int, flush: np.ndar
         [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]).astype(np.float32)
     backend = CBackend(num_threads=threads)
     runnable = backend.load(backend.compile(Partition("layer", ir.from_proto(model))))
-    lib = runnable._lib  # the library's kernel timers (see CRunnable.profile_ops)
-    lib.cg_kernel_time_ns.restype = ctypes.c_double
-    lib.cg_kernel_kind.restype = ctypes.c_char_p
-    conv = next(i for i in range(lib.cg_kernel_count()) if lib.cg_kernel_kind(i).startswith(b"Conv"))
     with tempfile.TemporaryDirectory() as folder:
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads
@@ -111,11 +106,8 @@ def time_layer(model: onnx.ModelProto, threads: int, repeat: int, flush: np.ndar
         c_ms = []
         for _ in range(repeat):
             flush += 1.0
-            lib.cg_set_timing(1)
-            before = lib.cg_kernel_time_ns(conv)
-            runnable.run([x])
-            c_ms.append((lib.cg_kernel_time_ns(conv) - before) / 1e6)
-            lib.cg_set_timing(0)
+            kernels = runnable.profile_ops([x], 1, warm_up=False)
+            c_ms.append(next(k.ms for k in kernels if k.op_type.startswith("Conv")))
             flush += 1.0
             session.run(None, {"x": x})
         events = json.loads(pathlib.Path(session.end_profiling()).read_text())

@@ -69,3 +69,21 @@ def test_c_layers_groups_a_models_convolutions_by_shape() -> None:
     model = layer_model(layers[0], np.random.default_rng(0))
     assert [n.op_type for n in model.graph.node] == ["Conv", "Relu"]
     assert [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim] == [1, 3, 224, 224]
+
+
+def test_c_kernel_timers_can_time_a_first_call_as_it_comes() -> None:
+    """``bench.c_layers`` flushes the caches and times the next call: no untimed warm-up run."""
+    import numpy as np
+    import onnx_ir as ir
+
+    from bench.c_layers import distinct_convs, layer_model
+    from codegraft.backend import Partition
+    from codegraft.backends.c import CBackend
+    from codegraft.testing import light_model
+
+    model = layer_model(distinct_convs(light_model("squeezenet"))[1], np.random.default_rng(0))
+    backend = CBackend(num_threads=1)
+    runnable = backend.load(backend.compile(Partition("layer", ir.from_proto(model))))
+    x = np.random.default_rng(1).standard_normal((1, 64, 55, 55)).astype(np.float32)
+    kernels = runnable.profile_ops([x], 1, warm_up=False)
+    assert [k.op_type.split()[0] for k in kernels].count("Conv") == 1 and all(k.ms > 0 for k in kernels)

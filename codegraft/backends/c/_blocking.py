@@ -21,8 +21,8 @@ each parameter follows from what bounds it:
   much per multiply-add (``1/P`` weights + ``1/NV`` inputs).  Where no width of 2-4 vectors
   wastes little (groups of 34 or 68 channels), the tile of least :meth:`Blocking.tile_cost`
   (issue slots, padded lanes and rows counted) among 1-4 vectors and the 5-6-vector single
-  blocks: 68 channels as 4 rows x 5 vectors rather than 16 x 1 (shufflenet 25% faster on an
-  AVX-512 Xeon);
+  blocks: 68 channels as 4 rows x 5 vectors rather than 16 x 1 (with 34 as 8 x 3, shufflenet
+  14-24% faster on an AVX-512 Xeon);
 - **channel blocks per tile** from the L2 and L1: a tile runs as many of its group's
   channel blocks, one after the other, as keep their weight panels in half the L2
   (:meth:`Blocking.blocks_per_task`), so its input rows are read from memory once (then

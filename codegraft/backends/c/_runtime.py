@@ -78,9 +78,11 @@ class CRunnable:
         self._threads = int(num_threads or 0)
         self._lock = threading.Lock()
 
-    def profile_ops(self, inputs: Sequence[np.ndarray], repeat: int) -> list[OpTime]:
+    def profile_ops(self, inputs: Sequence[np.ndarray], repeat: int, warm_up: bool = True) -> list[OpTime]:
         """Each generated kernel's mean wall time over ``repeat`` runs, from the library's own
-        timers (see ``_timers.py``); a kernel is an op with what was fused into it."""
+        timers (see ``_timers.py``); a kernel is an op with what was fused into it.  With
+        ``warm_up=False`` the first timed run is the next call as it comes (after the caller
+        flushed the caches, say: ``bench.c_layers``), not one after an untimed run."""
         try:
             count = self._lib.cg_kernel_count
         except AttributeError:  # a library built before the timers
@@ -89,7 +91,8 @@ class CRunnable:
         self._lib.cg_kernel_name.restype = ctypes.c_char_p
         self._lib.cg_kernel_kind.restype = ctypes.c_char_p
         self._lib.cg_kernel_time_ns.restype = ctypes.c_double
-        self.run(inputs)  # warm-up, untimed
+        if warm_up:
+            self.run(inputs)  # untimed
         with self._lock:
             self._lib.cg_set_timing(1)
         try:
