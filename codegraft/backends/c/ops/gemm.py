@@ -17,7 +17,8 @@ the driver calls the kernel's scalar epilogue function (``elementwise.emit_epilo
 a vector form (``elementwise.VECTOR_FORMS``: add, sub, Relu - resnet's bias + residual +
 Relu) gets a second micro-kernel, ``cg_mkf_<nv>_<p>_f<signature>``, that applies the steps to
 a full tile's accumulators and stores straight to the output; it also prefetches the tile's
-residual and output rows before its k-loop, their only reads from beyond L2.  Row strides are
+residual and output rows, their only reads from beyond L2, one cache line per step of its
+k-loop (all before the loop, the misses outnumber the fill buffers).  Row strides are
 runtime values (``cg_gemm_t.rs``), so layers sharing steps and operand kinds share the C
 (resnet50: 3 variants).  Results are bit-identical to the generic path (same operations per
 element, no multiply so no FMA contraction).  Measured (resnet50, AVX2, 1 thread): the buffer
@@ -119,16 +120,21 @@ def driver(nv: int, p: int, buffer_floats: int, fused: VectorEpilogue | None = N
             store += fused.lines("      ")
             store.append(f"      *(vfu*)(yr + {j} * VW) = {fused.result}; }}")
         store.append("  }")
-    # The residual and output rows are the tile's only reads from beyond L2: ask for them
-    # before the k-loop, so they arrive while it runs.
+    # The residual and output rows are the tile's only reads from beyond L2: list their cache
+    # lines before the k-loop, which then asks for one per step, so they arrive while it runs.
+    # All at once before the loop (48 lines for a 6 x 4 tile) the misses outnumber the core's
+    # fill buffers and the loop waits for them: resnet50's 64 -> 256 residual layers, K = 64,
+    # ran 10-12% slower so.  Per-channel operands (row stride 0, a bias) are in L1 anyway.
+    streams = sum(1 for kind in fused.operands if kind == "c") + 1
+    head += f"\n  const float* pf[{streams * p * nv}]; long npf = 0, pfi = 0;"
     head += f"\n  for (long o = 0; o < {nv} * VW; o += 16) {{"
     for i in range(p):
         for o, kind in enumerate(fused.operands):
             if kind == "c":
-                head += f"\n    __builtin_prefetch(ops[{o}] + (row0 + {i}) * rs[{o}] + c + o);"
-        head += f"\n    __builtin_prefetch(y + (row0 + {i}) * ldy + c + o, 1);"
+                head += f"\n    if (rs[{o}]) pf[npf++] = ops[{o}] + (row0 + {i}) * rs[{o}] + c + o;"
+        head += f"\n    pf[npf++] = y + (row0 + {i}) * ldy + c + o;"
     head += "\n  }"
-    kernel = _tile(nv, p, head, store)
+    kernel = _tile(nv, p, head, store, prefetch=True)
     return kernel + "\n" + filled("ops/gemm_driver.c", NV=nv, P=p, BUF=buffer_floats, NAME=name, FUSED=tile)
 
 
@@ -142,8 +148,10 @@ def microkernel(nv: int, p: int) -> str:
     return _tile(nv, p, head, store)
 
 
-def _tile(nv: int, p: int, head: str, store: list[str]) -> str:
+def _tile(nv: int, p: int, head: str, store: list[str], prefetch: bool = False) -> str:
     """A tile's function: ``head``, the k-loop, then ``store`` (the accumulators are ``a<i>_<j>``).
+    With ``prefetch``, each step of the k-loop prefetches the next of the ``npf`` addresses
+    ``head`` put in ``pf`` (for writing: the output's lines are among them).
 
     Accumulators are named scalars of vector type (not arrays) so the compiler keeps them
     in registers; the loop body is written out rather than left to the unroller.
@@ -160,6 +168,8 @@ def _tile(nv: int, p: int, head: str, store: list[str]) -> str:
         lines.append("    if (cs == 1) {" if stride == "1" else "    } else {")
         lines.append(f"      for (long c = 0; c < cg; c++, w += {nv} * VW) {{")
         lines += [f"        const vf w{j} = *(const vf*)(w + {j} * VW);" for j in range(nv)]
+        if prefetch:
+            lines.append("        if (pfi < npf) __builtin_prefetch(pf[pfi++], 1);")
         for i in range(p):
             lines.append(f"        {{ const float x = r{i}[{index}];")
             lines += [f"          a{i}_{j} += x * w{j};" for j in range(nv)]
