@@ -87,3 +87,42 @@ def test_c_kernel_timers_can_time_a_first_call_as_it_comes() -> None:
     x = np.random.default_rng(1).standard_normal((1, 64, 55, 55)).astype(np.float32)
     kernels = runnable.profile_ops([x], 1, warm_up=False)
     assert [k.op_type.split()[0] for k in kernels].count("Conv") == 1 and all(k.ms > 0 for k in kernels)
+
+
+def test_c_layers_traces_onnxruntime_nodes_back_to_their_convs() -> None:
+    """onnxruntime fuses resnet50's Conv + BatchNormalization (+ Add) + Relu into nodes named after
+    their last output; ``bench.c_layers --in-model`` finds each one's Conv, every Conv once."""
+    import json
+    import pathlib
+    import tempfile
+
+    import numpy as np
+    import onnxruntime as ort
+
+    from bench.c_layers import conv_keys, conv_of_ort_nodes
+    from codegraft.testing import light_model
+
+    model = light_model("resnet50")
+    with tempfile.TemporaryDirectory() as folder:
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = 1
+        options.enable_profiling = True
+        options.profile_file_prefix = str(pathlib.Path(folder) / "p")
+        session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        session.run(None, {model.graph.input[0].name: np.zeros((1, 3, 224, 224), np.float32)})
+        events = json.loads(pathlib.Path(session.end_profiling()).read_text())
+    names = [e["name"].removesuffix("_kernel_time") for e in events
+             if e.get("cat") == "Node" and e["name"].endswith("_kernel_time") and e["args"].get("op_name") == "Conv"]
+    assert len(names) == 53 and not set(names) & set(conv_keys(model))  # all renamed by the fusions
+    traced = conv_of_ort_nodes(model, names)
+    assert sorted(traced.values()) == sorted(conv_keys(model))
+
+
+def test_c_layers_in_model_times_every_conv() -> None:
+    from bench.c_layers import conv_keys, time_in_model
+    from codegraft.testing import light_model
+
+    model = light_model("squeezenet")
+    times = time_in_model(model, threads=1, repeat=1)
+    assert set(times) == set(conv_keys(model)) and len(times) == 26
+    assert all(c_ms > 0 and ort_ms > 0 for c_ms, ort_ms in times.values())
