@@ -4,7 +4,8 @@
    one buffer, so its input rows are read from memory once and then from L1, the range's
    packed weights stay in L2 across the tiles, and the epilogue stores the tile's rows in one
    call.  Rows are walked incrementally (no divisions per row).  The FUSED hole is empty, or a
-   register epilogue's full-tile path (gemm.py: driver). */
+   register epilogue's full-tile path, the SETUP hole empty or the next tile's prefetch
+   (gemm.py: driver, AHEAD_SETUP). */
 typedef struct { const cg_gemm_t* k; long per_task, chunks, ranges; } cg_gemm_${NAME}_job;
 static void cg_gemm_${NAME}_task(const void* ctx, long task) {
   const cg_gemm_${NAME}_job* job = ctx;
@@ -24,14 +25,13 @@ static void cg_gemm_${NAME}_task(const void* ctx, long task) {
   float buf[${BUF}] __attribute__((aligned(64)));  /* >= ${P} * ldt (blocks_per_task) */
   for (long tile = t0; tile < t1; tile++) {
     const long r0 = tile * ${P}, nr = cg_min(${P}, R - r0);
-    for (int p = 0; p < ${P}; p++) {
+${SETUP}    for (int p = 0; p < ${P}; p++) {
       if (p >= nr) { rows[p] = rows[nr - 1]; continue; }
       rows[p] = x + ((n * k->Hp + oh * k->sh) * k->Wp + ow * k->sw) * k->pstride;
       if (++ow == k->OW) { ow = 0; if (++oh == k->OH) { oh = 0; n++; } }
     }
 ${FUSED}    for (long mb = 0; mb < mb1 - mb0; mb++)
-      cg_mk_${NV}_${P}(rows, k->tapoff, k->ntaps, k->cg, k->cstride, wp + mb * K * ${NV} * VW, buf + mb * ${NV} * VW,
-                       ldt);
+      ${MK}(rows, k->tapoff, k->ntaps, k->cg, k->cstride, wp + mb * K * ${NV} * VW, buf + mb * ${NV} * VW, ldt${MORE});
     k->ep(k->ops, k->y, k->ldy, buf, ldt, k->rbase + r0, nr, c0, nc);
   }
 }

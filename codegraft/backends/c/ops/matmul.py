@@ -108,7 +108,7 @@ def emit_matmul(ctx: Context, kernel: Kernel) -> None:
     nmb = -(-cols // width)
     block = nmb * depth * width  # packed floats per B batch
     ep = emit_epilogue(ctx, kernel)
-    driver = gemm_function(ctx, nv, p)
+    driver = gemm_function(ctx, nv, p, contiguous_rows=not mm.trans_a)
     if b.const is not None:
         matrices = b.const.astype(np.float32).reshape(-1, *b.shape[-2:])
         if not mm.trans_b:
