@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -85,6 +86,7 @@ def generate(model: ir.Model, target: Target, threads: int | None = None, machin
     machine = machine or host_machine(target)
     works = [kernel_work(k, target.vector_floats) for k in kernels]
     stages = plan_stages(dependences(kernels), works, most, machine)
+    ctx.reads = _reads(kernels, stages)
     decisions: dict[int, KernelThreads] = {}
     stage_functions: list[tuple[str, list[list[str]]]] = []
     ctx.body.append("  cg_tick_start();")
@@ -134,6 +136,16 @@ def generate(model: ir.Model, target: Target, threads: int | None = None, machin
         threads=tuple(decisions[i] for i in range(len(kernels))),
         stages=tuple(stages),
     )
+
+
+def _reads(kernels: list[Kernel], stages: Sequence[Stage]) -> dict[int, list[int]]:
+    """id(root tensor) -> the stage of each kernel that reads it (``Context.write_over``)."""
+    stage_of = {index: step for step, stage in enumerate(stages) for index in stage.kernels}
+    reads: dict[int, list[int]] = {}
+    for index, kernel in enumerate(kernels):
+        for tensor in [*(kernel.core.inputs if kernel.core is not None else ()), *kernel.operands]:
+            reads.setdefault(id(tensor.root()), []).append(stage_of[index])
+    return reads
 
 
 def host_machine(target: Target) -> Machine:

@@ -51,6 +51,8 @@ class Context:
     _scratch_syms: dict[int, str] = field(default_factory=dict)
     _counter: int = 0
     _defined: set[str] = field(default_factory=set)
+    # id(root tensor) -> the position of each kernel reading it (``_codegen.generate``)
+    reads: dict[int, list[int]] = field(default_factory=dict)
 
     def define_once(self, name: str, source: Callable[[], str]) -> str:
         """``name``, after adding ``source()`` to the functions the first time ``name`` is asked for.
@@ -100,6 +102,28 @@ class Context:
             self._buffers[symbol] = _Buffer(_aligned(max(root.size, 1)), self.position, self.position)
         self._buffers[symbol].last = self.position
         return symbol
+
+    def write_over(self, out: g.Tensor, operand: g.Tensor) -> bool:
+        """Give ``out`` the memory of ``operand`` (same size, read element by element as ``out``
+        is written) when the kernel being emitted is the operand's last reader: a residual
+        Add's result overwrites the block input it adds, as onnxruntime's fused Conv + Sum
+        does, so the kernel streams one tensor through the caches instead of two.
+
+        Only scratch, on both sides (not a partition input, which belongs to the caller, nor
+        an output, nor a constant), and only when nothing at this position (a concurrent
+        branch) or later reads the operand.  Returns whether it did.
+        """
+        root, over = out.root(), operand.root()
+        fixed = [*self.inputs, *self.outputs]
+        if root is not out or over.const is not None or any(t is over or t is root for t in fixed):
+            return False
+        if id(root) in self._scratch_syms or over.size != root.size:
+            return False
+        steps = self.reads.get(id(over), [])
+        if steps.count(self.position) != 1 or max(steps) != self.position:
+            return False
+        self._scratch_syms[id(root)] = self.ptr(operand)
+        return True
 
     def temp(self, floats: int) -> str:
         """Scratch that lives only during the current kernel."""

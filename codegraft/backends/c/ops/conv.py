@@ -22,7 +22,7 @@ from codegraft.backends.c.ops._spec import KernelOp, Layout, OnnxOp, core_of
 from codegraft.backends.c.ops._window import check_window, join_layout, split_layout, window_of
 from codegraft.backends.c.ops.depthwise import DepthwiseShape, depthwise_function
 from codegraft.backends.c.ops.elementwise import emit_epilogue, vector_epilogue
-from codegraft.backends.c.ops.gemm import c_longs, choose_tile, gemm_function, pack_weights
+from codegraft.backends.c.ops.gemm import c_longs, choose_tile, gemm_function, pack_weights, write_over_residual
 
 
 def check_conv(node: ir.Node) -> str:
@@ -98,6 +98,8 @@ def emit_conv(ctx: Context, kernel: Kernel) -> None:
     src = ctx.ptr(x)
     weight = conv.weight.reshape(m, -1)  # OHWI: row m is (kh, kw, c) in tap order
     if kernel.slot is None:
+        if cg > 1 or mg > 1:  # the GEMM path (the depthwise kernel's epilogue runs per channel run)
+            write_over_residual(ctx, kernel)
         y, ldy = ctx.ptr(kernel.out), m
     else:  # write our channels straight into the Concat's output
         target, first = kernel.slot

@@ -41,6 +41,7 @@ import numpy as np
 from codegraft.backends.c._blocking import host_blocking
 from codegraft.backends.c._c_files import filled
 from codegraft.backends.c._emit import Context
+from codegraft.backends.c._fuse import Kernel, RowCol
 from codegraft.backends.c.ops.elementwise import VectorEpilogue
 
 
@@ -83,6 +84,18 @@ def gemm_function(
         return ctx.define_once(f"cg_gemm_{name}", lambda: driver(nv, p, floats, name=name, ahead=contiguous_rows))
     name = f"{nv}_{p}{x}_f{fused.key}"
     return ctx.define_once(f"cg_gemm_{name}", lambda: driver(nv, p, floats, fused, name, contiguous_rows))
+
+
+def write_over_residual(ctx: Context, kernel: Kernel) -> None:
+    """Let a GEMM kernel's output take the memory of a full-tensor epilogue operand (a
+    residual) that nothing reads after it (``Context.write_over``): each element is read by
+    the epilogue just before the same element is written.  Resnet50's residual layers then
+    read and write one tensor instead of reading one and writing another."""
+    out = kernel.out
+    for operand, index in zip(kernel.operands, kernel.indexing, strict=True):
+        same = operand.physical_shape == out.physical_shape and operand.perm == out.perm
+        if same and index == RowCol(out.physical_shape[-1], 1) and ctx.write_over(out, operand):
+            return
 
 
 def c_longs(values: list[int]) -> str:

@@ -21,7 +21,7 @@ from codegraft.backends.c._lowerer import Lowerer, LoweringError
 from codegraft.backends.c._node import attr_float, attr_int, present, rank_of
 from codegraft.backends.c.ops._spec import KernelOp, Layout, OnnxOp, core_of
 from codegraft.backends.c.ops.elementwise import emit_epilogue
-from codegraft.backends.c.ops.gemm import c_longs, choose_tile, gemm_function, pack_weights
+from codegraft.backends.c.ops.gemm import c_longs, choose_tile, gemm_function, pack_weights, write_over_residual
 
 # -- Gemm ------------------------------------------------------------------------------------------
 
@@ -108,6 +108,7 @@ def emit_matmul(ctx: Context, kernel: Kernel) -> None:
     nmb = -(-cols // width)
     block = nmb * depth * width  # packed floats per B batch
     ep = emit_epilogue(ctx, kernel)
+    write_over_residual(ctx, kernel)
     driver = gemm_function(ctx, nv, p, contiguous_rows=not mm.trans_a)
     if b.const is not None:
         matrices = b.const.astype(np.float32).reshape(-1, *b.shape[-2:])
