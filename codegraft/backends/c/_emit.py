@@ -53,6 +53,7 @@ class Context:
     _defined: set[str] = field(default_factory=set)
     # id(root tensor) -> the position of each kernel reading it (``_codegen.generate``)
     reads: dict[int, list[int]] = field(default_factory=dict)
+    _sizes: dict[int, int] = field(default_factory=dict)  # id(root) -> floats, where not its size
 
     def define_once(self, name: str, source: Callable[[], str]) -> str:
         """``name``, after adding ``source()`` to the functions the first time ``name`` is asked for.
@@ -99,9 +100,17 @@ class Context:
         if symbol is None:
             symbol = self.name("T")
             self._scratch_syms[id(root)] = symbol
-            self._buffers[symbol] = _Buffer(_aligned(max(root.size, 1)), self.position, self.position)
+            size = self._sizes.get(id(root), root.size)
+            self._buffers[symbol] = _Buffer(_aligned(max(size, 1)), self.position, self.position)
         self._buffers[symbol].last = self.position
         return symbol
+
+    def reserve(self, tensor: g.Tensor, floats: int) -> str:
+        """:meth:`ptr` of a scratch ``tensor`` whose buffer holds ``floats`` (more than the
+        tensor: a Conv result written inside the next Conv's zero border); the first call."""
+        assert id(tensor.root()) not in self._scratch_syms
+        self._sizes[id(tensor.root())] = floats
+        return self.ptr(tensor)
 
     def write_over(self, out: g.Tensor, operand: g.Tensor) -> bool:
         """Give ``out`` the memory of ``operand`` (same size, read element by element as ``out``

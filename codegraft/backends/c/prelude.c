@@ -74,8 +74,37 @@ typedef struct {
   cg_ep ep; const float* const* ops;
   long per_task;  /* row tiles per task, from the thread cost model (_thread_cost.py) */
   long blocks_per_task;  /* channel blocks each tile runs (one buffer, one epilogue call), _blocking.py */
+  /* Output rows skipped after each row of output pixels and each image: a result written
+     inside the next Conv's zero border (_fuse.py: _write_into_borders); 0 and 0 otherwise. */
+  long yrow, yimg;
   const long* rs;  /* register epilogues only (gemm.py): each operand's row stride */
 } cg_gemm_t;
+
+/* Rows r0..r0+nr-1 of a tile's results (buffer t) stored by the epilogue into a bordered
+   output (yrow/yimg), one run of output pixels at a time; (n, oh, ow) is row r0's pixel. */
+static void cg_gemm_store_rows(const cg_gemm_t* k, const float* t, long ldt, long r0, long nr, long c0, long nc,
+                               long n, long oh, long ow) {
+  for (long s = 0; s < nr;) {
+    const long run = cg_min(nr - s, k->OW - ow);
+    k->ep(k->ops, k->y + (n * k->yimg + oh * k->yrow) * k->ldy, k->ldy, t + s * ldt, ldt, k->rbase + r0 + s, run, c0,
+          nc);
+    s += run;
+    ow = 0;
+    if (++oh == k->OH) { oh = 0; n++; }
+  }
+}
+
+/* The zero border of a channels-last xp[N][Hp][Wp][C] whose inside [pt, pt+H) x [pl, pl+W) a
+   Conv writes (_fuse.py: _write_into_borders): the border only, the inside is written next. */
+static void cg_zero_border(float* xp, long N, long Hp, long Wp, long C, long pt, long pl, long H, long W) {
+  for (long n = 0; n < N; n++)
+    for (long h = 0; h < Hp; h++) {
+      float* row = xp + (n * Hp + h) * Wp * C;
+      if (h < pt || h >= pt + H) { memset(row, 0, Wp * C * sizeof(float)); continue; }
+      memset(row, 0, pl * C * sizeof(float));
+      memset(row + (pl + W) * C, 0, (Wp - pl - W) * C * sizeof(float));
+    }
+}
 
 /* Zero-padded copy of channels-last x[N][H][W][C] into xp[N][Hp][Wp][C]; one task per row. */
 typedef struct { const float* x; float* xp; long N, H, W, C, pt, pl, Hp, Wp; } cg_pad_t;

@@ -97,7 +97,15 @@ def emit_conv(ctx: Context, kernel: Kernel) -> None:
     ep = emit_epilogue(ctx, kernel)
     src = ctx.ptr(x)
     weight = conv.weight.reshape(m, -1)  # OHWI: row m is (kh, kw, c) in tap order
-    if kernel.slot is None:
+    yrow = yimg = 0
+    if kernel.border is not None:  # inside the next Conv's zero border (_fuse.py)
+        top, left, bordered_h, bordered_w = kernel.border
+        oh_, ow_ = out_spatial[-2], out_spatial[-1]
+        base = ctx.reserve(kernel.out, n * bordered_h * bordered_w * m)
+        ctx.body.append(f"  cg_zero_border({base}, {n}, {bordered_h}, {bordered_w}, {m}, {top}, {left}, {oh_}, {ow_});")
+        y, ldy = f"({base} + {(top * bordered_w + left) * m})", m
+        yrow, yimg = bordered_w - ow_, bordered_h * bordered_w - oh_ * ow_
+    elif kernel.slot is None:
         if cg > 1 or mg > 1:  # the GEMM path (the depthwise kernel's epilogue runs per channel run)
             write_over_residual(ctx, kernel)
         y, ldy = ctx.ptr(kernel.out), m
@@ -113,7 +121,7 @@ def emit_conv(ctx: Context, kernel: Kernel) -> None:
         dw = ctx.weight(np.ascontiguousarray(weight.T))
         ctx.body.append(f"  {fn}({src}, {dw}, {y}, {ep}_ops);")
         return
-    if any(pads_b) or any(pads_e):
+    if (any(pads_b) or any(pads_e)) and not kernel.padded_input:
         padded = ctx.temp(n * hp * wp * c)
         ctx.body.append(f"  cg_pad({src}, {padded}, {n}, {h}, {w_}, {c}, {pads_b[0]}, {pads_b[1]}, {hp}, {wp});")
         src = padded
@@ -145,7 +153,7 @@ def emit_conv(ctx: Context, kernel: Kernel) -> None:
     ctx.body.append(
         f"  {{ const cg_gemm_t {job} = {{{src}, {c}, 1, {run}, {n}, {hp}, {wp}, {out_spatial[0]}, {out_spatial[1]}, "
         f"{strides[0]}, {strides[1]}, {len(taps)}, {tap_sym}, {group}, {mg}, {nmb}, {wsym}, {y}, {ldy}, 0, "
-        f"{ep}, {ep}_ops, {per_task}, {bpt}{rs_arg}}};\n    {driver}(&{job}); }}"
+        f"{ep}, {ep}_ops, {per_task}, {bpt}, {yrow}, {yimg}{rs_arg}}};\n    {driver}(&{job}); }}"
     )
 
 

@@ -120,14 +120,14 @@ def driver(
         return filled("ops/gemm_driver.c", NAME=name or f"{nv}_{p}", FUSED="", **template)
     width = f"{nv} * VW"
     tile = (
-        f"    if (nr == {p}) {{  /* full tile: blocks whose channels are all valid end in registers */\n"
+        f"    if (nr == {p} && whole) {{  /* full tile: blocks whose channels are all valid end in registers */\n"
         f"      long mb = 0;\n"
         f"      for (; mb < mb1 - mb0 && (mb + 1) * {width} <= nc; mb++)\n"
         f"        cg_mkf_{name}(rows, k->tapoff, k->ntaps, k->cg, k->cstride, wp + mb * K * {width}, k->ops, k->rs,\n"
-        f"                      k->y, k->ldy, k->rbase + r0, c0 + mb * {width}{more});\n"
+        f"                      y, k->ldy, k->rbase + r0, c0 + mb * {width}{more});\n"
         f"      if (mb < mb1 - mb0) {{  /* the ragged last block: buffer and scalar epilogue */\n"
         f"        {mk}(rows, k->tapoff, k->ntaps, k->cg, k->cstride, wp + mb * K * {width}, buf, ldt{more});\n"
-        f"        k->ep(k->ops, k->y, k->ldy, buf, ldt, k->rbase + r0, nr, c0 + mb * {width}, nc - mb * {width});\n"
+        f"        k->ep(k->ops, y, k->ldy, buf, ldt, k->rbase + r0, nr, c0 + mb * {width}, nc - mb * {width});\n"
         f"      }}\n"
         f"      continue;\n"
         f"    }}\n"

@@ -25,6 +25,11 @@ static void cg_gemm_${NAME}_task(const void* ctx, long task) {
   float buf[${BUF}] __attribute__((aligned(64)));  /* >= ${P} * ldt (blocks_per_task) */
   for (long tile = t0; tile < t1; tile++) {
     const long r0 = tile * ${P}, nr = cg_min(${P}, R - r0);
+    /* Into a bordered output (yrow/yimg) a tile's rows are one run when they stay in one row
+       of pixels: shift y by the rows skipped before it; else each run is stored apart. */
+    const long n0 = n, oh0 = oh, ow0 = ow;
+    float* const y = k->y + (n0 * k->yimg + oh0 * k->yrow) * k->ldy;
+    const int whole = ow0 + nr <= k->OW || (k->yrow == 0 && k->yimg == 0);
 ${SETUP}    for (int p = 0; p < ${P}; p++) {
       if (p >= nr) { rows[p] = rows[nr - 1]; continue; }
       rows[p] = x + ((n * k->Hp + oh * k->sh) * k->Wp + ow * k->sw) * k->pstride;
@@ -32,7 +37,8 @@ ${SETUP}    for (int p = 0; p < ${P}; p++) {
     }
 ${FUSED}    for (long mb = 0; mb < mb1 - mb0; mb++)
       ${MK}(rows, k->tapoff, k->ntaps, k->cg, k->cstride, wp + mb * K * ${NV} * VW, buf + mb * ${NV} * VW, ldt${MORE});
-    k->ep(k->ops, k->y, k->ldy, buf, ldt, k->rbase + r0, nr, c0, nc);
+    if (whole) k->ep(k->ops, y, k->ldy, buf, ldt, k->rbase + r0, nr, c0, nc);
+    else cg_gemm_store_rows(k, buf, ldt, r0, nr, c0, nc, n0, oh0, ow0);
   }
 }
 static void cg_gemm_${NAME}(const cg_gemm_t* k) {

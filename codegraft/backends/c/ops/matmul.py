@@ -138,7 +138,7 @@ def emit_matmul(ctx: Context, kernel: Kernel) -> None:
         f"  for (long bi = 0; bi < {nbatch}; bi++) {{\n"
         f"    const cg_gemm_t {job} = {{{ctx.ptr(a)} + {aoff}[bi], {pstride}, {cstride}, {depth}, 1, 1, {rows}, 1, "
         f"{rows}, 1, 1, 1, {job}_tap, 1, {cols}, {nmb}, {wsym} + {boff}[bi], {ctx.ptr(out)}, {cols}, bi * {rows}, "
-        f"{ep}, {ep}_ops, {per_task}, {bpt}}};\n    {driver}(&{job});\n  }}"
+        f"{ep}, {ep}_ops, {per_task}, {bpt}, 0, 0}};\n    {driver}(&{job});\n  }}"
     )
 
 
