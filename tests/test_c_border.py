@@ -1,4 +1,4 @@
-"""A GEMM Conv whose result only feeds a padded Conv writes it inside that Conv's zero border
+"""A GEMM Conv or a pool whose result only feeds a padded Conv writes it inside that Conv's zero border
 (``_fuse._write_into_borders``), so the reader's padding copy goes; results stay onnxruntime's."""
 
 from __future__ import annotations
@@ -56,5 +56,32 @@ def test_convs_written_into_the_next_ones_border_give_onnxruntime_results(also_r
     runnable = backend(num_threads=threads).load(backend(num_threads=threads).compile(partition))
     expected = run_onnxruntime(model, feeds)
     for _ in range(2):  # the second call runs over the first one's scratch: borders must be zero again
+        got = runnable.run([feeds[name] for name in partition.input_names])
+        assert_close(dict(zip(partition.output_names, got, strict=True)), expected)
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_pools_written_into_the_next_convs_border_give_onnxruntime_results(threads: int) -> None:
+    """MaxPool and a padded AveragePool (which counts only real pixels) each feeding a padded Conv."""
+    rng = np.random.default_rng(1)
+    weights = {f"w{i}": (rng.standard_normal((16, c, 3, 3)) * 0.2).astype(np.float32)
+               for i, c in enumerate((3, 16, 16))}
+    nodes = [
+        helper.make_node("Conv", ["x", "w0"], ["c0"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c0"], ["r0"]),
+        helper.make_node("MaxPool", ["r0"], ["p0"], kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("Conv", ["p0", "w1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("AveragePool", ["r1"], ["p1"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+        helper.make_node("Conv", ["p1", "w2"], ["y"], pads=[0, 1, 2, 1]),
+    ]
+    model = make_model(nodes, {"x": (2, 3, 19, 15)}, ["y"], weights)
+    source = generate(ir.from_proto(model), host_target(), threads=threads).source
+    assert (source.count("  cg_pad("), source.count("  cg_zero_border(")) == (1, 2)
+    feeds = feeds_for(model)
+    partition = Partition("p", ir.from_proto(model))
+    runnable = backend(num_threads=threads).load(backend(num_threads=threads).compile(partition))
+    expected = run_onnxruntime(model, feeds)
+    for _ in range(2):
         got = runnable.run([feeds[name] for name in partition.input_names])
         assert_close(dict(zip(partition.output_names, got, strict=True)), expected)

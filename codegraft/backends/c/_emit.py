@@ -105,12 +105,18 @@ class Context:
         self._buffers[symbol].last = self.position
         return symbol
 
-    def reserve(self, tensor: g.Tensor, floats: int) -> str:
-        """:meth:`ptr` of a scratch ``tensor`` whose buffer holds ``floats`` (more than the
-        tensor: a Conv result written inside the next Conv's zero border); the first call."""
-        assert id(tensor.root()) not in self._scratch_syms
-        self._sizes[id(tensor.root())] = floats
-        return self.ptr(tensor)
+    def bordered_output(self, out: g.Tensor, border: tuple[int, int, int, int]) -> str:
+        """C expression for where a channels-last 2-D ``out`` starts inside a zero border
+        (``Kernel.border``: pad top, pad left, bordered height and width), its buffer
+        reserved bordered and the border zeroed here (the kernel writes the inside next)."""
+        n, h, w, c = out.physical_shape
+        top, left, height, width = border
+        root = out.root()
+        assert root is out and id(root) not in self._scratch_syms
+        self._sizes[id(root)] = n * height * width * c
+        base = self.ptr(out)
+        self.body.append(f"  cg_zero_border({base}, {n}, {height}, {width}, {c}, {top}, {left}, {h}, {w});")
+        return f"({base} + {(top * width + left) * c})"
 
     def write_over(self, out: g.Tensor, operand: g.Tensor) -> bool:
         """Give ``out`` the memory of ``operand`` (same size, read element by element as ``out``

@@ -116,12 +116,14 @@ def fuse(graph: g.Graph) -> list[Kernel]:
 
 
 def _write_into_borders(kernels: list[Kernel], uses: dict[int, int], pinned: set[int]) -> None:
-    """Let GEMM Conv kernels feeding only a padded 2-D GEMM Conv write inside its zero border.
+    """Let GEMM Conv and pool kernels feeding only a padded 2-D GEMM Conv write inside its
+    zero border.
 
     A padded Conv first copies its input into a zero-bordered buffer (``cg_pad``): vgg19's
-    64 -> 64 3x3 at 224x224 spends 2.0 of 24.4 ms on it.  When the input comes from another
-    GEMM Conv (its epilogue places each output row, ``gemm_driver.c``) and nothing else reads
-    it, that Conv writes into the bordered buffer instead and the copy goes.
+    64 -> 64 3x3 at 224x224 spends 2.0 of 24.4 ms on it.  When the input comes from a GEMM
+    Conv (its driver places each tile's rows, ``gemm_driver.c``) or a pool (``cg_pool``
+    takes the output's image size) and nothing else reads it, that kernel writes into the
+    bordered buffer instead and the copy goes.
     """
     producer = {id(k.out): k for k in kernels}
     for kernel in kernels:
@@ -135,8 +137,9 @@ def _write_into_borders(kernels: list[Kernel], uses: dict[int, int], pinned: set
         source = producer.get(id(x))
         if (
             source is None
-            or not isinstance(source.core, g.Conv)
-            or _is_depthwise(source.core)
+            or not isinstance(source.core, g.SpatialOp)
+            or not source.core.border_output
+            or (isinstance(source.core, g.Conv) and _is_depthwise(source.core))
             or source.slot is not None
             or source.border is not None
             or x.view_of is not None

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 
@@ -102,6 +103,9 @@ class SpatialOp(Op):
     """An op on images that runs on channels-last data (Conv, the pools)."""
 
     native_nhwc: bool = False  # the codegraft.nhwc form: logical shapes are already NHWC
+    # Its kernel can write its result inside the next Conv's zero border (GEMM Convs and the
+    # pools: _fuse._write_into_borders, Kernel.border).
+    border_output: ClassVar[bool] = False
 
 
 @dataclass(eq=False)
@@ -111,6 +115,7 @@ class Conv(SpatialOp):
     weight: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float32))
     group: int = 1
     window: Window | None = None
+    border_output: ClassVar[bool] = True  # not depthwise ones: _fuse checks
 
 
 @dataclass(eq=False)

@@ -146,12 +146,13 @@ typedef float vfu __attribute__((vector_size(VW * 4), aligned(4)));  /* unaligne
    hlim/wlim: input extent plus end padding, which bounds the divisor of mode 2.  One task per output row. */
 typedef struct {
   const float* x; float* y; long N, H, W, C, OH, OW, kh, kw, sh, sw, ph, pw, dh, dw; int mode; long hlim, wlim;
+  long yH, yW;  /* the output's image height and row width in pixels (more than OH, OW inside a border) */
 } cg_pool_t;
 static void cg_pool_row(const void* ctx, long task) {
   const cg_pool_t* k = ctx;
   const long n = task / k->OH, oh = task % k->OH, C = k->C;
   for (long ow = 0; ow < k->OW; ow++) {
-    float* yp = k->y + ((n * k->OH + oh) * k->OW + ow) * C;
+    float* yp = k->y + ((n * k->yH + oh) * k->yW + ow) * C;
     const long hs = oh * k->sh - k->ph, ws = ow * k->sw - k->pw;
     const float init = k->mode == 0 ? -INFINITY : 0.0f;
     for (long c = 0; c < C; c++) yp[c] = init;
@@ -180,8 +181,9 @@ static void cg_pool_row(const void* ctx, long task) {
   }
 }
 static void cg_pool(const float* x, float* y, long N, long H, long W, long C, long OH, long OW, long kh, long kw,
-                    long sh, long sw, long ph, long pw, long dh, long dw, int mode, long hlim, long wlim) {
-  const cg_pool_t k = {x, y, N, H, W, C, OH, OW, kh, kw, sh, sw, ph, pw, dh, dw, mode, hlim, wlim};
+                    long sh, long sw, long ph, long pw, long dh, long dw, int mode, long hlim, long wlim, long yH,
+                    long yW) {
+  const cg_pool_t k = {x, y, N, H, W, C, OH, OW, kh, kw, sh, sw, ph, pw, dh, dw, mode, hlim, wlim, yH, yW};
   cg_parallel(N * OH, cg_pool_row, &k);
 }
 

@@ -99,12 +99,10 @@ def emit_conv(ctx: Context, kernel: Kernel) -> None:
     weight = conv.weight.reshape(m, -1)  # OHWI: row m is (kh, kw, c) in tap order
     yrow = yimg = 0
     if kernel.border is not None:  # inside the next Conv's zero border (_fuse.py)
-        top, left, bordered_h, bordered_w = kernel.border
-        oh_, ow_ = out_spatial[-2], out_spatial[-1]
-        base = ctx.reserve(kernel.out, n * bordered_h * bordered_w * m)
-        ctx.body.append(f"  cg_zero_border({base}, {n}, {bordered_h}, {bordered_w}, {m}, {top}, {left}, {oh_}, {ow_});")
-        y, ldy = f"({base} + {(top * bordered_w + left) * m})", m
-        yrow, yimg = bordered_w - ow_, bordered_h * bordered_w - oh_ * ow_
+        y, ldy = ctx.bordered_output(kernel.out, kernel.border), m
+        bordered_h, bordered_w = kernel.border[2:]
+        yrow = bordered_w - out_spatial[-1]
+        yimg = bordered_h * bordered_w - out_spatial[-2] * out_spatial[-1]
     elif kernel.slot is None:
         if cg > 1 or mg > 1:  # the GEMM path (the depthwise kernel's epilogue runs per channel run)
             write_over_residual(ctx, kernel)

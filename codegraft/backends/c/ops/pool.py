@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 import onnx_ir as ir
 
@@ -29,6 +30,7 @@ class Pool(g.SpatialOp):
     kind: str = "max"  # "max" | "avg"
     window: g.Window | None = None
     count_include_pad: bool = False
+    border_output: ClassVar[bool] = True  # cg_pool takes the output's image size
 
 
 def check_pool(node: ir.Node) -> str:
@@ -76,10 +78,14 @@ def emit_pool(ctx: Context, kernel: Kernel) -> None:
         size, strides, dil = [1, *size], [1, *strides], [1, *dil]
         pb, pe = [0, *pb], [0, *pe]
     mode = 0 if op.kind == "max" else (2 if op.count_include_pad else 1)
+    if kernel.border is not None:  # inside the next Conv's zero border (_fuse.py)
+        y, image = ctx.bordered_output(out, kernel.border), list(kernel.border[2:])
+    else:
+        y, image = ctx.ptr(out), out_spatial
     ctx.body.append(
-        f"  cg_pool({ctx.ptr(x)}, {ctx.ptr(out)}, {n}, {spatial[0]}, {spatial[1]}, {c}, {out_spatial[0]}, "
+        f"  cg_pool({ctx.ptr(x)}, {y}, {n}, {spatial[0]}, {spatial[1]}, {c}, {out_spatial[0]}, "
         f"{out_spatial[1]}, {size[0]}, {size[1]}, {strides[0]}, {strides[1]}, {pb[0]}, {pb[1]}, {dil[0]}, "
-        f"{dil[1]}, {mode}, {spatial[0] + pe[0]}, {spatial[1] + pe[1]});"
+        f"{dil[1]}, {mode}, {spatial[0] + pe[0]}, {spatial[1] + pe[1]}, {image[0]}, {image[1]});"
     )
 
 
