@@ -45,6 +45,7 @@ import onnx_ir as ir
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
+from bench.c_ops import on_c
 from codegraft.backend import Partition
 from codegraft.backends.c import CBackend
 from codegraft.testing import light_model
@@ -148,6 +149,16 @@ def layer_model(layer: Layer, rng: np.random.Generator) -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
+def _profiling_session(model: onnx.ModelProto, threads: int, folder: str) -> ort.InferenceSession:
+    """onnxruntime as its users run it (default options, ``threads`` intra-op threads), profiling
+    into ``folder``."""
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.enable_profiling = True
+    options.profile_file_prefix = str(pathlib.Path(folder) / "profile")
+    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+
+
 def time_layer(model: onnx.ModelProto, threads: int, repeat: int, flush: np.ndarray) -> tuple[float, float]:
     """Median ms of ``c``'s Conv kernel and onnxruntime's Conv node, one cold call at a time."""
     x = np.random.default_rng(1).standard_normal(
@@ -155,11 +166,7 @@ def time_layer(model: onnx.ModelProto, threads: int, repeat: int, flush: np.ndar
     backend = CBackend(num_threads=threads)
     runnable = backend.load(backend.compile(Partition("layer", ir.from_proto(model))))
     with tempfile.TemporaryDirectory() as folder:
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads
-        options.enable_profiling = True
-        options.profile_file_prefix = str(pathlib.Path(folder) / "layer")
-        session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        session = _profiling_session(model, threads, folder)
         runnable.run([x])
         session.run(None, {"x": x})
         c_ms = []
@@ -178,25 +185,11 @@ def time_layer(model: onnx.ModelProto, threads: int, repeat: int, flush: np.ndar
 def time_in_model(model: onnx.ModelProto, threads: int, repeat: int) -> dict[str, tuple[float, float]]:
     """Each Conv node's median ms inside the whole model, ``(c, onnxruntime)``, the two called in
     turn ``repeat`` times after a warm-up; onnxruntime with default session options."""
-    rng = np.random.default_rng(1)
-    initializers = {t.name for t in model.graph.initializer}
-    feeds = {
-        i.name: rng.standard_normal([d.dim_value for d in i.type.tensor_type.shape.dim]).astype(np.float32)
-        for i in model.graph.input
-        if i.name not in initializers
-    }
-    backend = CBackend(num_threads=threads)
-    partition = Partition("model", ir.from_proto(model))
-    runnable = backend.load(backend.compile(partition))
-    inputs = [feeds[name] for name in partition.input_names]
+    runnable, inputs, feeds = on_c(model, threads, seed=1)
     convs = set(conv_keys(model))
     c_ms: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory() as folder:
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads
-        options.enable_profiling = True
-        options.profile_file_prefix = str(pathlib.Path(folder) / "model")
-        session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        session = _profiling_session(model, threads, folder)
         runnable.run(inputs)
         session.run(None, feeds)
         for _ in range(repeat):

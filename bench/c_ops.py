@@ -35,6 +35,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from codegraft.backend import Partition
 from codegraft.backends.c import CBackend
+from codegraft.backends.c._runtime import CRunnable
 from codegraft.backends.c._toolchain import Toolchain, cpu_features
 
 
@@ -106,10 +107,12 @@ def ort_session(model: onnx.ModelProto, threads: int) -> ort.InferenceSession:
     return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
 
 
-def compare(name: str, model: onnx.ModelProto, threads: int, repeat: int, flops: float = 0.0,
-            block: int = 1) -> Row:
-    """Compile ``model`` whole on ``c`` and time it against onnxruntime on the same feeds."""
-    rng = np.random.default_rng(0)
+def on_c(
+    model: onnx.ModelProto, threads: int, seed: int = 0
+) -> tuple[CRunnable, list[np.ndarray], dict[str, np.ndarray]]:
+    """``model`` compiled whole on ``c``, with random inputs (standard normal, ``seed``) both
+    in the partition's order and as onnxruntime feeds."""
+    rng = np.random.default_rng(seed)
     inits = {t.name for t in model.graph.initializer}
     feeds = {
         i.name: rng.standard_normal([d.dim_value for d in i.type.tensor_type.shape.dim]).astype(np.float32)
@@ -119,7 +122,13 @@ def compare(name: str, model: onnx.ModelProto, threads: int, repeat: int, flops:
     backend = CBackend(num_threads=threads)
     partition = Partition("bench", ir.from_proto(model))
     runnable = backend.load(backend.compile(partition))
-    inputs = [feeds[n] for n in partition.input_names]
+    return runnable, [feeds[n] for n in partition.input_names], feeds
+
+
+def compare(name: str, model: onnx.ModelProto, threads: int, repeat: int, flops: float = 0.0,
+            block: int = 1) -> Row:
+    """Compile ``model`` whole on ``c`` and time it against onnxruntime on the same feeds."""
+    runnable, inputs, feeds = on_c(model, threads)
     session = ort_session(model, threads)
     c_ms, ort_ms = median_pair(lambda: runnable.run(inputs), lambda: session.run(None, feeds), repeat, block)
     return Row(name, c_ms, ort_ms, flops)

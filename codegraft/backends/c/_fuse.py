@@ -7,6 +7,11 @@ addressable per output row/column: a scalar, one value per output channel (bias,
 BatchNorm), one per row, or a full tensor in the same layout (residual Add).  A group runs
 at the position of its *last* member, when every operand of every member exists; the
 values inside a group are never written to memory.
+
+Two copies are then avoided by where a kernel writes: a Conv whose result is only a
+channel slice of a channels-last Concat writes into the Concat's output (``Kernel.slot``),
+and a GEMM Conv or a pool whose result only feeds a padded 2-D Conv writes inside that
+Conv's zero border (``Kernel.border``), which then skips its padding copy.
 """
 
 from __future__ import annotations
