@@ -97,7 +97,7 @@ def _run(program: Program, target, threads: int, tmp_path) -> CRunnable:  # type
     return CRunnable(blob, toolchain, threads)
 
 
-@pytest.mark.parametrize("name", ["inception_v1", "squeezenet"])
+@pytest.mark.parametrize("name", ["inception_v1", "squeezenet", "resnet50"])
 def test_stages_compute_what_onnxruntime_does(name: str, tmp_path) -> None:  # type: ignore[no-untyped-def]
     proto = light_model(name)
     target = host_target()
