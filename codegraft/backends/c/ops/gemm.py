@@ -63,27 +63,33 @@ def pack_weights(weight: np.ndarray, groups: int, nv: int, vector: int) -> tuple
 
 
 def gemm_function(
-    ctx: Context, nv: int, p: int, fused: VectorEpilogue | None = None, contiguous_rows: bool = False
+    ctx: Context, nv: int, p: int, fused: VectorEpilogue | None = None, contiguous_rows: int = 0,
+    depth: int = 0,
 ) -> str:
     """The name of the ``P x NV`` GEMM driver, its C added to ``ctx`` the first time it is needed.
 
     With ``fused`` (an epilogue all of whose steps have a vector form), the driver applies it
     to full tiles' accumulators in registers; one such driver per (tile, epilogue signature).
-    With ``contiguous_rows`` (the input rows are one run of memory: a 1x1 stride-1 Conv without
-    pads or groups, a MatMul), each tile prefetches the next one's rows as it runs (an ``_x``
-    variant: the other GEMMs' k-loops stay as they were).
+    With ``contiguous_rows`` (the size in floats of input rows that are one run of memory: a
+    1x1 stride-1 Conv without pads or groups, a MatMul) over the L2, each tile prefetches the
+    next one's rows as it runs (an ``_x`` variant: the other GEMMs' k-loops stay as they
+    were); an input the L2 holds is read from there anyway, and the prefetches only cost
+    (squeezenet's 13x13 squeeze layers, 346 KB: 1.1-1.2x as long at 2 threads).  ``depth`` (multiply-adds per output)
+    says whether the register epilogue's prefetches can be spread over the k-loop (below).
     """
     vector = ctx.target.vector_floats
     # A tile's results for its range of channel blocks: at most half the L1 (blocks_per_task),
     # as a fixed-size array (a variable-length one costs the hot loop its frame-pointer register).
     floats = max(host_blocking(vector).l1d // 8, p * nv * vector)
-    x = "_x" if contiguous_rows else ""
-    ctx.define_once(f"cg_mk_{nv}_{p}{x}", lambda: microkernel(nv, p, contiguous_rows))
+    ahead = 4 * contiguous_rows > host_blocking(vector).l2
+    x = "_x" if ahead else ""
+    ctx.define_once(f"cg_mk_{nv}_{p}{x}", lambda: microkernel(nv, p, ahead))
     if fused is None:
         name = f"{nv}_{p}{x}"
-        return ctx.define_once(f"cg_gemm_{name}", lambda: driver(nv, p, floats, name=name, ahead=contiguous_rows))
-    name = f"{nv}_{p}{x}_f{fused.key}"
-    return ctx.define_once(f"cg_gemm_{name}", lambda: driver(nv, p, floats, fused, name, contiguous_rows))
+        return ctx.define_once(f"cg_gemm_{name}", lambda: driver(nv, p, floats, name=name, ahead=ahead))
+    spread = depth >= SPREAD_STEPS_PER_LINE * p * nv
+    name = f"{nv}_{p}{x}_f{fused.key}{'_s' if spread else ''}"
+    return ctx.define_once(f"cg_gemm_{name}", lambda: driver(nv, p, floats, fused, name, ahead, spread))
 
 
 def write_over_residual(ctx: Context, kernel: Kernel) -> None:
@@ -104,12 +110,14 @@ def c_longs(values: list[int]) -> str:
 
 
 def driver(
-    nv: int, p: int, buffer_floats: int, fused: VectorEpilogue | None = None, name: str = "", ahead: bool = False
+    nv: int, p: int, buffer_floats: int, fused: VectorEpilogue | None = None, name: str = "", ahead: bool = False,
+    spread: bool = False,
 ) -> str:
     """The parallel driver ``cg_gemm_<name>`` of the ``P x NV`` tile (``buffer_floats``: room for
     a tile's results over its range of channel blocks); with ``fused``, its register-epilogue
     micro-kernel too, run on full tiles' full channel blocks; with ``ahead``, the tiles
-    prefetch the next tile's (contiguous) input rows."""
+    prefetch the next tile's (contiguous) input rows; with ``spread``, the register
+    epilogue's residual and output lines are prefetched over the k-loop, else before it."""
     mk = f"cg_mk_{nv}_{p}{'_x' if ahead else ''}"
     # the micro-kernels' last arguments: where the next tile's rows start and how many cache
     # lines they take, asked for by the first block's k-loop only
@@ -150,23 +158,36 @@ def driver(
             store += fused.lines("      ")
             store.append(f"      *(vfu*)(yr + {j} * VW) = {fused.result}; }}")
         store.append("  }")
-    # The residual and output rows are the tile's only reads from beyond L2: list their cache
-    # lines before the k-loop, which then asks for one per step, so they arrive while it runs.
-    # All at once before the loop (48 lines for a 6 x 4 tile) the misses outnumber the core's
-    # fill buffers and the loop waits for them: resnet50's 64 -> 256 residual layers, K = 64,
-    # ran 10-12% slower so.  Per-channel operands (row stride 0, a bias) are in L1 anyway.
-    streams = sum(1 for kind in fused.operands if kind == "c") + 1
-    head += f"\n  const float* pf[{streams * p * nv}]; long npf = 0, pfi = 0;"
+    # The residual and output rows are the tile's only reads from beyond L2: ask for their
+    # cache lines so they arrive while the k-loop runs.  Spread (SPREAD_STEPS_PER_LINE): the
+    # lines are listed before the loop, which asks for one per step.  Else all before it.
+    if spread:
+        # per-channel operands (row stride 0, a bias) are in L1 anyway
+        streams = sum(1 for kind in fused.operands if kind == "c") + 1
+        head += f"\n  const float* pf[{streams * p * nv}]; long npf = 0, pfi = 0;"
     head += f"\n  for (long o = 0; o < {nv} * VW; o += 16) {{"
     for i in range(p):
         for o, kind in enumerate(fused.operands):
-            if kind == "c":
+            if kind == "c" and spread:
                 head += f"\n    if (rs[{o}]) pf[npf++] = ops[{o}] + (row0 + {i}) * rs[{o}] + c + o;"
-        head += f"\n    pf[npf++] = y + (row0 + {i}) * ldy + c + o;"
+            elif kind == "c":
+                head += f"\n    __builtin_prefetch(ops[{o}] + (row0 + {i}) * rs[{o}] + c + o);"
+        if spread:
+            head += f"\n    pf[npf++] = y + (row0 + {i}) * ldy + c + o;"
+        else:
+            head += f"\n    __builtin_prefetch(y + (row0 + {i}) * ldy + c + o, 1);"
     head += "\n  }"
-    kernel = _tile(nv, p, head, store, residual=True, ahead=ahead)
+    kernel = _tile(nv, p, head, store, residual=spread, ahead=ahead)
     return kernel + "\n" + filled("ops/gemm_driver.c", NAME=name, FUSED=tile, **template)
 
+
+# The register epilogue's residual and output lines are prefetched one per k-loop step where
+# its k-loop has at least this many steps per line of one P x NV tile, else all before it.
+# All before it, 48 lines for a 6 x 4 tile outnumber the core's fill buffers and the loop
+# waits for them: resnet50's 64 -> 256 residual layers (K = 64) ran 10-12% slower so.  Spread
+# over a short loop, the list and the test in the loop cost more than they save:
+# squeezenet's 3-channel stem (K = 27) ran 1.15-1.3x as long so (AVX-512 Xeon, in-process A/B).
+SPREAD_STEPS_PER_LINE = 2
 
 # Per tile, before its micro-kernels (gemm_driver.c's SETUP hole, ``ahead`` variants): the
 # next tile's rows, when it has any.  The hardware prefetcher, seeing P streams advance a
