@@ -95,3 +95,19 @@ def test_a_tile_runs_the_channel_blocks_whose_weights_stay_in_l2() -> None:
     assert xeon.blocks_per_task(64, 4096, 64, 1, 1) == 1
     # The tile's results (rows x width per block) stay within half the L1.
     assert zen2.blocks_per_task(1000, 8, 32, 3, 100) == (32 << 10) // 2 // (4 * 3 * 32)
+
+
+def test_weight_heavy_gemms_split_channels_across_threads_not_rows() -> None:
+    """Every core running a range's row tiles loads that range's weights: where the weights
+    dwarf the input, tasks are whole ranges of channel blocks, at least two per thread."""
+    xeon = Blocking.for_cpu(XEON)
+    # resnet50's 512 -> 2048 at 7x7: 32 blocks of 64 channels, 10 row tiles of 5
+    for threads in (2, 4, 16):
+        bpt, per_task = xeon.split(32, 1, 10, 512, 64, 5, threads, weights_outweigh_input=True)
+        assert per_task == 10 and -(-32 // bpt) >= 2 * threads
+    # 2048 -> 512: 8 blocks; at 16 threads too few for two each, so the rows split as before
+    assert xeon.split(8, 1, 10, 2048, 64, 5, 4, weights_outweigh_input=True)[1] == 10
+    assert xeon.split(8, 1, 10, 2048, 64, 5, 16, weights_outweigh_input=True)[1] < 10
+    # one thread, or a layer whose input outweighs its weights: the row split
+    assert xeon.split(32, 1, 10, 512, 64, 5, 1, weights_outweigh_input=True)[1] < 10
+    assert xeon.split(4, 1, 523, 64, 64, 6, 16, weights_outweigh_input=False)[1] < 523
