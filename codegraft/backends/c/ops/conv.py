@@ -137,7 +137,7 @@ def emit_conv(ctx: Context, kernel: Kernel) -> None:
     wsym = ctx.weight(packed)
     fused = vector_epilogue(kernel)
     contiguous = group == 1 and len(taps) == 1 and run == c and strides == [1, 1] and (hp, wp) == tuple(out_spatial)
-    driver = gemm_function(ctx, nv, p, fused, contiguous_rows=n * h * w_ * c if contiguous else 0,
+    driver = gemm_function(ctx, nv, p, fused, contiguous_input=n * h * w_ * c if contiguous else 0,
                            depth=len(taps) * run)
     rs_arg = ""
     if fused is not None:

@@ -17,8 +17,9 @@ the driver calls the kernel's scalar epilogue function (``elementwise.emit_epilo
 a vector form (``elementwise.VECTOR_FORMS``: add, sub, Relu - resnet's bias + residual +
 Relu) gets a second micro-kernel, ``cg_mkf_<nv>_<p>_f<signature>``, that applies the steps to
 a full tile's accumulators and stores straight to the output; it also prefetches the tile's
-residual and output rows, their only reads from beyond L2, one cache line per step of its
-k-loop (all before the loop, the misses outnumber the fill buffers).  Row strides are
+residual and output rows, their only reads from beyond L2: spread one cache line per step
+over its k-loop where the loop is long enough (at once, 48 lines outnumber the core's fill
+buffers), else all before it (``SPREAD_STEPS_PER_LINE``).  Row strides are
 runtime values (``cg_gemm_t.rs``), so layers sharing steps and operand kinds share the C
 (resnet50: 3 variants).  Results are bit-identical to the generic path (same operations per
 element, no multiply so no FMA contraction).  Measured (resnet50, AVX2, 1 thread): the buffer
@@ -63,25 +64,26 @@ def pack_weights(weight: np.ndarray, groups: int, nv: int, vector: int) -> tuple
 
 
 def gemm_function(
-    ctx: Context, nv: int, p: int, fused: VectorEpilogue | None = None, contiguous_rows: int = 0,
+    ctx: Context, nv: int, p: int, fused: VectorEpilogue | None = None, contiguous_input: int = 0,
     depth: int = 0,
 ) -> str:
     """The name of the ``P x NV`` GEMM driver, its C added to ``ctx`` the first time it is needed.
 
     With ``fused`` (an epilogue all of whose steps have a vector form), the driver applies it
     to full tiles' accumulators in registers; one such driver per (tile, epilogue signature).
-    With ``contiguous_rows`` (the size in floats of input rows that are one run of memory: a
-    1x1 stride-1 Conv without pads or groups, a MatMul) over the L2, each tile prefetches the
-    next one's rows as it runs (an ``_x`` variant: the other GEMMs' k-loops stay as they
-    were); an input the L2 holds is read from there anyway, and the prefetches only cost
-    (squeezenet's 13x13 squeeze layers, 346 KB: 1.1-1.2x as long at 2 threads).  ``depth`` (multiply-adds per output)
-    says whether the register epilogue's prefetches can be spread over the k-loop (below).
+    ``contiguous_input``: the input's size in floats when its rows are one run of memory (a
+    1x1 stride-1 Conv without pads or groups, a MatMul), else 0.  Over the L2, each tile
+    prefetches the next one's rows as it runs (an ``_x`` variant: the other GEMMs' k-loops
+    stay as they were); an input the L2 holds is read from there anyway and the prefetches
+    only cost (squeezenet's 13x13 squeeze layers, 346 KB: 1.1-1.2x as long at 2 threads).
+    ``depth`` (multiply-adds per output) says whether the register epilogue's prefetches are
+    spread over the k-loop (``SPREAD_STEPS_PER_LINE``).
     """
     vector = ctx.target.vector_floats
     # A tile's results for its range of channel blocks: at most half the L1 (blocks_per_task),
     # as a fixed-size array (a variable-length one costs the hot loop its frame-pointer register).
     floats = max(host_blocking(vector).l1d // 8, p * nv * vector)
-    ahead = 4 * contiguous_rows > host_blocking(vector).l2
+    ahead = 4 * contiguous_input > host_blocking(vector).l2
     x = "_x" if ahead else ""
     ctx.define_once(f"cg_mk_{nv}_{p}{x}", lambda: microkernel(nv, p, ahead))
     if fused is None:

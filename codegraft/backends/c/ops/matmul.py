@@ -109,7 +109,7 @@ def emit_matmul(ctx: Context, kernel: Kernel) -> None:
     block = nmb * depth * width  # packed floats per B batch
     ep = emit_epilogue(ctx, kernel)
     write_over_residual(ctx, kernel)
-    driver = gemm_function(ctx, nv, p, contiguous_rows=0 if mm.trans_a else rows * depth)
+    driver = gemm_function(ctx, nv, p, contiguous_input=0 if mm.trans_a else rows * depth)
     if b.const is not None:
         matrices = b.const.astype(np.float32).reshape(-1, *b.shape[-2:])
         if not mm.trans_b:
