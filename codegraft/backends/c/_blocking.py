@@ -67,6 +67,12 @@ from codegraft.backends.c._toolchain import _X86_TARGETS, CacheSizes, cache_size
 # rows (Blocking.split): resnet50's 256 -> 1024 at 14x14 (5x) ran 1.05-1.07x as long split so,
 # its 7x7 stage (10-94x) 0.79-0.91x (2 threads, AVX-512 Xeon).
 WEIGHTS_OVER_INPUT = 8
+
+
+def weights_outweigh(weight_floats: int, input_floats: int) -> bool:
+    """Whether a GEMM's weights dwarf its input enough to split its channels across threads
+    (``WEIGHTS_OVER_INPUT``, :meth:`Blocking.split`)."""
+    return weight_floats > WEIGHTS_OVER_INPUT * input_floats
 TASK_NS = 5000.0  # a task's least work: claiming it (one contended atomic) and warming up stay small
 
 
@@ -209,7 +215,7 @@ class Blocking:
         Tasks normally split the rows (:meth:`tiles_per_task`) within ranges of channel blocks
         (:meth:`blocks_per_task`).  But every core running a range's row tiles loads that
         range's weights into its own L2, from memory at batch 1: where the weights outweigh
-        the input (``WEIGHTS_OVER_INPUT`` times, the caller says) and there are at least two
+        the input (:func:`weights_outweigh`) and there are at least two
         blocks per thread, tasks are whole ranges of channel blocks instead, two per thread or
         more (each range's weights read by one core; the input, the smaller, by every core).
         Resnet50's 7x7 stage on two cores was 1.41-1.52x of onnxruntime in the model with the

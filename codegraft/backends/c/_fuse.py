@@ -56,7 +56,7 @@ class Kernel:
     # (the Concat's output, first channel); the Concat then skips that input.
     slot: tuple[g.Tensor, int] | None = None
     in_place: frozenset[int] = frozenset()  # Concat kernels: inputs already written by their producer
-    # A GEMM Conv whose result only feeds a padded Conv writes it inside that Conv's zero
+    # A GEMM Conv or a pool whose result only feeds a padded Conv writes it inside that Conv's zero
     # border: (pad top, pad left, padded height, padded width); the reader then skips its
     # padding copy (``padded_input``).
     border: tuple[int, int, int, int] | None = None

@@ -13,7 +13,7 @@ import numpy as np
 import onnx_ir as ir
 
 from codegraft.backends.c import _graph as g
-from codegraft.backends.c._blocking import WEIGHTS_OVER_INPUT, host_blocking
+from codegraft.backends.c._blocking import host_blocking, weights_outweigh
 from codegraft.backends.c._emit import Context
 from codegraft.backends.c._fuse import Kernel
 from codegraft.backends.c._lowerer import Lowerer, LoweringError
@@ -146,7 +146,7 @@ def emit_conv(ctx: Context, kernel: Kernel) -> None:
     blocking = host_blocking(ctx.target.vector_floats)
     width = nv * ctx.target.vector_floats
     bpt, per_task = blocking.split(nmb, group, -(-rows // p), len(taps) * run, width, p, ctx.op_threads,
-                                   weights_outweigh_input=weight.size > WEIGHTS_OVER_INPUT * n * h * w_ * c)
+                                   weights_outweigh_input=weights_outweigh(weight.size, n * h * w_ * c))
     job = ctx.name("job")
     ctx.body.append(
         f"  {{ const cg_gemm_t {job} = {{{src}, {c}, 1, {run}, {n}, {hp}, {wp}, {out_spatial[0]}, {out_spatial[1]}, "

@@ -179,7 +179,7 @@ def driver(
         else:
             head += f"\n    __builtin_prefetch(y + (row0 + {i}) * ldy + c + o, 1);"
     head += "\n  }"
-    kernel = _tile(nv, p, head, store, residual=spread, ahead=ahead)
+    kernel = _tile(nv, p, head, store, spread=spread, ahead=ahead)
     return kernel + "\n" + filled("ops/gemm_driver.c", NAME=name, FUSED=tile, **template)
 
 
@@ -213,10 +213,10 @@ def microkernel(nv: int, p: int, ahead: bool = False) -> str:
     return _tile(nv, p, head, store, ahead=ahead)
 
 
-def _tile(nv: int, p: int, head: str, store: list[str], residual: bool = False, ahead: bool = False) -> str:
+def _tile(nv: int, p: int, head: str, store: list[str], spread: bool = False, ahead: bool = False) -> str:
     """A tile's function: ``head``, the k-loop, then ``store`` (the accumulators are ``a<i>_<j>``).
 
-    With ``residual``, each step of the k-loop prefetches the next of the ``npf`` addresses
+    With ``spread``, each step of the k-loop prefetches the next of the ``npf`` addresses
     ``head`` put in ``pf`` (for writing: the output's lines are among them); with ``ahead``,
     the next of the ``lines`` cache lines from ``ahead`` on.
 
@@ -237,7 +237,7 @@ def _tile(nv: int, p: int, head: str, store: list[str], residual: bool = False, 
         lines += [f"        const vf w{j} = *(const vf*)(w + {j} * VW);" for j in range(nv)]
         if ahead:
             lines.append("        if (lines > 0) { __builtin_prefetch(ahead); ahead += 64; lines--; }")
-        if residual:
+        if spread:
             lines.append("        if (pfi < npf) __builtin_prefetch(pf[pfi++], 1);")
         for i in range(p):
             lines.append(f"        {{ const float x = r{i}[{index}];")

@@ -14,7 +14,7 @@ import numpy as np
 import onnx_ir as ir
 
 from codegraft.backends.c import _graph as g
-from codegraft.backends.c._blocking import WEIGHTS_OVER_INPUT, host_blocking
+from codegraft.backends.c._blocking import host_blocking, weights_outweigh
 from codegraft.backends.c._emit import Context
 from codegraft.backends.c._fuse import Kernel
 from codegraft.backends.c._lowerer import Lowerer, LoweringError
@@ -128,7 +128,7 @@ def emit_matmul(ctx: Context, kernel: Kernel) -> None:
     pstride, cstride = (1, rows) if mm.trans_a else (depth, 1)
     blocking = host_blocking(ctx.target.vector_floats)
     bpt, per_task = blocking.split(nmb, 1, -(-rows // p), depth, width, p, ctx.op_threads,
-                                   weights_outweigh_input=cols > WEIGHTS_OVER_INPUT * rows)
+                                   weights_outweigh_input=weights_outweigh(depth * cols, rows * depth))
     job = ctx.name("job")
     aoff, boff = ctx.name("aoff"), ctx.name("boff")
     ctx.body.append(f"  static const long {aoff}[] = {c_longs([int(i) * rows * depth for i in a_index])};")
