@@ -216,35 +216,54 @@ def microkernel(nv: int, p: int, ahead: bool = False) -> str:
 def _tile(nv: int, p: int, head: str, store: list[str], spread: bool = False, ahead: bool = False) -> str:
     """A tile's function: ``head``, the k-loop, then ``store`` (the accumulators are ``a<i>_<j>``).
 
-    With ``spread``, each step of the k-loop prefetches the next of the ``npf`` addresses
+    With ``spread``, each of the first ``npf`` k-steps prefetches the next of the addresses
     ``head`` put in ``pf`` (for writing: the output's lines are among them); with ``ahead``,
-    the next of the ``lines`` cache lines from ``ahead`` on.
+    each of the next ``lines`` steps the next cache line from ``ahead`` on.
 
     Accumulators are named scalars of vector type (not arrays) so the compiler keeps them
-    in registers; the loop body is written out rather than left to the unroller.
+    in registers; the loop body is written out rather than left to the unroller.  The steps
+    that prefetch run in loops of their own, so no loop body branches: a branch in it cost
+    AVX2 cores (16 vector registers) an accumulator spilled to the stack.
     """
     accs = [f"a{i}_{j}" for i in range(p) for j in range(nv)]
     lines = [
         head,
         "  vf " + ", ".join(f"{a} = {{0}}" for a in accs) + ";",
-        "  for (long t = 0; t < ntaps; t++) {",
     ]
+    # (bound of the steps, the prefetch each asks for) per loop, in order; the last runs to cg
+    loops: list[tuple[str, str]] = []
+    if spread:
+        loops.append(("ca", "__builtin_prefetch(pf[pfi++], 1);"))
+    if ahead:
+        loops.append(("cb", "__builtin_prefetch(ahead); ahead += 64;"))
+    loops.append(("cg", ""))
+    if spread or ahead:
+        lines.append("  long s = 0;  /* k-steps run, across taps: the prefetches' clock */")
+    lines.append("  for (long t = 0; t < ntaps; t++) {")
     lines += [f"    const float* r{i} = rows[{i}] + tapoff[t];" for i in range(p)]
+    first = "npf" if spread else "0"
+    if spread:
+        lines.append("    const long ca = cg_min(cg, npf - s > 0 ? npf - s : 0);")
+    if ahead:
+        lines.append(f"    const long cb = cg_min(cg, {first} + lines - s > 0 ? {first} + lines - s : 0);")
     for stride in ("1", "cs"):
         index = "c" if stride == "1" else "c * cs"
         lines.append("    if (cs == 1) {" if stride == "1" else "    } else {")
-        lines.append(f"      for (long c = 0; c < cg; c++, w += {nv} * VW) {{")
-        lines += [f"        const vf w{j} = *(const vf*)(w + {j} * VW);" for j in range(nv)]
-        if ahead:
-            lines.append("        if (lines > 0) { __builtin_prefetch(ahead); ahead += 64; lines--; }")
-        if spread:
-            lines.append("        if (pfi < npf) __builtin_prefetch(pf[pfi++], 1);")
-        for i in range(p):
-            lines.append(f"        {{ const float x = r{i}[{index}];")
-            lines += [f"          a{i}_{j} += x * w{j};" for j in range(nv)]
-            lines.append("        }")
-        lines.append("      }")
-    lines += ["    }", "  }"]
+        lines.append("      long c = 0;")
+        for bound, prefetch in loops:
+            lines.append(f"      for (; c < {bound}; c++, w += {nv} * VW) {{")
+            lines += [f"        const vf w{j} = *(const vf*)(w + {j} * VW);" for j in range(nv)]
+            if prefetch:
+                lines.append(f"        {prefetch}")
+            for i in range(p):
+                lines.append(f"        {{ const float x = r{i}[{index}];")
+                lines += [f"          a{i}_{j} += x * w{j};" for j in range(nv)]
+                lines.append("        }")
+            lines.append("      }")
+    lines.append("    }")
+    if spread or ahead:
+        lines.append("    s += cg;")
+    lines.append("  }")
     lines += store
     lines.append("}")
     return "\n".join(lines)
