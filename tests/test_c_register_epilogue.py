@@ -61,3 +61,30 @@ def test_conv_bias_residual_relu_on_registers(c: int, m: int, h: int, w: int, ke
     assert np.array_equal(np.isinf(got), np.isinf(want))
     finite = np.isfinite(want)
     np.testing.assert_allclose(got[finite], want[finite], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(("c", "m", "h", "w", "kernel"), [(64, 64, 7, 5, 1), (8, 72, 11, 3, 3), (5, 40, 9, 9, 3)])
+def test_prefetching_loops_compute_the_same(
+    c: int, m: int, h: int, w: int, kernel: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The k-steps that prefetch run in loops of their own (spread residual and output lines
+    first, then the next tile's rows, then the rest), their bounds crossing taps and falling
+    inside one: forced on any CPU (no fill buffers, a tiny L2), the result is unchanged."""
+    import dataclasses
+
+    from codegraft.backends.c.ops import gemm
+
+    real = gemm.host_blocking
+    monkeypatch.setattr(gemm, "FILL_BUFFERS", 0)
+    monkeypatch.setattr(gemm, "host_blocking", lambda vector: dataclasses.replace(real(vector), l2=256))
+    model = _model(c, m, h, w, kernel)
+    source = generate(ir.from_proto(model), host_target(), 1).source
+    assert "_s(" in source  # spread
+    if kernel == 1:
+        assert "_x(" in source and "_x_f" in source  # the next tile's rows, beside spread
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((1, c, h, w)).astype(np.float32)
+    r = rng.standard_normal((1, m, h, w)).astype(np.float32)
+    got = cg.compile(model, targets=["c"]).run({"x": x, "r": r})["y"]
+    want = run_onnxruntime(model, {"x": x, "r": r})["y"]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

@@ -18,8 +18,8 @@ a vector form (``elementwise.VECTOR_FORMS``: add, sub, Relu - resnet's bias + re
 Relu) gets a second micro-kernel, ``cg_mkf_<nv>_<p>_f<signature>``, that applies the steps to
 a full tile's accumulators and stores straight to the output; it also prefetches the tile's
 residual and output rows, their only reads from beyond L2: spread one cache line per step
-over its k-loop where the loop is long enough (at once, 48 lines outnumber the core's fill
-buffers), else all before it (``SPREAD_STEPS_PER_LINE``).  Row strides are
+over its k-loop where they outnumber the core's fill buffers and the loop is long enough,
+else all before it (``spread_prefetch``).  Row strides are
 runtime values (``cg_gemm_t.rs``), so layers sharing steps and operand kinds share the C
 (resnet50: 3 variants).  Results are bit-identical to the generic path (same operations per
 element, no multiply so no FMA contraction).  Measured (resnet50, AVX2, 1 thread): the buffer
@@ -77,7 +77,7 @@ def gemm_function(
     stay as they were); an input the L2 holds is read from there anyway and the prefetches
     only cost (squeezenet's 13x13 squeeze layers, 346 KB: 1.1-1.2x as long at 2 threads).
     ``depth`` (multiply-adds per output) says whether the register epilogue's prefetches are
-    spread over the k-loop (``SPREAD_STEPS_PER_LINE``).
+    spread over the k-loop (``spread_prefetch``).
     """
     vector = ctx.target.vector_floats
     # A tile's results for its range of channel blocks: at most half the L1 (blocks_per_task),
@@ -89,7 +89,9 @@ def gemm_function(
     if fused is None:
         name = f"{nv}_{p}{x}"
         return ctx.define_once(f"cg_gemm_{name}", lambda: driver(nv, p, floats, name=name, ahead=ahead))
-    spread = depth >= SPREAD_STEPS_PER_LINE * p * nv
+    # per-channel operands (row stride 0: a bias) stay in L1; the output is a stream too
+    streams = 1 + sum(1 for kind, rs in zip(fused.operands, fused.row_strides, strict=True) if kind == "c" and rs)
+    spread = spread_prefetch(streams, nv, p, vector, depth)
     name = f"{nv}_{p}{x}_f{fused.key}{'_s' if spread else ''}"
     return ctx.define_once(f"cg_gemm_{name}", lambda: driver(nv, p, floats, fused, name, ahead, spread))
 
@@ -161,7 +163,7 @@ def driver(
             store.append(f"      *(vfu*)(yr + {j} * VW) = {fused.result}; }}")
         store.append("  }")
     # The residual and output rows are the tile's only reads from beyond L2: ask for their
-    # cache lines so they arrive while the k-loop runs.  Spread (SPREAD_STEPS_PER_LINE): the
+    # cache lines so they arrive while the k-loop runs.  Spread (spread_prefetch): the
     # lines are listed before the loop, which asks for one per step.  Else all before it.
     if spread:
         # per-channel operands (row stride 0, a bias) are in L1 anyway
@@ -184,12 +186,30 @@ def driver(
 
 
 # The register epilogue's residual and output lines are prefetched one per k-loop step where
-# its k-loop has at least this many steps per line of one P x NV tile, else all before it.
-# All before it, 48 lines for a 6 x 4 tile outnumber the core's fill buffers and the loop
-# waits for them: resnet50's 64 -> 256 residual layers (K = 64) ran 10-12% slower so.  Spread
-# over a short loop, the list and the test in the loop cost more than they save:
-# squeezenet's 3-channel stem (K = 27) ran 1.15-1.3x as long so (AVX-512 Xeon, in-process A/B).
+# they outnumber a core's fill buffers (FILL_BUFFERS: Intel's cores have 10-16, AMD's Zen 2-4
+# 22-24) and its k-loop has at least SPREAD_STEPS_PER_LINE steps per line of the tile's
+# accumulators, else all before it.
+# All before it, the 48 lines of an AVX-512 6 x 4 tile with a residual made the loop wait:
+# resnet50's 64 -> 256 residual layers (K = 64) ran 10-12% slower so.  Spread over a short
+# loop, the list costs more than it saves: squeezenet's 3-channel stem (K = 27) ran 1.15-1.3x
+# as long so (AVX-512 Xeon, in-process A/B).  The 12 lines of an AVX2 3 x 4 tile, spread, ran
+# those residual layers 4-6% slower on a Zen 3 (resnet50 1.01x).
 SPREAD_STEPS_PER_LINE = 2
+FILL_BUFFERS = 12
+
+
+def spread_prefetch(streams: int, nv: int, p: int, vector: int, depth: int) -> bool:
+    """Whether a ``P x NV`` register-epilogue tile spreads the prefetches of its ``streams``
+    full-tensor rows (residuals and the output) over a k-loop of ``depth`` steps (the rule above).
+
+    >>> spread_prefetch(streams=2, nv=4, p=6, vector=16, depth=64)  # AVX-512, resnet50's 64 -> 256
+    True
+    >>> spread_prefetch(streams=2, nv=4, p=3, vector=8, depth=64)   # AVX2: 12 lines, all at once
+    False
+    """
+    lines = streams * p * -(-nv * vector // 16)  # 16 floats a cache line
+    return lines > FILL_BUFFERS and depth >= SPREAD_STEPS_PER_LINE * p * nv
+
 
 # Per tile, before its micro-kernels (gemm_driver.c's SETUP hole, ``ahead`` variants): the
 # next tile's rows, when it has any.  The hardware prefetcher, seeing P streams advance a
