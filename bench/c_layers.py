@@ -45,7 +45,7 @@ import onnx_ir as ir
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
-from bench.c_ops import on_c
+from bench.c_ops import on_c, settle
 from codegraft.backend import Partition
 from codegraft.backends.c import CBackend
 from codegraft.testing import light_model
@@ -172,9 +172,11 @@ def time_layer(model: onnx.ModelProto, threads: int, repeat: int, flush: np.ndar
         c_ms = []
         for _ in range(repeat):
             flush += 1.0
+            settle()
             kernels = runnable.profile_ops([x], 1, warm_up=False)
             c_ms.append(next(k.ms for k in kernels if k.op_type.startswith("Conv")))
             flush += 1.0
+            settle()
             session.run(None, {"x": x})
         events = json.loads(pathlib.Path(session.end_profiling()).read_text())
     ort_ms = [e["dur"] / 1e3 for e in events
@@ -193,9 +195,11 @@ def time_in_model(model: onnx.ModelProto, threads: int, repeat: int) -> dict[str
         runnable.run(inputs)
         session.run(None, feeds)
         for _ in range(repeat):
+            settle()  # onnxruntime's workers spin on after its run: c would share the cores with them
             for kernel in runnable.profile_ops(inputs, 1, warm_up=False):
                 if kernel.name in convs:
                     c_ms.setdefault(kernel.name, []).append(kernel.ms)
+            settle()
             session.run(None, feeds)
         events = json.loads(pathlib.Path(session.end_profiling()).read_text())
     ort_events: dict[str, list[float]] = {}
