@@ -52,6 +52,9 @@ MODELS = [
 ]
 
 
+# fp32 against onnxruntime on random inputs: over this, the timing is of a wrong result
+MAX_ERROR = 1e-4
+
 # Calls per side before switching, each block started once the other side's workers stopped
 # spinning (bench.c_ops.settle), as in a program that runs one engine only; within a block
 # each engine's own spinning between calls helps it, as it helps its users.
@@ -77,7 +80,7 @@ def scaling_rows(counts: list[int], repeat: int, names: list[str] | None = None)
             row = compare(f"light_{name}", model, threads, repeat, block=BLOCK)
             rows[threads].append(row)
             print(f"{row.name} T={threads}: c {row.c_ms:.2f} ms, onnxruntime {row.ort_ms:.2f} ms, "
-                  f"ratio {row.ratio:.2f}", flush=True)
+                  f"ratio {row.ratio:.2f}, c off onnxruntime by {row.error:.1e} relative", flush=True)
     return rows
 
 
@@ -101,8 +104,10 @@ def scaling_table(rows: dict[int, list[Row]]) -> str:
         ort_ms = " / ".join(f"{r.ort_ms:.3g}" for r in line)
         lines.append(f"| {name} | {' | '.join(f'{r.ratio:.2f}x' for r in line)} | {c_ms} | {ort_ms} |")
     slower = [f"{name} ({a}->{b} threads)" for name, a, b in slower_steps(rows)]
+    wrong = [f"{r.name} at {t} threads ({r.error:.1e})" for t in counts for r in rows[t] if r.error > MAX_ERROR]
     lines.append("")
     lines.append(f"c slower with more threads: {', '.join(slower) if slower else 'none'}")
+    lines.append(f"c off onnxruntime by over {MAX_ERROR:g} relative: {', '.join(wrong) if wrong else 'none'}")
     return "\n".join(lines)
 
 

@@ -47,6 +47,7 @@ class Row:
     c_ms: float
     ort_ms: float
     flops: float = 0.0  # per call, for GEMM-like rows
+    error: float = 0.0  # c against onnxruntime: largest |difference| / largest |onnxruntime output|
 
     @property
     def ratio(self) -> float:
@@ -130,8 +131,25 @@ def compare(name: str, model: onnx.ModelProto, threads: int, repeat: int, flops:
     """Compile ``model`` whole on ``c`` and time it against onnxruntime on the same feeds."""
     runnable, inputs, feeds = on_c(model, threads)
     session = ort_session(model, threads)
+    error = relative_error(runnable.run(inputs), session.run(None, feeds))
     c_ms, ort_ms = median_pair(lambda: runnable.run(inputs), lambda: session.run(None, feeds), repeat, block)
-    return Row(name, c_ms, ort_ms, flops)
+    return Row(name, c_ms, ort_ms, flops, error)
+
+
+def relative_error(got: Sequence[np.ndarray], want: Sequence[object]) -> float:
+    """The largest ``|got - want|`` over the largest ``|want|``, over all outputs (a speed figure
+    of wrong results is worthless: the benches print this beside every timing).
+
+    >>> relative_error([np.array([1.0, 2.002])], [np.array([1.0, 2.0])])
+    0.001
+    """
+    worst = 0.0
+    for a, b in zip(got, want, strict=True):
+        b = np.asarray(b, np.float64)
+        scale = float(np.abs(b).max()) if b.size else 0.0
+        diff = float(np.abs(np.asarray(a, np.float64) - b).max()) if b.size else 0.0
+        worst = max(worst, diff / scale if scale else diff)
+    return round(worst, 12)
 
 
 def _model(nodes: Sequence[onnx.NodeProto], inputs: dict[str, Sequence[int]], inits: dict[str, np.ndarray],

@@ -44,15 +44,38 @@ def test_c_models_scaling_table_flags_a_model_slower_with_more_threads() -> None
     from bench.c_models import _counts, scaling_table, slower_steps
     from bench.c_ops import Row
 
-    rows = {1: [Row("a", 10.0, 8.0), Row("b", 4.0, 4.0)], 4: [Row("a", 3.0, 3.0), Row("b", 5.0, 2.0)]}
+    rows = {1: [Row("a", 10.0, 8.0), Row("b", 4.0, 4.0)], 4: [Row("a", 3.0, 3.0), Row("b", 5.0, 2.0, error=0.03)]}
     text = scaling_table(rows)
     assert "| a | 1.25x | 1.00x | 10 / 3 | 8 / 3 |" in text
     assert "| b | 1.00x | 2.50x | 4 / 5 | 4 / 2 |" in text
-    assert text.endswith("c slower with more threads: b (1->4 threads)")
+    assert "c slower with more threads: b (1->4 threads)" in text
+    assert text.endswith("c off onnxruntime by over 0.0001 relative: b at 4 threads (3.0e-02)")
     assert slower_steps(rows) == [("b", 1, 4)]
     assert _counts("1,4,16") == [1, 4, 16]
     with pytest.raises(Exception, match="positive"):
         _counts("0,4")
+
+
+def test_c_bench_measures_how_far_c_is_off_onnxruntime() -> None:
+    import numpy as np
+    import onnx
+
+    from bench import c_ops
+    from bench.c_ops import relative_error
+    from codegraft.testing import light_model
+
+    assert relative_error([np.array([1.0, 2.002])], [np.array([1.0, 2.0])]) == 0.001
+    assert relative_error([np.zeros(3), np.ones(2)], [np.zeros(3), np.ones(2)]) == 0.0
+    model = light_model("squeezenet")
+    row = c_ops.compare("squeezenet", model, threads=1, repeat=1)
+    assert 0 < row.error < 1e-5  # real numbers, and close
+    wrong = onnx.ModelProto()
+    wrong.CopyFrom(model)
+    weight = next(t for t in wrong.graph.initializer if len(t.dims) == 4)
+    weight.CopyFrom(onnx.numpy_helper.from_array(onnx.numpy_helper.to_array(weight) * 1.01, weight.name))
+    session = c_ops.ort_session(model, 1)  # onnxruntime on the original, c on the changed weights
+    runnable, inputs, feeds = c_ops.on_c(wrong, 1)
+    assert relative_error(runnable.run(inputs), session.run(None, feeds)) > 1e-3
 
 
 def test_c_layers_groups_a_models_convolutions_by_shape() -> None:

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Issue 18's check on a many-core machine, as one command from a plain copy of the repository
+# (numpy, onnx, onnx-ir, onnxscript, onnxruntime and a C compiler; nothing installed):
+#
+#     OUT=/some/folder bash bench/many_cores.sh [THREADS]        # THREADS default 1,4,16
+#
+# Writes into $OUT (default ./many_cores_out): machine.txt (CPU, caches, load), scaling.md
+# (bench.c_models: c / onnxruntime per model and thread count, c's milliseconds, models whose c
+# time grows with the thread count, outputs off onnxruntime by more than 1e-4) and
+# layers_T<max>.md (bench.c_layers --in-model: resnet50's and squeezenet's convolutions, c
+# against onnxruntime, at the largest count: which layers a gap comes from).  About 6 minutes
+# on 16 cores, most of it compiling (each model once per thread count).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+threads="${1:-1,4,16}"
+most="${threads##*,}"
+out="${OUT:-many_cores_out}"
+mkdir -p "$out"
+export PYTHONPATH=. PYTHONUNBUFFERED=1
+py="${PYTHON:-python3}"
+{
+    date -u
+    lscpu 2>/dev/null | grep -E "Model name|^CPU\(s\)|Thread|Core|Socket|NUMA node\(s\)|L1d|L2|L3|Flags" || nproc
+    echo "load: $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo unknown)"
+    "$py" -c "import onnxruntime, numpy; print('onnxruntime', onnxruntime.__version__, 'numpy', numpy.__version__)"  || true
+    "${CC:-cc}" --version | head -1 || true
+} > "$out/machine.txt" 2>&1
+cat "$out/machine.txt"
+"$py" -m bench.c_models --threads "$threads" --repeat 20 \
+    --models resnet50,squeezenet,vgg19,inception_v1,densenet121,shufflenet 2>&1 | tee "$out/scaling.md"
+for model in resnet50 squeezenet; do
+    "$py" -m bench.c_layers --in-model --model "$model" --threads "$most" --repeat 21 2>&1 | tee -a "$out/layers_T$most.md"
+done
