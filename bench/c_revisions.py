@@ -3,7 +3,7 @@
 Run from the repository root::
 
     .venv/bin/python -m bench.c_revisions --against main [--threads 1,2] [--models squeezenet,resnet50]
-                                          [--repeat 40] [--busy 1]
+                                          [--repeat 40] [--busy 1] [--idle 50]
 
 Each light model (random weights, ``codegraft.testing.light_model``) is compiled by this
 tree's ``c`` backend and, in a subprocess importing the other revision's ``codegraft`` (from
@@ -79,9 +79,11 @@ def old_blobs(revision: str, jobs: list[tuple[str, int, str]], folder: pathlib.P
 
 
 def alternate(calls: dict[str, Callable[[], object]], repeat: int, block: int,
-              slot: float | None = None) -> dict[str, tuple[float, float]]:
+              slot: float | None = None, idle: float = 0.0) -> dict[str, tuple[float, float]]:
     """Median wall ms and median CPU ms per call of each callable, timed in alternating blocks
-    (or, with ``slot``, each in its own wall-clock slots of that many seconds, in turn)."""
+    (or, with ``slot``, each in its own wall-clock slots of that many seconds, in turn); with
+    ``idle``, each timed call comes that many seconds after the one before, as a service's
+    calls come between idle spells (the pool's workers asleep by then)."""
     for call in calls.values():
         call()
         call()
@@ -101,6 +103,8 @@ def alternate(calls: dict[str, Callable[[], object]], repeat: int, block: int,
     for _ in range(0 if slot is not None else max(1, -(-repeat // block))):
         for name, call in calls.items():
             for _ in range(block):
+                if idle:
+                    time.sleep(idle)
                 w0, c0 = time.perf_counter(), time.process_time()
                 call()
                 wall[name].append(time.perf_counter() - w0)
@@ -129,6 +133,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=40)
     parser.add_argument("--block", type=int, default=5)
     parser.add_argument("--busy", type=int, default=0, help="processes spinning on a core meanwhile")
+    parser.add_argument("--idle", type=float, default=0.0, help="ms of idleness before each timed call")
     parser.add_argument("--pair", action="store_true", help="run a second copy at once, same variant in step")
     parser.add_argument("--slot", type=float, default=None, help="seconds per variant slot (default 1 with --pair)")
     parser.add_argument("--rendezvous", type=pathlib.Path, default=None, help=argparse.SUPPRESS)  # --pair's copy
@@ -157,6 +162,7 @@ def main() -> None:
             hog.start()
         try:
             how = f"in {args.slot} s slots" if args.slot else f"blocks of {args.block}"
+            how += f", {args.idle:g} ms idle before each call" if args.idle else ""
             print(f"new = this tree, old = {args.against}; median of {args.repeat} calls, {how}; "
                   f"{args.busy} spinning process(es){', a paired copy' if args.pair else ''}; "
                   f"load average before: {os.getloadavg()[0]:.2f}")
@@ -178,7 +184,7 @@ def main() -> None:
                         meet(args.rendezvous, f"{name}-{threads}", role)
                     times = alternate({"new": functools.partial(new.run, inputs),
                                        "old": functools.partial(old.run, inputs)}, args.repeat, args.block,
-                                      args.slot)
+                                      args.slot, args.idle / 1e3)
                     (nw, nc), (ow, oc) = times["new"], times["old"]
                     print(f"| {name} | {threads} | {nw:.2f} | {ow:.2f} | {nw / ow:.3f} | {nc:.2f} | {oc:.2f} |",
                           flush=True)

@@ -9,6 +9,7 @@ between cores on every claim).
 from __future__ import annotations
 
 import ctypes
+import os
 import pathlib
 
 import numpy as np
@@ -81,3 +82,37 @@ def test_tasks_are_claimed_in_runs(pool: ctypes.CDLL) -> None:
     # runs of ntasks / (2 threads * 8 claims each) = 784 tasks: at most ~16 hand-overs per
     # loop; claimed one by one, two busy threads interleave thousands of times.
     assert max(switches) <= 2 * 8 + 2, switches
+
+
+LEAVE = """
+int leave_caller_cpu(int* before, int* after, int* allowed_before, int* allowed_after) {
+  cpu_set_t set;
+  sched_getaffinity(0, sizeof set, &set);
+  *allowed_before = CPU_COUNT(&set);
+  *before = sched_getcpu();
+  atomic_store(&cg_caller_cpu, *before);  /* as if this thread were a worker woken on its waker's CPU */
+  cg_leave_caller_cpu();
+  *after = sched_getcpu();
+  sched_getaffinity(0, sizeof set, &set);
+  *allowed_after = CPU_COUNT(&set);
+  return 0;
+}
+"""
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2 if hasattr(os, "sched_getaffinity") else True,
+                    reason="needs Linux and two CPUs")
+def test_a_worker_woken_on_its_wakers_cpu_moves_off_it_and_stays_unpinned(tmp_path: pathlib.Path) -> None:
+    """Linux may put a woken worker on its waker's busy CPU while another idles (seen on a VM
+    after an idle spell: squeezenet at 2 threads took longer than on one); the worker then
+    leaves that CPU, and its affinity is the whole set again afterwards (nothing stays pinned,
+    so processes sharing a machine are not stacked on the same cores)."""
+    library = Toolchain(cache_dir=_CACHE).build(POOL + LEAVE, host_target())
+    path = tmp_path / "leave.so"
+    path.write_bytes(library)
+    lib = ctypes.CDLL(str(path))
+    values = [ctypes.c_int() for _ in range(4)]
+    lib.leave_caller_cpu(*(ctypes.byref(v) for v in values))
+    before, after, allowed_before, allowed_after = (v.value for v in values)
+    assert after != before
+    assert allowed_after == allowed_before == len(os.sched_getaffinity(0))

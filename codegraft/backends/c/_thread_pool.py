@@ -23,6 +23,18 @@ short sleep restores it to twice that gap.  So a quiet machine gets spinning lat
 busy one gets sleeping workers.  The caller never waits for a worker
 that has not started a task.
 
+Where a woken worker runs.  Linux may put a woken thread on its waker's CPU rather than an
+idle one (on a VM, a virtual CPU the host descheduled during an idle spell looks
+unavailable); caller and worker then share one core in scheduler slices while another
+idles, and the loop takes longer than on one thread: squeezenet at 2 threads took 10.5 ms
+after 50 ms idle, 4.5 ms called back to back, 8.4 ms on one thread.  The publisher notes its
+CPU, and a worker woken on that CPU leaves it (``cg_leave_caller_cpu``: its affinity without
+that CPU for a moment, which makes the kernel move it, then the whole set again); 0.66x as
+long after idle spells, back to back unchanged.  Pinning each worker to a core of its own
+(as TVM and OpenVINO do by default) did a little better on that VM, but processes sharing a
+machine, each pinning its workers to the same cores, would then queue on them while other
+cores idle; nothing here stays pinned.
+
 Each kernel runs on at most ``cg_op_threads`` threads, set before it by the generated code
 from the cost model of ``_thread_cost.py``: a kernel given one thread runs inline and wakes
 nobody.  Several loops may be live at once (independent branches run side by side, see
