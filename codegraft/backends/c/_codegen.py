@@ -42,6 +42,7 @@ PRELUDE = c_file("prelude.c")
 ENTRY_OPEN = """
 void cg_entry(const float* const* in, float* const* out, const float* w, float* s, int nthreads) {
   cg_want = nthreads;
+  cg_note_caller();  /* workers keep off this CPU (thread_pool.c) */
 """
 
 @dataclass(frozen=True)

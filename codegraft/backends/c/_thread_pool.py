@@ -26,14 +26,17 @@ that has not started a task.
 Where a woken worker runs.  Linux may put a woken thread on its waker's CPU rather than an
 idle one (on a VM, a virtual CPU the host descheduled during an idle spell looks
 unavailable); caller and worker then share one core in scheduler slices while another
-idles, and the loop takes longer than on one thread: squeezenet at 2 threads took 10.5 ms
-after 50 ms idle, 4.5 ms called back to back, 8.4 ms on one thread.  The publisher notes its
-CPU, and a worker woken on that CPU leaves it (``cg_leave_caller_cpu``: its affinity without
-that CPU for a moment, which makes the kernel move it, then the whole set again); 0.66x as
-long after idle spells, back to back unchanged.  Pinning each worker to a core of its own
-(as TVM and OpenVINO do by default) did a little better on that VM, but processes sharing a
-machine, each pinning its workers to the same cores, would then queue on them while other
-cores idle; nothing here stays pinned.
+idles (``perf sched``: the woken worker waited up to 3 ms for the caller's slice), and the
+call takes longer than on one thread: squeezenet at 2 threads took 10.5 ms after 50 ms
+idle, 4.5 ms called back to back, 8.4 ms on one thread.  So each call notes its caller's CPU
+(``cg_note_caller`` in ``cg_entry``), and the workers leave that one CPU out of their
+affinity (``cg_avoid_caller_cpu``; they follow when the caller moves).  After idle spells
+squeezenet and shufflenet at 2 threads ran 0.53-0.56x as long as before, back to back the
+same.  Moving a worker off only when it found itself there (its affinity restored at once)
+did half as well: it had first to wait for the caller's slice to run at all.  Pinning each
+worker to a core of its own (TVM's and OpenVINO's default) did as well on that VM, but
+processes sharing a machine, each pinning its workers to the same cores, would queue on
+them while other cores idle; leaving out one CPU keeps the scheduler free to spread them.
 
 Each kernel runs on at most ``cg_op_threads`` threads, set before it by the generated code
 from the cost model of ``_thread_cost.py``: a kernel given one thread runs inline and wakes

@@ -23,7 +23,7 @@ static cg_slot_t cg_slots[CG_SLOTS];
 static pthread_once_t cg_once = PTHREAD_ONCE_INIT;
 static _Alignas(64) atomic_uint cg_epoch;  /* bumped per published loop; the futex word */
 static _Alignas(64) atomic_int cg_sleepers;
-static atomic_int cg_caller_cpu = -1;  /* the CPU the last loop was published from */
+static atomic_int cg_caller_cpu = -1;  /* the CPU of the thread calling the partition */
 static int cg_workers;
 static _Thread_local int cg_want;  /* threads requested for the current call; 0: all */
 static _Thread_local int cg_op_threads;  /* threads the cost model gave the current kernel; 0: no limit */
@@ -96,23 +96,37 @@ static int cg_join_any(void) {
   return worked;
 }
 
-/* A worker woken onto the CPU of the thread that woke it moves off it.  Linux may place a
-   woken thread on its waker's CPU, rather than on an idle one (on a VM, one whose virtual
-   CPU the host has descheduled after an idle spell looks unavailable): the two then share one
-   core in 4 ms slices while another idles, and the loop takes longer than on one thread
-   (squeezenet at 2 threads: 10 ms after 50 ms idle, 4.5 ms called back to back, 8.4 ms on
-   one thread).  Excluding that CPU for a moment makes the kernel move this thread to another
-   allowed one; the full set is restored at once, so nothing stays pinned. */
-static void cg_leave_caller_cpu(void) {
+/* Workers keep off the CPU of the thread that calls the partition.  Linux may place a woken
+   thread on its waker's CPU rather than on an idle one (on a VM, a virtual CPU the host
+   descheduled during an idle spell looks unavailable): the two then share one core in 4 ms
+   slices while another idles (perf sched: the woken worker waited up to 3 ms for the
+   caller's slice), and a call takes longer than on one thread (squeezenet at 2 threads: 10.5
+   ms after 50 ms idle, 4.5 ms called back to back, 8.4 ms on one thread).  Each call notes
+   its caller's CPU (cg_note_caller, from cg_entry); a worker whose affinity does not yet
+   leave that CPU out takes it out (the kernel moves the worker if it is there) and gives back
+   the one it left out before.  One CPU only: the scheduler stays free to spread workers over
+   the rest, and processes sharing a machine are not stacked on the same cores as they would
+   be if each pinned its workers. */
+static void cg_note_caller(void) {
+#ifdef __linux__
+  const int cpu = sched_getcpu();
+  if (atomic_load_explicit(&cg_caller_cpu, memory_order_relaxed) != cpu)
+    atomic_store_explicit(&cg_caller_cpu, cpu, memory_order_relaxed);
+#endif
+}
+
+static _Thread_local int cg_avoided = -1;  /* the CPU this worker's affinity leaves out */
+
+static void cg_avoid_caller_cpu(void) {
 #ifdef __linux__
   const int caller = atomic_load_explicit(&cg_caller_cpu, memory_order_relaxed);
-  if (caller < 0 || sched_getcpu() != caller) return;
-  cpu_set_t all, others;
-  if (sched_getaffinity(0, sizeof all, &all) != 0) return;
-  others = all;
-  CPU_CLR(caller, &others);
-  if (CPU_COUNT(&others) > 0 && sched_setaffinity(0, sizeof others, &others) == 0)
-    sched_setaffinity(0, sizeof all, &all);
+  if (caller < 0 || caller == cg_avoided) return;
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return;
+  if (cg_avoided >= 0) CPU_SET(cg_avoided, &set);
+  const int had = CPU_ISSET(caller, &set);
+  CPU_CLR(caller, &set);
+  if (had && CPU_COUNT(&set) > 0 && sched_setaffinity(0, sizeof set, &set) == 0) cg_avoided = caller;
 #endif
 }
 
@@ -120,6 +134,7 @@ static void* cg_worker(void* arg) {
   (void)arg;
   long budget = 50000;  /* ns of spinning before sleeping; adapted below */
   for (;;) {
+    cg_avoid_caller_cpu();
     const unsigned seen = atomic_load(&cg_epoch);
     if (cg_join_any()) continue;
     /* Spin on the epoch, a few pauses between clock reads. */
@@ -141,7 +156,6 @@ static void* cg_worker(void* arg) {
     const long asleep = cg_now_ns();
     while (atomic_load(&cg_epoch) == seen) cg_sleep(seen);
     atomic_fetch_sub(&cg_sleepers, 1);
-    cg_leave_caller_cpu();
     /* Woken soon after giving up: the next loop was close, so spin long enough to have caught
        it next time (twice the gap, at least twice the last budget).  Neither a preemption nor
        a quiet spell can leave the budget stuck low: one short gap restores it. */
@@ -184,9 +198,6 @@ static void cg_parallel(long ntasks, cg_task fn, const void* ctx) {
     for (long i = 0; i < ntasks; i++) fn(ctx, i);
     return;
   }
-#ifdef __linux__
-  atomic_store_explicit(&cg_caller_cpu, sched_getcpu(), memory_order_relaxed);
-#endif
   atomic_fetch_add(&cg_epoch, 1);
   if (atomic_load(&cg_sleepers) > 0) {
     long helpers = (ntasks < limit ? ntasks : limit) - 1;
