@@ -3,7 +3,7 @@
 Run from the repository root::
 
     .venv/bin/python -m bench.c_models [--threads 1,4,16] [--models resnet50,vgg19] [--repeat R]
-                                       [--write bench/C_RESULTS.md]
+                                       [--idle MS] [--write bench/C_RESULTS.md]
 
 On a machine with nothing installed but numpy, onnx, onnx-ir, onnxscript, onnxruntime and a C
 compiler, from a plain copy of the repository: ``PYTHONPATH=. python3 -m bench.c_models
@@ -17,7 +17,9 @@ it), same thread count, in the same process, alternating in blocks of calls (see
 model is compiled and timed at each count, and a scaling table follows: the ratio
 ``c / onnxruntime`` per thread count and ``c``'s milliseconds, with models whose ``c`` time
 grows from one thread count to the next flagged (issue 18: none may), each flagged step timed
-a second time and reported as confirmed or not.  Targets (issue 4): resnet50,
+a second time and reported as confirmed or not.  With ``--idle MS`` every timed call comes
+MS after the one before, as a service's requests do, so each engine's workers have gone to
+sleep and the call includes waking them.  Targets (issue 4): resnet50,
 vgg19 and squeezenet within 1.5x of onnxruntime.  With ``--write`` the per-op table of
 ``bench.c_ops`` is run too and both tables go into the results file.
 """
@@ -66,8 +68,10 @@ def model_rows(threads: int, repeat: int, names: list[str] | None = None) -> lis
     return scaling_rows([threads], repeat, names)[threads]
 
 
-def scaling_rows(counts: list[int], repeat: int, names: list[str] | None = None) -> dict[int, list[Row]]:
-    """Rows per thread count: each model compiled (the plan depends on the count) and timed."""
+def scaling_rows(counts: list[int], repeat: int, names: list[str] | None = None,
+                 idle: float = 0.0) -> dict[int, list[Row]]:
+    """Rows per thread count: each model compiled (the plan depends on the count) and timed
+    (with ``idle`` seconds before each call, call by call: see :func:`bench.c_ops.median_pair`)."""
     rows: dict[int, list[Row]] = {t: [] for t in counts}
     backend = CBackend()
     for name in names or MODELS:
@@ -77,7 +81,7 @@ def scaling_rows(counts: list[int], repeat: int, names: list[str] | None = None)
             print(f"skip {name}: {sorted(set(declined))} not supported")
             continue
         for threads in counts:
-            row = compare(f"light_{name}", model, threads, repeat, block=BLOCK)
+            row = compare(f"light_{name}", model, threads, repeat, block=1 if idle else BLOCK, idle=idle)
             rows[threads].append(row)
             print(f"{row.name} T={threads}: c {row.c_ms:.2f} ms, onnxruntime {row.ort_ms:.2f} ms, "
                   f"ratio {row.ratio:.2f}, c off onnxruntime by {row.error:.1e} relative", flush=True)
@@ -122,13 +126,13 @@ def slower_steps(rows: dict[int, list[Row]]) -> list[tuple[str, int, int]]:
     return steps
 
 
-def second_timing(steps: list[tuple[str, int, int]], repeat: int) -> list[str]:
+def second_timing(steps: list[tuple[str, int, int]], repeat: int, idle: float = 0.0) -> list[str]:
     """Each flagged step timed again (both thread counts, freshly compiled): on a shared machine
     a burst of other work during one count's block can flag a model that is not slower.
     Both timings are printed; a step counts as confirmed only if the second one agrees."""
     lines = []
     for name, a, b in steps:
-        again = scaling_rows([a, b], repeat, [name.removeprefix("light_")])
+        again = scaling_rows([a, b], repeat, [name.removeprefix("light_")], idle)
         ta, tb = again[a][0].c_ms, again[b][0].c_ms
         verdict = "confirmed" if tb > ta else "not confirmed"
         lines.append(f"second timing of {name}: c {ta:.3g} ms at {a} threads, {tb:.3g} ms at {b} ({verdict})")
@@ -159,19 +163,23 @@ def main() -> None:
     parser.add_argument("--models", default=None, help=f"comma-separated subset of {','.join(MODELS)}")
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--write", type=pathlib.Path, default=None, help="write the Markdown results here")
+    parser.add_argument("--idle", type=float, default=0.0,
+                        help="ms of idleness before each timed call, as between a service's requests")
     args = parser.parse_args()
     names = args.models.split(",") if args.models else None
     unknown = sorted(set(names or []) - set(MODELS))
     if unknown:
         parser.error(f"--models: unknown {unknown}; choose from {', '.join(MODELS)}")
     load_before = _load()
-    scaling = scaling_rows(args.threads, args.repeat, names)
+    if args.idle:
+        print(f"each call {args.idle:g} ms after the one before (both engines' workers asleep by then)")
+    scaling = scaling_rows(args.threads, args.repeat, names, args.idle / 1e3)
     args.threads = args.threads[-1]
     models = scaling[args.threads]
     print(table(models))
     if len(scaling) > 1:
         print(scaling_table(scaling))
-        for line in second_timing(slower_steps(scaling), args.repeat):
+        for line in second_timing(slower_steps(scaling), args.repeat, args.idle / 1e3):
             print(line)
     if args.write is None:
         return

@@ -74,12 +74,14 @@ def settle(slice_s: float = 0.005, limit_s: float = 1.0) -> float:
 
 
 def median_pair(c_call: Callable[[], object], ort_call: Callable[[], object], repeat: int,
-                block: int = 1) -> tuple[float, float]:
+                block: int = 1, idle: float = 0.0) -> tuple[float, float]:
     """Medians (ms) of two callables timed alternately in blocks of ``block`` calls, after a warm-up.
 
     ``block=1`` alternates call by call: a burst of load from other jobs then hits both sides
     alike.  Larger blocks let each side's thread pool settle (onnxruntime's workers spin for a
-    while after a call and would otherwise share the cores with the next ``c`` call).
+    while after a call and would otherwise share the cores with the next ``c`` call).  With
+    ``idle`` (seconds), each timed call comes that long after the call before it, as a
+    service's requests do: both engines' workers have stopped spinning and gone to sleep.
     """
     for _ in range(2):
         c_call()
@@ -91,6 +93,8 @@ def median_pair(c_call: Callable[[], object], ort_call: Callable[[], object], re
             if block > 1:
                 settle()
             for _ in range(block):
+                if idle:
+                    time.sleep(idle)
                 start = time.perf_counter()
                 call()
                 times.append(time.perf_counter() - start)
@@ -127,12 +131,13 @@ def on_c(
 
 
 def compare(name: str, model: onnx.ModelProto, threads: int, repeat: int, flops: float = 0.0,
-            block: int = 1) -> Row:
-    """Compile ``model`` whole on ``c`` and time it against onnxruntime on the same feeds."""
+            block: int = 1, idle: float = 0.0) -> Row:
+    """Compile ``model`` whole on ``c`` and time it against onnxruntime on the same feeds
+    (:func:`median_pair`'s ``block`` and ``idle``)."""
     runnable, inputs, feeds = on_c(model, threads)
     session = ort_session(model, threads)
     error = relative_error(runnable.run(inputs), session.run(None, feeds))
-    c_ms, ort_ms = median_pair(lambda: runnable.run(inputs), lambda: session.run(None, feeds), repeat, block)
+    c_ms, ort_ms = median_pair(lambda: runnable.run(inputs), lambda: session.run(None, feeds), repeat, block, idle)
     return Row(name, c_ms, ort_ms, flops, error)
 
 

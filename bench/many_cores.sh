@@ -6,7 +6,8 @@
 #
 # Writes into $OUT (default ./many_cores_out): machine.txt (CPU, caches, load), scaling.md
 # (bench.c_models: c / onnxruntime per model and thread count, c's milliseconds, models whose c
-# time grows with the thread count, outputs off onnxruntime by more than 1e-4) and
+# time grows with the thread count, outputs off onnxruntime by more than 1e-4), idle.md (the
+# same at the largest count with every call after 50 ms idle) and
 # layers_T<max>.md (bench.c_layers --in-model: resnet50's and squeezenet's convolutions, c
 # against onnxruntime, at the largest count: which layers a gap comes from).  About 6 minutes
 # on 16 cores, most of it compiling (each model once per thread count).
@@ -28,6 +29,9 @@ py="${PYTHON:-python3}"
 cat "$out/machine.txt"
 "$py" -m bench.c_models --threads "$threads" --repeat 20 \
     --models resnet50,squeezenet,vgg19,inception_v1,densenet121,shufflenet 2>&1 | tee "$out/scaling.md"
+# each call after 50 ms idle, as a service's requests come: the workers wake for every call
+"$py" -m bench.c_models --threads "$most" --repeat 10 --idle 50 \
+    --models resnet50,squeezenet,inception_v1,densenet121,shufflenet 2>&1 | tee "$out/idle.md"
 for model in resnet50 squeezenet; do
     "$py" -m bench.c_layers --in-model --model "$model" --threads "$most" --repeat 21 2>&1 | tee -a "$out/layers_T$most.md"
 done
