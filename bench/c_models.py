@@ -46,6 +46,7 @@ from bench.c_ops import (
     table,
 )
 from codegraft.backends.c import CBackend
+from codegraft.backends.c._toolchain import usable_cpus
 from codegraft.testing import light_model
 
 MODELS = [
@@ -158,7 +159,7 @@ def _load() -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--threads", type=_counts, default=[os.cpu_count() or 1],
+    parser.add_argument("--threads", type=_counts, default=[usable_cpus()],
                         help="thread counts, comma-separated (e.g. 1,4,16); --write uses the last")
     parser.add_argument("--models", default=None, help=f"comma-separated subset of {','.join(MODELS)}")
     parser.add_argument("--repeat", type=int, default=20)

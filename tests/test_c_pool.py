@@ -160,3 +160,29 @@ def test_a_partitions_workers_leave_out_one_cpu_at_most() -> None:
     counts = {tid: len(os.sched_getaffinity(tid)) for tid in workers}
     assert counts and all(count >= cpus - 1 for count in counts.values())
     assert any(count == cpus - 1 for count in counts.values())
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2 if hasattr(os, "sched_getaffinity") else True,
+                    reason="needs Linux and two CPUs")
+def test_the_pool_and_the_thread_count_follow_the_cpus_this_process_may_use(
+    pool: ctypes.CDLL, tmp_path: pathlib.Path
+) -> None:
+    """In a container given a few of a large host's cores (a cpuset; here: taskset to one CPU)
+    the pool starts one worker fewer than the CPUs it may use, not than the host has, and the
+    backend's default thread count is that many too."""
+    import subprocess
+    import sys
+
+    one = min(os.sched_getaffinity(0))
+    script = f"""
+import ctypes, os
+os.sched_setaffinity(0, {{{one}}})
+from codegraft.backends.c._toolchain import usable_cpus
+lib = ctypes.CDLL({pool._name!r})
+runs = (ctypes.c_int * 64)(); who = (ctypes.c_int * 64)()
+workers = lib.pool_loop(64, 0, 0, 0, ctypes.cast(runs, ctypes.c_void_p), ctypes.cast(who, ctypes.c_void_p))
+print(workers, usable_cpus(), sum(runs))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
+                          cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(pathlib.Path(__file__).parents[1])})
+    assert done.stdout.split() == ["0", "1", "64"]

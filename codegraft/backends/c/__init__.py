@@ -18,7 +18,6 @@ Example::
 from __future__ import annotations
 
 import json
-import os
 import pathlib
 import platform
 
@@ -29,7 +28,14 @@ from codegraft.backends.c._blob import Blob, BlobError
 from codegraft.backends.c._codegen import Program, generate, host_machine
 from codegraft.backends.c._runtime import CRunnable
 from codegraft.backends.c._support import supports
-from codegraft.backends.c._toolchain import CompilerNotFoundError, Target, Toolchain, host_target, source_version
+from codegraft.backends.c._toolchain import (
+    CompilerNotFoundError,
+    Target,
+    Toolchain,
+    host_target,
+    source_version,
+    usable_cpus,
+)
 
 
 class CBackend:
@@ -38,7 +44,7 @@ class CBackend:
     ``compiler``: the C compiler (default: ``cc``/``gcc``/``clang`` on PATH);
     ``cache_dir``: where compiled libraries are cached (default
     ``$CODEGRAFT_CACHE_DIR/c`` or ``~/.cache/codegraft/c``); ``num_threads``:
-    threads per call (default: all cores); ``target``: the CPU to compile for (default:
+    threads per call (default: every CPU this process may use); ``target``: the CPU to compile for (default:
     this one).
     """
 
@@ -92,7 +98,7 @@ class CBackend:
         target = self.target or host_target()
         return json.dumps({
             "target": [sorted(target.features), list(target.flags), target.vector_floats],
-            "threads": self.num_threads or os.cpu_count() or 1,
+            "threads": self.num_threads or usable_cpus(),
             "machine": repr(host_machine(target)),
             "arch": platform.machine(),
             "toolchain": self.toolchain.fingerprint(),

@@ -12,7 +12,6 @@ loaded partition, ``nthreads`` the threads to use (0: every core; see ``_thread_
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -29,7 +28,7 @@ from codegraft.backends.c._layout import assign_layout
 from codegraft.backends.c._thread_cost import Choice, Machine, Work, choose
 from codegraft.backends.c._thread_pool import POOL
 from codegraft.backends.c._timers import timer_source
-from codegraft.backends.c._toolchain import Target, cache_sizes
+from codegraft.backends.c._toolchain import Target, cache_sizes, usable_cpus
 from codegraft.backends.c._translate import translate
 from codegraft.backends.c.ops import KERNEL_OPS
 from codegraft.backends.c.ops.data import SHUFFLE, transpose_block
@@ -71,7 +70,7 @@ class KernelThreads:
 def generate(model: ir.Model, target: Target, threads: int | None = None, machine: Machine | None = None) -> Program:
     """C source for one partition with concrete input shapes.
 
-    ``threads``: the most threads a kernel may use (default: every core); each kernel gets
+    ``threads``: the most threads a kernel may use (default: every CPU this process may use); each kernel gets
     what the cost model of ``_thread_cost.py`` finds pays, on ``machine`` (default: this CPU's
     caches and ``target``'s vector width).  An empty tensor (a dimension of 0) is refused:
     the kernels divide work by sizes, so the partition runs on the host for that shape
@@ -83,7 +82,7 @@ def generate(model: ir.Model, target: Target, threads: int | None = None, machin
     for kernel in kernels:
         fold_affine(kernel)
     ctx = Context(target, graph.inputs, graph.outputs)
-    most = threads or os.cpu_count() or 1
+    most = threads or usable_cpus()
     machine = machine or host_machine(target)
     works = [kernel_work(k, target.vector_floats) for k in kernels]
     stages = plan_stages(dependences(kernels), works, most, machine)

@@ -46,6 +46,20 @@ class Target:
     vector_floats: int
 
 
+def usable_cpus() -> int:
+    """The CPUs this process may run on: its affinity set where the OS has one (a container
+    limited by a cpuset, ``taskset``), else every CPU.  ``os.cpu_count()`` counts the machine's:
+    in a container given 16 of a 192-core host it says 192, and a pool sized by it would start
+    191 workers to share 16 cores.
+
+    >>> 1 <= usable_cpus() <= (os.cpu_count() or 1)
+    True
+    """
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return os.cpu_count() or 1
+
+
 def cpu_features() -> frozenset[str]:
     """The SIMD features of this CPU (x86 ``/proc/cpuinfo`` flags; empty when unknown)."""
     return _cpu_features()

@@ -167,7 +167,12 @@ static void* cg_worker(void* arg) {
 }
 
 static void cg_start(void) {
+  /* the CPUs this process may use (a cpuset container, taskset), not the machine's */
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
+#ifdef __linux__
+  cpu_set_t allowed;
+  if (sched_getaffinity(0, sizeof allowed, &allowed) == 0 && CPU_COUNT(&allowed) > 0) cores = CPU_COUNT(&allowed);
+#endif
   if (cores > 256) cores = 256;
   for (long id = 1; id < cores; id++) {
     pthread_t thread;
