@@ -23,7 +23,7 @@ static cg_slot_t cg_slots[CG_SLOTS];
 static pthread_once_t cg_once = PTHREAD_ONCE_INIT;
 static _Alignas(64) atomic_uint cg_epoch;  /* bumped per published loop; the futex word */
 static _Alignas(64) atomic_int cg_sleepers;
-static atomic_int cg_caller_cpu = -1;  /* the CPU of the thread calling the partition */
+static _Alignas(64) atomic_int cg_caller_cpu = -1;  /* the CPU of the thread calling the partition: read by workers every loop */
 static int cg_workers;
 static _Thread_local int cg_want;  /* threads requested for the current call; 0: all */
 static _Thread_local int cg_op_threads;  /* threads the cost model gave the current kernel; 0: no limit */
