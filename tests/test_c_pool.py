@@ -105,7 +105,29 @@ int avoid_caller_cpu(int* out) {
   out[7] = has(out[1]);
   out[8] = has(out[2]);
   sched_setaffinity(0, sizeof all, &all);  /* the test's own thread gets its CPUs back */
-  cg_avoided = -1;
+  cg_avoided = cg_taken = -1;
+  atomic_store(&cg_caller_cpu, -1);
+  return 0;
+}
+/* A caller on a CPU this worker may not use, then on the only one it may: nothing to leave
+   out, but each is looked at once (no system call every loop after). */
+int avoid_outside(int* out) {
+  cpu_set_t all, one;
+  sched_getaffinity(0, sizeof all, &all);
+  const int mine = sched_getcpu();
+  int other = -1;
+  for (int c = 0; c < CPU_SETSIZE && other < 0; c++) if (CPU_ISSET(c, &all) && c != mine) other = c;
+  CPU_ZERO(&one);
+  CPU_SET(mine, &one);
+  sched_setaffinity(0, sizeof one, &one);
+  atomic_store(&cg_caller_cpu, other);
+  cg_avoid_caller_cpu();
+  out[0] = cg_avoided == other && count() == 1 && has(mine);
+  atomic_store(&cg_caller_cpu, mine);
+  cg_avoid_caller_cpu();
+  out[1] = cg_avoided == mine && count() == 1 && has(mine);
+  sched_setaffinity(0, sizeof all, &all);
+  cg_avoided = cg_taken = -1;
   atomic_store(&cg_caller_cpu, -1);
   return 0;
 }
@@ -127,6 +149,10 @@ def test_workers_keep_off_the_callers_cpu_and_only_that_one(tmp_path: pathlib.Pa
     cpus, caller, moved_to, left, keeps_caller, moved_again, left_again, keeps_old, keeps_new = out
     assert moved_to != caller and not keeps_caller and left == cpus - 1
     assert moved_again != moved_to and left_again == cpus - 1 and keeps_old and not keeps_new
+    assert len(os.sched_getaffinity(0)) == cpus
+    looked_at = (ctypes.c_int * 2)()
+    ctypes.CDLL(str(path)).avoid_outside(looked_at)
+    assert list(looked_at) == [1, 1]
     assert len(os.sched_getaffinity(0)) == cpus
 
 

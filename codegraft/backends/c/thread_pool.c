@@ -115,18 +115,25 @@ static void cg_note_caller(void) {
 #endif
 }
 
-static _Thread_local int cg_avoided = -1;  /* the CPU this worker's affinity leaves out */
+static _Thread_local int cg_avoided = -1;  /* the caller's CPU this worker last looked at */
+static _Thread_local int cg_taken = -1;    /* the CPU its affinity leaves out; -1: none */
 
 static void cg_avoid_caller_cpu(void) {
 #ifdef __linux__
   const int caller = atomic_load_explicit(&cg_caller_cpu, memory_order_relaxed);
   if (caller < 0 || caller == cg_avoided) return;
+  cg_avoided = caller;  /* once per caller CPU, whatever comes of it: no system call per loop */
   cpu_set_t set;
   if (sched_getaffinity(0, sizeof set, &set) != 0) return;
-  if (cg_avoided >= 0) CPU_SET(cg_avoided, &set);
-  const int had = CPU_ISSET(caller, &set);
-  CPU_CLR(caller, &set);
-  if (had && CPU_COUNT(&set) > 0 && sched_setaffinity(0, sizeof set, &set) == 0) cg_avoided = caller;
+  const int before = cg_taken;
+  if (cg_taken >= 0) CPU_SET(cg_taken, &set);  /* give back only what was taken out */
+  cg_taken = -1;
+  if (CPU_ISSET(caller, &set)) {
+    CPU_CLR(caller, &set);
+    if (CPU_COUNT(&set) > 0) cg_taken = caller;
+    else CPU_SET(caller, &set);  /* the caller's CPU is all this worker may use */
+  }
+  if (cg_taken != before && sched_setaffinity(0, sizeof set, &set) != 0) cg_taken = before;
 #endif
 }
 
