@@ -149,3 +149,15 @@ def test_c_layers_in_model_times_every_conv() -> None:
     times = time_in_model(model, threads=1, repeat=1)
     assert set(times) == set(conv_keys(model)) and len(times) == 26
     assert all(c_ms > 0 and ort_ms > 0 for c_ms, ort_ms in times.values())
+
+
+def test_c_layers_marks_the_convolutions_run_side_by_side() -> None:
+    """At 16 threads squeezenet's expand convolutions run side by side (concurrent stages);
+    the in-model table marks them, since their timers overlap.  At one thread none do."""
+    from bench.c_layers import conv_keys, side_by_side
+    from codegraft.testing import light_model
+
+    model = light_model("squeezenet")
+    together = side_by_side(model, 16)
+    assert together and together <= set(conv_keys(model))
+    assert side_by_side(model, 1) == set()

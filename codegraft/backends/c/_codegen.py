@@ -65,6 +65,7 @@ class KernelThreads:
     kernel: str  # ``Conv -> add+relu => <output>``
     work: Work
     choice: Choice
+    node: str = ""  # the ONNX node it computes (its name in per-op profiles)
 
 
 def generate(model: ir.Model, target: Target, threads: int | None = None, machine: Machine | None = None) -> Program:
@@ -98,7 +99,7 @@ def generate(model: ir.Model, target: Target, threads: int | None = None, machin
             for index, most_here in zip(branch, counts, strict=True):
                 kernel = kernels[index]
                 choice = choose(works[index], most_here, machine)
-                decisions[index] = KernelThreads(_describe(kernel), works[index], choice)
+                decisions[index] = KernelThreads(_describe(kernel), works[index], choice, _origin(kernel))
                 ctx.op_threads = choice.threads
                 ctx.body.append(f"  /* {_describe(kernel)} */")
                 ctx.body.append(f"  cg_op_threads = {choice.threads};")
