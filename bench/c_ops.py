@@ -80,8 +80,9 @@ def median_pair(c_call: Callable[[], object], ort_call: Callable[[], object], re
     ``block=1`` alternates call by call: a burst of load from other jobs then hits both sides
     alike.  Larger blocks let each side's thread pool settle (onnxruntime's workers spin for a
     while after a call and would otherwise share the cores with the next ``c`` call).  With
-    ``idle`` (seconds), each timed call comes that long after the call before it, as a
-    service's requests do: both engines' workers have stopped spinning and gone to sleep.
+    ``idle`` (seconds), each timed call comes after that long a quiet spell (once the other
+    engine's workers stopped spinning: onnxruntime's spin for tens of ms, which would otherwise
+    share the cores with the next ``c`` call), as a service's requests do.
     """
     for _ in range(2):
         c_call()
@@ -93,7 +94,8 @@ def median_pair(c_call: Callable[[], object], ort_call: Callable[[], object], re
             if block > 1:
                 settle()
             for _ in range(block):
-                if idle:
+                if idle:  # quiet for that long: the other engine's workers stopped spinning first
+                    settle()
                     time.sleep(idle)
                 start = time.perf_counter()
                 call()
