@@ -7,10 +7,11 @@
 # Writes into $OUT (default ./many_cores_out): machine.txt (CPU, caches, load), scaling.md
 # (bench.c_models: c / onnxruntime per model and thread count, c's milliseconds, models whose c
 # time grows with the thread count, outputs off onnxruntime by more than 1e-4), idle.md (the
-# same at the largest count with every call after 50 ms idle) and
+# same at the largest count with every call after 50 ms idle),
 # layers_T<max>.md (bench.c_layers --in-model: resnet50's and squeezenet's convolutions, c
-# against onnxruntime, at the largest count: which layers a gap comes from).  About 6 minutes
-# on 16 cores, most of it compiling (each model once per thread count).
+# against onnxruntime, at the largest count: which layers a gap comes from) and kernels.md
+# (bench.c_kernels: every kernel of squeezenet, shufflenet and inception_v1 at each count, the
+# ones slower with more threads flagged).  About 7 minutes on 16 cores, most of it compiling.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 threads="${1:-1,4,16}"
@@ -34,4 +35,8 @@ cat "$out/machine.txt"
     --models resnet50,squeezenet,inception_v1,densenet121,shufflenet 2>&1 | tee "$out/idle.md"
 for model in resnet50 squeezenet; do
     "$py" -m bench.c_layers --in-model --model "$model" --threads "$most" --repeat 21 2>&1 | tee -a "$out/layers_T$most.md"
+done
+# every kernel of the small models at each count: which ones do not scale
+for model in squeezenet shufflenet inception_v1; do
+    "$py" -m bench.c_kernels --model "$model" --threads "$threads" --repeat 21 --top 25 2>&1 | tee -a "$out/kernels.md"
 done

@@ -161,3 +161,16 @@ def test_c_layers_marks_the_convolutions_run_side_by_side() -> None:
     together = side_by_side(model, 16)
     assert together and together <= set(conv_keys(model))
     assert side_by_side(model, 1) == set()
+
+
+def test_c_kernels_times_every_kernel_at_each_thread_count_and_flags_the_slower() -> None:
+    from bench.c_kernels import KernelRow, kernel_rows, table
+
+    rows = kernel_rows("squeezenet", [1, 2], repeat=1)
+    assert len(rows) > 26 and all(len(r.ms) == 2 and min(r.ms) > 0 for r in rows)
+    assert any(r.kind.startswith("Conv") and r.threads == (1, 2) for r in rows)
+    made = [KernelRow("a", "Conv", (2.0, 1.0), (1, 2), False), KernelRow("b", "Pool", (0.1, 0.3), (1, 2), True)]
+    text = table(made, [1, 2], top=5)
+    assert "| Conv | a | 1 / 2 | 2.000 / 1.000 | 2.00 |  |" in text
+    assert "| Pool * | b | 1 / 2 | 0.100 / 0.300 | 0.33 | slower |" in text
+    assert text.endswith("kernels slower with more threads: 1 of 2, 0.30 ms at 2 threads")
