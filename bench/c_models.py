@@ -18,8 +18,9 @@ model is compiled and timed at each count, and a scaling table follows: the rati
 ``c / onnxruntime`` per thread count and ``c``'s milliseconds, with models whose ``c`` time
 grows from one thread count to the next flagged (issue 18: none may), each flagged step timed
 a second time and reported as confirmed or not.  With ``--idle MS`` every timed call comes
-MS after the one before, as a service's requests do, so each engine's workers have gone to
-sleep and the call includes waking them.  Targets (issue 4): resnet50,
+after a quiet spell of MS (begun once the other engine's workers stopped spinning), as a
+service's requests do, so each engine's workers have gone to sleep and the call includes
+waking them.  Targets (issue 4): resnet50,
 vgg19 and squeezenet within 1.5x of onnxruntime.  With ``--write`` the per-op table of
 ``bench.c_ops`` is run too and both tables go into the results file.
 """
@@ -165,7 +166,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--write", type=pathlib.Path, default=None, help="write the Markdown results here")
     parser.add_argument("--idle", type=float, default=0.0,
-                        help="ms of idleness before each timed call, as between a service's requests")
+                        help="ms of quiet before each timed call, as between a service's requests")
     args = parser.parse_args()
     names = args.models.split(",") if args.models else None
     unknown = sorted(set(names or []) - set(MODELS))
@@ -173,7 +174,7 @@ def main() -> None:
         parser.error(f"--models: unknown {unknown}; choose from {', '.join(MODELS)}")
     load_before = _load()
     if args.idle:
-        print(f"each call {args.idle:g} ms after the one before (both engines' workers asleep by then)")
+        print(f"each call after {args.idle:g} ms of quiet (both engines' workers asleep by then)")
     scaling = scaling_rows(args.threads, args.repeat, names, args.idle / 1e3)
     args.threads = args.threads[-1]
     models = scaling[args.threads]
