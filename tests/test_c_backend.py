@@ -8,7 +8,10 @@ import pytest
 from c_backend_util import check, make_model, needs_compiler
 from onnx import helper
 
+from codegraft.backend import Partition
 from codegraft.backends.c import CBackend
+from codegraft.backends.c._toolchain import host_target
+from codegraft.backends.c.ops.data import interleave_shuffles
 
 pytestmark = needs_compiler
 RNG = np.random.default_rng(0)
@@ -430,3 +433,37 @@ def test_transposes_and_reshapes_of_channels_last_data_elsewhere() -> None:
              "m": rand(120, 7)}
     model = make_model(nodes, {"x": (2, 3, 4, 5), "t2": (2, 5, 6, 4)}, ["u", "y1", "y2", "y3"], inits)
     check(model)
+
+
+@pytest.mark.parametrize("vector", [4, 8, 16])
+def test_interleave_shuffles_put_every_lane_in_place(vector: int) -> None:
+    """The shuffles of ``interleave_rows``, run in numpy: row ``b``'s column ``a`` lands at ``a * rows + b``."""
+    for rows in range(2, vector):
+        x = np.arange(rows * vector).reshape(rows, vector)
+        out = []
+        for shuffles in interleave_shuffles(rows, vector):
+            value = x[0]
+            for b, index in enumerate(shuffles, start=1):
+                value = np.concatenate([value, x[b]])[index]
+            out.append(value)
+        np.testing.assert_array_equal(np.concatenate(out), x.T.reshape(-1))
+
+
+
+@pytest.mark.parametrize(("groups", "per_group", "width"), [(4, 28, 6), (3, 17, 5), (2, 8, 9)])
+def test_channel_shuffle_interleaves_in_registers(groups: int, per_group: int, width: int) -> None:
+    """ShuffleNet's channel shuffle (per pixel, a few rows of channels interleaved) takes the
+    register path, vectors and the ragged last columns alike, and agrees with onnxruntime."""
+    c = groups * per_group
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["a"], group=groups),
+             helper.make_node("Reshape", ["a", "split"], ["b"]),
+             helper.make_node("Transpose", ["b"], ["t"], perm=[0, 2, 1, 3, 4]),
+             helper.make_node("Reshape", ["t", "merge"], ["s"]),
+             helper.make_node("Conv", ["s", "w2"], ["y"], group=c, pads=[1, 1, 1, 1])]
+    inits = {"w1": rand(c, 12 // groups, 1, 1), "w2": rand(c, 1, 3, 3),
+             "split": np.array([1, groups, per_group, 4, width]), "merge": np.array([1, c, 4, width])}
+    model = make_model(nodes, {"x": (1, 12, 4, width)}, ["y"], inits)
+    check(model)
+    if host_target().vector_floats > groups:
+        source = CBackend(num_threads=1).generate(Partition("p", ir.from_proto(model))).source
+        assert "CG_SHUFFLE(r0, r1, " in source

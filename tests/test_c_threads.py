@@ -102,3 +102,20 @@ def test_cache_sizes_are_read_from_the_os(tmp_path) -> None:
         (tmp_path / name / "size").write_text(f"{size}\n")
     assert cache_sizes(tmp_path) == CacheSizes(l1d=48 << 10, l2=2 << 20, l3=105 << 20)
     assert cache_sizes(tmp_path / "missing") == CacheSizes()
+
+
+def test_kernels_that_only_move_cached_data_stay_on_one_thread() -> None:
+    """A copy of data the pool's cores just wrote gets no more cores (each would fetch its share
+    from the others' caches, with no arithmetic to hide it); past the last-level cache, DRAM's
+    bandwidth takes a few.  Shufflenet at 16 threads: its channel shuffles run on one thread,
+    its image's conversion to channels-last (the caller's buffer) may take more."""
+    cached = Work(flops=0.0, bytes=4e6, units=512, gemm=False)
+    assert choose(cached, 16, MACHINE).threads == 1
+    assert choose(Work(flops=0.0, bytes=2e8, units=4096, gemm=False), 16, MACHINE).threads > 1
+    assert choose(Work(flops=1e6, bytes=4e6, units=512, gemm=False), 16, MACHINE).threads > 1  # arithmetic
+    plan = generate(ir.from_proto(light_model("shufflenet")), AVX512, 16, MACHINE).threads
+    shuffles = [k for k in plan if k.kernel.startswith("Transpose") and "_t" in k.node and "data" not in k.node]
+    assert len(shuffles) >= 10
+    assert all(k.work.flops == 0 and k.choice.threads == 1 for k in shuffles)
+    (image,) = [k for k in plan if k.kernel.startswith("Transpose") and "data" in k.node]
+    assert image.work.flops > 0
