@@ -12,6 +12,10 @@ Printed per kernel, slowest at the largest count first: what it is, the threads 
 model gave it at each count, its median ms at each count and the speedup from the first
 count to the last, ``slower`` where its time grows from one count to the next, and ``*``
 where it ran side by side with other kernels (a concurrent stage: its timer overlaps theirs).
+Then the cost model against the clock (``_thread_cost.py``): at each count, the median of
+measured / estimated time per kind of kernel, those given one thread apart from those given
+more.  On one thread it checks the rates (``Machine``); on more, the cost of going parallel
+too (``SYNC_NS``, ``WAKE_NS``).
 """
 
 from __future__ import annotations
@@ -39,6 +43,8 @@ class KernelRow:
     ms: tuple[float, ...]  # median per thread count
     threads: tuple[int, ...]  # the cost model's threads per thread count
     side_by_side: bool  # in a concurrent stage at some count
+    estimated_us: tuple[float, ...] = ()  # the cost model's time on those threads, per count
+    gemm: bool = False  # on the register-blocked micro-kernel
 
     def slower_steps(self, counts: list[int]) -> list[tuple[int, int]]:
         """``(fewer, more)`` thread counts between which this kernel's time grew.
@@ -80,6 +86,8 @@ def kernel_rows(model_name: str, counts: list[int], repeat: int) -> list[KernelR
             tuple(statistics.median(call[index] for call in times[t]) for t in counts),
             tuple(plans[t].threads[index].choice.threads for t in counts),
             together,
+            tuple(plans[t].threads[index].choice.parallel_us for t in counts),
+            plans[counts[0]].threads[index].work.gemm,
         ))
     return rows
 
@@ -107,6 +115,41 @@ def table(rows: list[KernelRow], counts: list[int], top: int) -> str:
         f"kernels slower with more threads: {len(slower)} of {len(rows)}, "
         f"{sum(row.ms[-1] for row in slower):.2f} ms at {counts[-1]} threads",
     ]
+    if all(row.estimated_us for row in rows):
+        lines += ["", calibration(rows, counts)]
+    return "\n".join(lines)
+
+
+def calibration(rows: list[KernelRow], counts: list[int]) -> str:
+    """Measured / estimated time, medians per count and kind of kernel (GEMM, depthwise Conv,
+    Pool, elementwise...), on one thread and on more (side-by-side kernels and those under a
+    microsecond left out: their timers overlap, or there is nothing to time).
+
+    >>> rows = [KernelRow("a", "Conv", (0.2, 0.1), (1, 2), False, (100.0, 40.0), gemm=True),
+    ...         KernelRow("b", "Pool", (0.1, 0.1), (1, 1), False, (50.0, 50.0))]
+    >>> print(calibration(rows, [1, 2]))
+    | measured / estimated | 1 thread(s) | 2 thread(s) |
+    |---|---:|---:|
+    | GEMM on one thread | 2.00 (1) | - |
+    | GEMM on more | - | 2.50 (1) |
+    | Pool on one thread | 2.00 (1) | 2.00 (1) |
+    """
+    def kind(row: KernelRow) -> str:
+        return "GEMM" if row.gemm else "depthwise Conv" if row.kind.startswith("Conv") else row.kind.split()[0]
+
+    head = " | ".join(f"{t} thread(s)" for t in counts)
+    lines = [f"| measured / estimated | {head} |", "|---|" + "---:|" * len(counts)]
+    timed = [row for row in rows if not row.side_by_side]
+    for name in sorted({kind(row) for row in timed}, key=lambda k: (k != "GEMM", k)):
+        for more, how in ((False, "on one thread"), (True, "on more")):
+            cells = []
+            for i in range(len(counts)):
+                ratios = [row.ms[i] * 1e3 / row.estimated_us[i] for row in timed
+                          if kind(row) == name and (row.threads[i] > 1) == more
+                          and row.ms[i] >= 1e-3 and row.estimated_us[i] > 0]
+                cells.append(f"{statistics.median(ratios):.2f} ({len(ratios)})" if ratios else "-")
+            if any(cell != "-" for cell in cells):
+                lines.append(f"| {name} {how} | {' | '.join(cells)} |")
     return "\n".join(lines)
 
 
@@ -120,6 +163,7 @@ def main() -> None:
     rows = kernel_rows(args.model, args.threads, args.repeat)
     print(f"{args.model}: each kernel on c, median of {args.repeat} calls per thread count, counts called in turn")
     print(table(rows, args.threads, args.top))
+    print("(medians of measured / estimated time, kernels counted in brackets)")
 
 
 if __name__ == "__main__":

@@ -11,7 +11,9 @@
 # layers_T<max>.md (bench.c_layers --in-model: resnet50's and squeezenet's convolutions, c
 # against onnxruntime, at the largest count: which layers a gap comes from) and kernels.md
 # (bench.c_kernels: every kernel of squeezenet, shufflenet and inception_v1 at each count, the
-# ones slower with more threads flagged).  About 7 minutes on 16 cores, most of it compiling.
+# ones slower with more threads flagged, then the cost model's estimates against the clock per
+# kind of kernel: the check of SYNC_NS, WAKE_NS and the Machine rates in _thread_cost.py).
+# About 7 minutes on 16 cores, most of it compiling.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 threads="${1:-1,4,16}"

@@ -174,3 +174,6 @@ def test_c_kernels_times_every_kernel_at_each_thread_count_and_flags_the_slower(
     assert "| Conv | a | 1 / 2 | 2.000 / 1.000 | 2.00 |  |" in text
     assert "| Pool * | b | 1 / 2 | 0.100 / 0.300 | 0.33 | slower |" in text
     assert text.endswith("kernels slower with more threads: 1 of 2, 0.30 ms at 2 threads")
+    # the cost model against the clock: its estimate for every kernel at each count
+    assert all(len(r.estimated_us) == 2 and min(r.estimated_us) > 0 for r in rows)
+    assert "| GEMM on one thread | " in table(rows, [1, 2], top=5)
