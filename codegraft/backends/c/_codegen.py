@@ -85,7 +85,7 @@ def generate(model: ir.Model, target: Target, threads: int | None = None, machin
     ctx = Context(target, graph.inputs, graph.outputs)
     most = threads or usable_cpus()
     machine = machine or host_machine(target)
-    given = {id(t.root()) for t in graph.inputs}
+    given = frozenset(id(t.root()) for t in graph.inputs)
     works = [kernel_work(k, target.vector_floats, given) for k in kernels]
     stages = plan_stages(dependences(kernels), works, most, machine)
     ctx.reads = _reads(kernels, stages)
@@ -156,7 +156,7 @@ def host_machine(target: Target) -> Machine:
     return Machine.for_cpu(target.vector_floats, l2_bytes=caches.l2, l3_bytes=caches.l3)
 
 
-def kernel_work(kernel: Kernel, vector: int, given: set[int] | frozenset[int] = frozenset()) -> Work:
+def kernel_work(kernel: Kernel, vector: int, given: frozenset[int] = frozenset()) -> Work:
     """Flops, bytes and parallel units of one kernel, for the thread cost model.
 
     ``given``: ``id``s of the partition's input tensors.  A kernel that only moves data counts

@@ -387,8 +387,9 @@ def interleave_shuffles(rows: int, vector: int) -> list[list[list[int]]]:
 
 
 def interleave_rows(length: int, rows: int, row_stride: int, vector: int, chunk: int) -> list[str]:
-    """C that writes ``rows`` (fewer than ``vector``) input rows of ``length`` floats, ``row_stride``
-    apart from ``x + xo``, interleaved to ``y + yo``: ``y[a * rows + b] = x[a + b * row_stride]``,
+    """C that writes ``rows`` (at most half of ``vector``: each output register takes ``rows - 1``
+    shuffles) input rows of ``length`` floats, ``row_stride`` apart from ``x + xo``, interleaved
+    to ``y + yo``: ``y[a * rows + b] = x[a + b * row_stride]``,
     for the columns ``a`` of the task's chunk ``ti`` (``chunk`` of them, a multiple of ``vector``).
 
     ``vector`` columns at a time: each row's ``vector`` floats are one register, and each of
@@ -397,7 +398,7 @@ def interleave_rows(length: int, rows: int, row_stride: int, vector: int, chunk:
     of row ``(k * vector + i) % rows``).  The last columns, fewer than ``vector``, element by
     element.  Per element, the generic tiles cost a scalar load and store; this, a fraction
     of a shuffle (shufflenet's channel shuffles, [4][28] to [28][4] per pixel and the like, ran
-    0.5-0.6x as long on one thread of an AVX2 Zen 3).
+    0.5-0.7x as long on one thread of an AVX2 Zen 3).
 
     >>> print(interleave_rows(8, 2, 8, 4, chunk=8)[4])
         const vf o0 = CG_SHUFFLE(r0, r1, 0, 4, 1, 5);
