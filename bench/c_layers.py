@@ -95,20 +95,26 @@ _FUSED_AFTER_CONV = {"BatchNormalization", "Relu", "Add", "Sum", "Clip", "LeakyR
 def conv_of_ort_nodes(model: onnx.ModelProto, names: list[str]) -> dict[str, str]:
     """onnxruntime node name -> the Conv node it runs, for the ones that run a Conv.
 
-    A name is a node's (an unfused Conv) or, less ``_nchwc``, the output of the last node
-    fused into it; from there the graph is walked back through fusable ops to Conv nodes.
-    Where an Add joins two convolutions (a residual with a projection), the other one has its
-    own onnxruntime node: each node gets the Conv no other node claims::
+    A name is a node's (a Conv, alone or with what onnxruntime fused into it, or any other
+    node it ran on its own: a Sum or Relu after a Conv is not the Conv) or, less ``_nchwc``,
+    the output of the last node fused into an NCHWc Conv; from there the graph is walked back
+    through fusable ops to Conv nodes.  Where an Add joins two convolutions (a residual with a
+    projection), the other one has its own onnxruntime node: each node gets the Conv no
+    other node claims::
 
         >>> from codegraft.testing import light_model
-        >>> conv_of_ort_nodes(light_model("squeezenet"), ["r1_nchwc", "n3"])
+        >>> conv_of_ort_nodes(light_model("squeezenet"), ["r1_nchwc", "n3", "n4"])
         {'r1_nchwc': 'n0', 'n3': 'n3'}
     """
     by_name = {n.name: n for n in model.graph.node}
     producer = {o: n for n in model.graph.node for o in n.output}
     candidates: dict[str, list[str]] = {}
     for name in names:
-        start = by_name.get(name) or producer.get(name.removesuffix("_nchwc"))
+        if name in by_name:  # a node onnxruntime ran under its own name: a Conv or not one
+            if by_name[name].op_type == "Conv":
+                candidates[name] = [name]
+            continue
+        start = producer.get(name.removesuffix("_nchwc"))
         found: list[str] = []
         todo = [start] if start is not None else []
         while todo:
@@ -206,8 +212,9 @@ def time_in_model(model: onnx.ModelProto, threads: int, repeat: int) -> dict[str
     for event in events:
         if event.get("cat") == "Node" and event["name"].endswith("_kernel_time"):
             ort_events.setdefault(event["name"].removesuffix("_kernel_time"), []).append(event["dur"] / 1e3)
-    ort_ms = {conv: statistics.median(ort_events[name][-repeat:])
-              for name, conv in conv_of_ort_nodes(model, list(ort_events)).items()}
+    ort_ms: dict[str, float] = {}
+    for name, conv in conv_of_ort_nodes(model, list(ort_events)).items():  # one node per Conv, summed if not
+        ort_ms[conv] = ort_ms.get(conv, 0.0) + statistics.median(ort_events[name][-repeat:])
     return {name: (statistics.median(times), ort_ms[name]) for name, times in c_ms.items() if name in ort_ms}
 
 

@@ -141,6 +141,19 @@ def test_c_layers_traces_onnxruntime_nodes_back_to_their_convs() -> None:
     assert sorted(traced.values()) == sorted(conv_keys(model))
 
 
+def test_c_layers_leaves_nodes_onnxruntime_ran_apart_from_their_conv_alone() -> None:
+    """Shufflenet's residual Sum and Relu after a grouped Conv are nodes of their own in
+    onnxruntime: their few microseconds are not the Conv's (they once overwrote its time, and
+    its grouped layers read 1.5-2.1x of onnxruntime instead of 0.9-1.4x)."""
+    from bench.c_layers import conv_of_ort_nodes
+    from codegraft.testing import light_model
+
+    model = light_model("shufflenet")
+    kinds = {n.name: n.op_type for n in model.graph.node}
+    assert (kinds["n110"], kinds["n112"], kinds["n113"]) == ("Conv", "Sum", "Relu")
+    assert conv_of_ort_nodes(model, ["n110", "n112", "n113", "r165_nchwc"]) == {"n110": "n110", "r165_nchwc": "n163"}
+
+
 def test_c_layers_in_model_times_every_conv() -> None:
     from bench.c_layers import conv_keys, time_in_model
     from codegraft.testing import light_model
