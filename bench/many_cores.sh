@@ -8,7 +8,7 @@
 # (bench.c_models: c / onnxruntime per model and thread count, c's milliseconds, models whose c
 # time grows with the thread count, outputs off onnxruntime by more than 1e-4), idle.md (the
 # same at the largest count with every call after 50 ms idle),
-# layers_T<max>.md (bench.c_layers --in-model: resnet50's and squeezenet's convolutions, c
+# layers_T<max>.md (bench.c_layers --in-model: resnet50's, squeezenet's and shufflenet's convolutions, c
 # against onnxruntime, at the largest count: which layers a gap comes from) and kernels.md
 # (bench.c_kernels: every kernel of squeezenet, shufflenet and inception_v1 at each count, the
 # ones slower with more threads flagged, then the cost model's estimates against the clock per
@@ -35,7 +35,7 @@ cat "$out/machine.txt"
 # each call after 50 ms idle, as a service's requests come: the workers wake for every call
 "$py" -m bench.c_models --threads "$most" --repeat 10 --idle 50 \
     --models resnet50,squeezenet,inception_v1,densenet121,shufflenet 2>&1 | tee "$out/idle.md"
-for model in resnet50 squeezenet; do
+for model in resnet50 squeezenet shufflenet; do
     "$py" -m bench.c_layers --in-model --model "$model" --threads "$most" --repeat 21 2>&1 | tee -a "$out/layers_T$most.md"
 done
 # every kernel of the small models at each count: which ones do not scale
