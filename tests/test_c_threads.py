@@ -108,7 +108,8 @@ def test_kernels_that_only_move_cached_data_stay_on_one_thread() -> None:
     """A copy of data the pool's cores just wrote gets no more cores (each would fetch its share
     from the others' caches, with no arithmetic to hide it); past the last-level cache, DRAM's
     bandwidth takes a few.  Shufflenet at 16 threads: its channel shuffles run on one thread,
-    its image's conversion to channels-last (the caller's buffer) may take more."""
+    its image's conversion to channels-last (the caller's buffer) may take more; densenet121's
+    concats (of outputs written kernels earlier) keep their flops."""
     cached = Work(flops=0.0, bytes=4e6, units=512, gemm=False)
     assert choose(cached, 16, MACHINE).threads == 1
     assert choose(Work(flops=0.0, bytes=2e8, units=4096, gemm=False), 16, MACHINE).threads > 1
@@ -119,3 +120,7 @@ def test_kernels_that_only_move_cached_data_stay_on_one_thread() -> None:
     assert all(k.work.flops == 0 and k.choice.threads == 1 for k in shuffles)
     (image,) = [k for k in plan if k.kernel.startswith("Transpose") and "data" in k.node]
     assert image.work.flops > 0
+    dense = generate(ir.from_proto(light_model("densenet121")), AVX512, 16, MACHINE).threads
+    concats = [k for k in dense if k.kernel.startswith("Concat")]
+    assert len(concats) > 50 and all(k.work.flops > 0 for k in concats)
+    assert sum(k.choice.threads > 1 for k in concats) > len(concats) // 2

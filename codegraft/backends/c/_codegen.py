@@ -31,7 +31,7 @@ from codegraft.backends.c._timers import timer_source
 from codegraft.backends.c._toolchain import Target, cache_sizes, usable_cpus
 from codegraft.backends.c._translate import translate
 from codegraft.backends.c.ops import KERNEL_OPS
-from codegraft.backends.c.ops.data import MOVES_DATA, SHUFFLE, transpose_block
+from codegraft.backends.c.ops.data import SHUFFLE, transpose_block
 from codegraft.backends.c.ops.gemm import choose_tile
 from codegraft.backends.c.ops.pool import Pool
 
@@ -159,10 +159,13 @@ def host_machine(target: Target) -> Machine:
 def kernel_work(kernel: Kernel, vector: int, given: frozenset[int] = frozenset()) -> Work:
     """Flops, bytes and parallel units of one kernel, for the thread cost model.
 
-    ``given``: ``id``s of the partition's input tensors.  A kernel that only moves data counts
-    no flops (the model then keeps it on one core) unless it reads one of them: the caller's
-    buffer, not data the pool's cores just wrote (squeezenet's image to channels-last ran
-    its model 1.03-1.05x as long on 2 threads kept on one core).
+    ``given``: ``id``s of the partition's input tensors.  A Transpose counts no flops (it only
+    moves data: the model then keeps it on one core while its bytes are cached) unless it
+    reads one of them: the caller's buffer, not data the pool's cores just wrote
+    (squeezenet's image to channels-last, kept on one core, made the model 1.03-1.05x as
+    long on 2 threads).  Concats keep their flops: their inputs were mostly written kernels
+    earlier, and two threads pay (densenet121's 59 concats: 4.4 ms on one thread of a
+    2-thread build, 2.0 ms on two).
     """
     core, out = kernel.core, kernel.out
     inputs = [*(core.inputs if core is not None else []), *kernel.operands]
@@ -186,7 +189,7 @@ def kernel_work(kernel: Kernel, vector: int, given: frozenset[int] = frozenset()
     if isinstance(core, Pool) and core.window is not None:
         phys = out.physical_shape
         return Work(float(out.size * math.prod(core.window.kernel)), moved, math.prod(phys[:-2]), gemm=False)
-    if isinstance(core, MOVES_DATA) and not kernel.steps and not any(id(t.root()) in given for t in inputs):
+    if isinstance(core, g.Transpose) and not kernel.steps and not any(id(t.root()) in given for t in inputs):
         return Work(0.0, moved, max(1, out.size // 4096), gemm=False)
     # Elementwise chains, reductions: a few flops per element, split in 4096-element blocks.
     return Work(float(out.size * (1 + len(kernel.steps))), moved, max(1, out.size // 4096), gemm=False)

@@ -18,9 +18,11 @@ that just wrote it, so each of ``t`` cores fetches most of its share from the ot
 and there is no arithmetic to hide that behind.  Such kernels run on one thread (a 0.43 MB
 channel shuffle of shufflenet on a 2-core Zen 3 VM: 0.026 ms on two threads, 0.014 on one;
 23 of its 78 kernels were slower on two threads than on one, the shuffles the most);
-beyond the last-level cache, DRAM's bandwidth takes a few cores, as for any kernel.  (A
-partition input's conversion reads the caller's buffer, not the pool's writes, and counts
-its element moves as flops: ``_codegen.kernel_work``.)  The rates are estimates from the
+beyond the last-level cache, DRAM's bandwidth takes a few cores, as for any kernel.
+``_codegen.kernel_work`` counts no flops for transposes only: a partition input's
+conversion reads the caller's buffer, not the pool's writes, and a concat's inputs were
+mostly written kernels before it, so both count their element moves as flops (densenet121's
+concats ran 2.2x as long kept on one thread of two).  The rates are estimates from the
 CPU's vector width and caches (:class:`Machine`), not measurements: they only need to be
 right within a factor of two for the choice to be, since the cost grows slowly around the
 optimum.
@@ -80,7 +82,7 @@ class Machine:
 class Work:
     """One kernel's work: flops, bytes read and written, and parallel units (tasks it can split into)."""
 
-    flops: float  # 0: the kernel only moves data (a transpose, a concat, a copy)
+    flops: float  # 0: the kernel only moves data the pool's cores just wrote (a transpose)
     bytes: float
     units: int
     gemm: bool  # runs on the register-blocked micro-kernel

@@ -454,10 +454,6 @@ def emit_copy(ctx: Context, kernel: Kernel) -> None:
     ctx.body.append(f"  memcpy({ctx.ptr(op.out)}, {ctx.ptr(op.inputs[0])}, {op.out.size * 4});")
 
 
-# The ops that only move data (the thread cost model keeps them on one core while their bytes are cached)
-MOVES_DATA = (g.Concat, g.Transpose, g.Copy, Slice, Pad)
-
-
 # -- the family's entries in the op table ----------------------------------------------------------
 
 
