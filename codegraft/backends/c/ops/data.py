@@ -337,38 +337,34 @@ def emit_transpose(ctx: Context, kernel: Kernel) -> None:
             chunks = -(-sizes[tiled] // chunk)
             lines += _decompose(outer_dims, chunks, outer_out)
             lines += interleave_rows(sizes[tiled], rows, merged[last][1], vector, chunk)
-            lines.append("}")
-            ctx.functions.append("\n".join(lines))
-            _call_tasks(ctx, fn, math.prod(d for d, _ in outer_dims) * chunks, x, out)
-            return
-        tiles = -(-sizes[tiled] // vector)
-        lines += _decompose(outer_dims, tiles, outer_out)
-        in_stride, out_stride = merged[last][1], out_strides[tiled]
-        lines.append(f"  const long a0 = ti * VW, a1 = cg_min(a0 + VW, {sizes[tiled]});")
-        lines.append(f"  for (long b0 = 0; b0 < {sizes[last]}; b0 += VW) {{")
-        lines.append(f"    const long b1 = cg_min(b0 + VW, {sizes[last]});")
-        lines.append("    if (a1 - a0 == VW && b1 - b0 == VW) {")
-        lines.append(f"      cg_transpose_block(x + xo + a0 + b0 * {in_stride}, {in_stride}, "
-                     f"y + yo + a0 * {out_stride} + b0, {out_stride});")
-        lines.append("      continue;")
-        lines.append("    }")
-        lines.append("    for (long a = a0; a < a1; a++)")
-        lines.append("      for (long b = b0; b < b1; b++)")
-        lines.append(f"        y[yo + a * {out_stride} + b] = x[xo + a + b * {in_stride}];")
-        lines.append("  }")
-        tasks = math.prod(d for d, _ in outer_dims) * tiles
+            tasks = math.prod(d for d, _ in outer_dims) * chunks
+        else:
+            tiles = -(-sizes[tiled] // vector)
+            lines += _decompose(outer_dims, tiles, outer_out)
+            in_stride, out_stride = merged[last][1], out_strides[tiled]
+            lines.append(f"  const long a0 = ti * VW, a1 = cg_min(a0 + VW, {sizes[tiled]});")
+            lines.append(f"  for (long b0 = 0; b0 < {sizes[last]}; b0 += VW) {{")
+            lines.append(f"    const long b1 = cg_min(b0 + VW, {sizes[last]});")
+            lines.append("    if (a1 - a0 == VW && b1 - b0 == VW) {")
+            lines.append(f"      cg_transpose_block(x + xo + a0 + b0 * {in_stride}, {in_stride}, "
+                         f"y + yo + a0 * {out_stride} + b0, {out_stride});")
+            lines.append("      continue;")
+            lines.append("    }")
+            lines.append("    for (long a = a0; a < a1; a++)")
+            lines.append("      for (long b = b0; b < b1; b++)")
+            lines.append(f"        y[yo + a * {out_stride} + b] = x[xo + a + b * {in_stride}];")
+            lines.append("  }")
+            tasks = math.prod(d for d, _ in outer_dims) * tiles
+    lines.append("}")
+    lines.append(f"static void {fn}(const float* x, float* y) {{")
+    lines.append("  const void* k[2] = {x, y};")
+    if out.size > 32768:
+        lines.append(f"  cg_parallel({tasks}, {fn}_task, k);")
+    else:
+        lines.append(f"  for (long t = 0; t < {tasks}; t++) {fn}_task(k, t);")
     lines.append("}")
     ctx.functions.append("\n".join(lines))
-    _call_tasks(ctx, fn, tasks, x, out)
-
-
-def _call_tasks(ctx: Context, fn: str, tasks: int, x: g.Tensor, out: g.Tensor) -> None:
-    """``fn``, running ``fn_task`` for each of ``tasks`` (across the pool past 32768 floats), and its call."""
-    serial = f"for (long t = 0; t < {tasks}; t++) {fn}_task(k, t);"
-    loop = f"cg_parallel({tasks}, {fn}_task, k);" if out.size > 32768 else serial
-    ctx.functions.append(f"static void {fn}(const float* x, float* y) {{\n  const void* k[2] = {{x, y}};\n  {loop}\n}}")
     ctx.body.append(f"  {fn}({ctx.ptr(x)}, {ctx.ptr(out)});")
-
 
 def interleave_shuffles(rows: int, vector: int) -> list[list[list[int]]]:
     """Per output register ``k`` of :func:`interleave_rows`, the lane indices of its shuffles:
