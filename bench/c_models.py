@@ -3,7 +3,7 @@
 Run from the repository root::
 
     .venv/bin/python -m bench.c_models [--threads 1,4,16] [--models resnet50,vgg19] [--repeat R]
-                                       [--idle MS] [--write bench/C_RESULTS.md]
+                                       [--idle MS] [--measure-threads] [--write bench/C_RESULTS.md]
 
 On a machine with nothing installed but numpy, onnx, onnx-ir, onnxscript, onnxruntime and a C
 compiler, from a plain copy of the repository: ``PYTHONPATH=. python3 -m bench.c_models
@@ -20,7 +20,8 @@ grows from one thread count to the next flagged (issue 18: none may), each flagg
 a second time and reported as confirmed or not.  With ``--idle MS`` every timed call comes
 after a quiet spell of MS (begun once the other engine's workers stopped spinning), as a
 service's requests do, so each engine's workers have gone to sleep and the call includes
-waking them.  Targets (issue 4): resnet50,
+waking them.  With ``--measure-threads`` ``c`` is compiled with ``CBackend(measure_threads=True)``:
+each kernel's thread count measured on this machine instead of estimated.  Targets (issue 4): resnet50,
 vgg19 and squeezenet within 1.5x of onnxruntime.  With ``--write`` the per-op table of
 ``bench.c_ops`` is run too and both tables go into the results file.
 """
@@ -71,8 +72,9 @@ def model_rows(threads: int, repeat: int, names: list[str] | None = None) -> lis
 
 
 def scaling_rows(counts: list[int], repeat: int, names: list[str] | None = None,
-                 idle: float = 0.0) -> dict[int, list[Row]]:
-    """Rows per thread count: each model compiled (the plan depends on the count) and timed
+                 idle: float = 0.0, measure_threads: bool = False) -> dict[int, list[Row]]:
+    """Rows per thread count: each model compiled (the plan depends on the count; with
+    ``measure_threads``, measured on this machine: ``CBackend(measure_threads=True)``) and timed
     (with ``idle`` seconds before each call, call by call: see :func:`bench.c_ops.median_pair`)."""
     rows: dict[int, list[Row]] = {t: [] for t in counts}
     backend = CBackend()
@@ -83,7 +85,8 @@ def scaling_rows(counts: list[int], repeat: int, names: list[str] | None = None,
             print(f"skip {name}: {sorted(set(declined))} not supported")
             continue
         for threads in counts:
-            row = compare(f"light_{name}", model, threads, repeat, block=1 if idle else BLOCK, idle=idle)
+            row = compare(f"light_{name}", model, threads, repeat, block=1 if idle else BLOCK, idle=idle,
+                          measure_threads=measure_threads)
             rows[threads].append(row)
             print(f"{row.name} T={threads}: c {row.c_ms:.2f} ms, onnxruntime {row.ort_ms:.2f} ms, "
                   f"ratio {row.ratio:.2f}, c off onnxruntime by {row.error:.1e} relative", flush=True)
@@ -128,13 +131,14 @@ def slower_steps(rows: dict[int, list[Row]]) -> list[tuple[str, int, int]]:
     return steps
 
 
-def second_timing(steps: list[tuple[str, int, int]], repeat: int, idle: float = 0.0) -> list[str]:
+def second_timing(steps: list[tuple[str, int, int]], repeat: int, idle: float = 0.0,
+                  measure_threads: bool = False) -> list[str]:
     """Each flagged step timed again (both thread counts, freshly compiled): on a shared machine
     a burst of other work during one count's block can flag a model that is not slower.
     Both timings are printed; a step counts as confirmed only if the second one agrees."""
     lines = []
     for name, a, b in steps:
-        again = scaling_rows([a, b], repeat, [name.removeprefix("light_")], idle)
+        again = scaling_rows([a, b], repeat, [name.removeprefix("light_")], idle, measure_threads)
         ta, tb = again[a][0].c_ms, again[b][0].c_ms
         verdict = "confirmed" if tb > ta else "not confirmed"
         lines.append(f"second timing of {name}: c {ta:.3g} ms at {a} threads, {tb:.3g} ms at {b} ({verdict})")
@@ -167,6 +171,8 @@ def main() -> None:
     parser.add_argument("--write", type=pathlib.Path, default=None, help="write the Markdown results here")
     parser.add_argument("--idle", type=float, default=0.0,
                         help="ms of quiet before each timed call, as between a service's requests")
+    parser.add_argument("--measure-threads", action="store_true",
+                        help="c's threads per kernel measured on this machine at compile time, not estimated")
     args = parser.parse_args()
     names = args.models.split(",") if args.models else None
     unknown = sorted(set(names or []) - set(MODELS))
@@ -175,13 +181,15 @@ def main() -> None:
     load_before = _load()
     if args.idle:
         print(f"each call after {args.idle:g} ms of quiet (both engines' workers asleep by then)")
-    scaling = scaling_rows(args.threads, args.repeat, names, args.idle / 1e3)
+    if args.measure_threads:
+        print("c: CBackend(measure_threads=True), each kernel's threads measured on this machine")
+    scaling = scaling_rows(args.threads, args.repeat, names, args.idle / 1e3, args.measure_threads)
     args.threads = args.threads[-1]
     models = scaling[args.threads]
     print(table(models))
     if len(scaling) > 1:
         print(scaling_table(scaling))
-        for line in second_timing(slower_steps(scaling), args.repeat, args.idle / 1e3):
+        for line in second_timing(slower_steps(scaling), args.repeat, args.idle / 1e3, args.measure_threads):
             print(line)
     if args.write is None:
         return

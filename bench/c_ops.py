@@ -115,10 +115,10 @@ def ort_session(model: onnx.ModelProto, threads: int) -> ort.InferenceSession:
 
 
 def on_c(
-    model: onnx.ModelProto, threads: int, seed: int = 0
+    model: onnx.ModelProto, threads: int, seed: int = 0, measure_threads: bool = False
 ) -> tuple[CRunnable, list[np.ndarray], dict[str, np.ndarray]]:
-    """``model`` compiled whole on ``c``, with random inputs (standard normal, ``seed``) both
-    in the partition's order and as onnxruntime feeds."""
+    """``model`` compiled whole on ``c`` (``CBackend(measure_threads=...)``), with random inputs
+    (standard normal, ``seed``) both in the partition's order and as onnxruntime feeds."""
     rng = np.random.default_rng(seed)
     inits = {t.name for t in model.graph.initializer}
     feeds = {
@@ -126,17 +126,17 @@ def on_c(
         for i in model.graph.input
         if i.name not in inits
     }
-    backend = CBackend(num_threads=threads)
+    backend = CBackend(num_threads=threads, measure_threads=measure_threads)
     partition = Partition("bench", ir.from_proto(model))
     runnable = backend.load(backend.compile(partition))
     return runnable, [feeds[n] for n in partition.input_names], feeds
 
 
 def compare(name: str, model: onnx.ModelProto, threads: int, repeat: int, flops: float = 0.0,
-            block: int = 1, idle: float = 0.0) -> Row:
-    """Compile ``model`` whole on ``c`` and time it against onnxruntime on the same feeds
-    (:func:`median_pair`'s ``block`` and ``idle``)."""
-    runnable, inputs, feeds = on_c(model, threads)
+            block: int = 1, idle: float = 0.0, measure_threads: bool = False) -> Row:
+    """Compile ``model`` whole on ``c`` (:func:`on_c`) and time it against onnxruntime on the
+    same feeds (:func:`median_pair`'s ``block`` and ``idle``)."""
+    runnable, inputs, feeds = on_c(model, threads, measure_threads=measure_threads)
     session = ort_session(model, threads)
     error = relative_error(runnable.run(inputs), session.run(None, feeds))
     c_ms, ort_ms = median_pair(lambda: runnable.run(inputs), lambda: session.run(None, feeds), repeat, block, idle)

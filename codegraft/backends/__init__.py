@@ -44,10 +44,10 @@ def _openvino() -> Backend:
     return OpenVINOBackend()
 
 
-def _c() -> Backend:
+def _c(spec: str | None = None) -> Backend:
     from codegraft.backends.c import CBackend
 
-    return _available(CBackend())
+    return _available(CBackend.from_spec(spec) if spec else CBackend())
 
 
 def _dnnl() -> Backend:
@@ -80,7 +80,7 @@ BUILTIN_BACKENDS: dict[str, BackendFactory] = {
     "dnnl": _dnnl,
 }
 # Spellings with options that ``codegraft backends`` lists too, so users find them.
-SHOWN_VARIANTS = ("iree:cuda",)
+SHOWN_VARIANTS = ("iree:cuda", "c:measure-threads")
 ENTRY_POINT_GROUP = "codegraft.backends"
 
 

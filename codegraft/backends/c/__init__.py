@@ -18,6 +18,7 @@ Example::
 from __future__ import annotations
 
 import json
+import logging
 import pathlib
 import platform
 
@@ -28,14 +29,19 @@ from codegraft.backends.c._blob import Blob, BlobError
 from codegraft.backends.c._codegen import Program, generate, host_machine
 from codegraft.backends.c._runtime import CRunnable
 from codegraft.backends.c._support import supports
+from codegraft.backends.c._thread_measure import measure
 from codegraft.backends.c._toolchain import (
     CompilerNotFoundError,
     Target,
     Toolchain,
+    cpu_features,
     host_target,
     source_version,
     usable_cpus,
 )
+from codegraft.errors import BackendError, CodegraftError
+
+log = logging.getLogger("codegraft")
 
 
 class CBackend:
@@ -45,7 +51,10 @@ class CBackend:
     ``cache_dir``: where compiled libraries are cached (default
     ``$CODEGRAFT_CACHE_DIR/c`` or ``~/.cache/codegraft/c``); ``num_threads``:
     threads per call (default: every CPU this process may use); ``target``: the CPU to compile for (default:
-    this one).
+    this one); ``measure_threads``: give each kernel the thread count measured fastest on
+    this machine (1, 2, 4, ... up to ``num_threads``, one build per count, timed on random
+    inputs: a compile takes a few builds longer) instead of the cost model's estimate; see
+    ``_thread_measure.py``.  The artifact then carries this machine's counts.
     """
 
     name = "c"
@@ -63,10 +72,25 @@ class CBackend:
         cache_dir: str | pathlib.Path | None = None,
         num_threads: int | None = None,
         target: Target | None = None,
+        measure_threads: bool = False,
     ) -> None:
         self.toolchain = Toolchain(compiler, pathlib.Path(cache_dir) if cache_dir is not None else None)
         self.num_threads = num_threads
         self.target = target
+        self.measure_threads = measure_threads
+        # the name an artifact records: loading it makes a backend like this one (codegraft.backends)
+        self.name = "c:measure-threads" if measure_threads else "c"
+
+    @staticmethod
+    def from_spec(spec: str) -> CBackend:
+        """The backend named ``c:<spec>``; the one option is ``measure-threads``.
+
+        >>> CBackend.from_spec("measure-threads").measure_threads
+        True
+        """
+        if spec.strip() != "measure-threads":
+            raise BackendError(f"c: unknown option {spec!r}; the one option is measure-threads (c:measure-threads)")
+        return CBackend(measure_threads=True)
 
     def unavailable_reason(self) -> str | None:
         """Why this backend cannot compile here (no C compiler), or ``None`` when it can.
@@ -99,6 +123,7 @@ class CBackend:
         return json.dumps({
             "target": [sorted(target.features), list(target.flags), target.vector_floats],
             "threads": self.num_threads or usable_cpus(),
+            "measure_threads": self.measure_threads,
             "machine": repr(host_machine(target)),
             "arch": platform.machine(),
             "toolchain": self.toolchain.fingerprint(),
@@ -111,18 +136,21 @@ class CBackend:
     def compile(self, partition: Partition) -> bytes:
         """Generate C, build it (or take it from the cache) and pack the blob."""
         target = self.target or host_target()
-        program = generate(partition.model, target, self.num_threads)
-        library = self.toolchain.build(program.source, target)
-        return Blob(
-            source=program.source,
-            library=library,
-            weights=program.weights,
-            features=target.features,
-            machine=platform.machine(),
-            scratch_floats=program.scratch_floats,
-            input_shapes=program.input_shapes,
-            output_shapes=program.output_shapes,
-        ).encode()
+        plan = None
+        if self.measure_threads:
+            missing = target.features - cpu_features()
+            if missing:
+                raise CodegraftError(
+                    f"measure_threads times each build on this machine, which lacks {sorted(missing)} of the "
+                    "target's CPU features: measure on a machine of the target's kind, or leave it off"
+                )
+            most = self.num_threads or usable_cpus()
+            found = measure(partition.model, target, most, self.toolchain)
+            plan = found.plan()
+            log.info("c: %s: threads measured at %s for %d kernels; %s", partition.name,
+                     "/".join(map(str, found.counts)), len(found.kept), found.summary())
+        program = generate(partition.model, target, self.num_threads, plan=plan)
+        return Blob.built(program, self.toolchain.build(program.source, target), target).encode()
 
     def load(self, blob: bytes) -> CRunnable:
         """Load a blob from :meth:`compile` (rebuilding it if this CPU cannot run it)."""

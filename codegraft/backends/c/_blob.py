@@ -16,12 +16,18 @@ from __future__ import annotations
 
 import hashlib
 import json
+import platform
 import struct
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from codegraft.errors import CodegraftError
+
+if TYPE_CHECKING:
+    from codegraft.backends.c._codegen import Program
+    from codegraft.backends.c._toolchain import Target
 
 MAGIC = b"CGCBLOB\0"
 FORMAT_VERSION = 1
@@ -44,6 +50,20 @@ class Blob:
     scratch_floats: int
     input_shapes: tuple[tuple[int, ...], ...]
     output_shapes: tuple[tuple[int, ...], ...]
+
+    @staticmethod
+    def built(program: Program, library: bytes, target: Target) -> Blob:
+        """The blob of ``program`` compiled into ``library`` for ``target`` on this machine type."""
+        return Blob(
+            source=program.source,
+            library=library,
+            weights=program.weights,
+            features=target.features,
+            machine=platform.machine(),
+            scratch_floats=program.scratch_floats,
+            input_shapes=program.input_shapes,
+            output_shapes=program.output_shapes,
+        )
 
     def encode(self) -> bytes:
         """The blob's bytes."""

@@ -12,7 +12,7 @@ loaded partition, ``nthreads`` the threads to use (0: every core; see ``_thread_
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,7 +25,7 @@ from codegraft.backends.c._emit import Context
 from codegraft.backends.c._fold import fold_affine
 from codegraft.backends.c._fuse import Kernel, fuse
 from codegraft.backends.c._layout import assign_layout
-from codegraft.backends.c._thread_cost import Choice, Machine, Work, choose
+from codegraft.backends.c._thread_cost import Choice, Machine, Work, choose, fixed
 from codegraft.backends.c._thread_pool import POOL
 from codegraft.backends.c._timers import timer_source
 from codegraft.backends.c._toolchain import Target, cache_sizes, usable_cpus
@@ -68,14 +68,19 @@ class KernelThreads:
     node: str = ""  # the ONNX node it computes (its name in per-op profiles)
 
 
-def generate(model: ir.Model, target: Target, threads: int | None = None, machine: Machine | None = None) -> Program:
+def generate(
+    model: ir.Model, target: Target, threads: int | None = None, machine: Machine | None = None,
+    plan: Callable[[int], int] | None = None,
+) -> Program:
     """C source for one partition with concrete input shapes.
 
     ``threads``: the most threads a kernel may use (default: every CPU this process may use); each kernel gets
     what the cost model of ``_thread_cost.py`` finds pays, on ``machine`` (default: this CPU's
-    caches and ``target``'s vector width).  An empty tensor (a dimension of 0) is refused:
-    the kernels divide work by sizes, so the partition runs on the host for that shape
-    instead (a crash in native code otherwise).
+    caches and ``target``'s vector width), or with ``plan`` what ``plan(index)`` says for the
+    kernel at that index (at most its branch's threads and its parallel units; see
+    ``_thread_measure.py``); the kernels and their indices are the same whatever the plan.
+    An empty tensor (a dimension of 0) is refused: the kernels divide work by sizes, so
+    the partition runs on the host for that shape instead (a crash in native code otherwise).
     """
     _refuse_empty(model)
     graph = assign_layout(translate(model))
@@ -99,7 +104,10 @@ def generate(model: ir.Model, target: Target, threads: int | None = None, machin
             mark = len(ctx.body)
             for index, most_here in zip(branch, counts, strict=True):
                 kernel = kernels[index]
-                choice = choose(works[index], most_here, machine)
+                if plan is None:
+                    choice = choose(works[index], most_here, machine)
+                else:  # a stage of one kernel holds the cost model's count: the cap is the most
+                    choice = fixed(works[index], min(plan(index), most_here if stage.concurrent else most), machine)
                 decisions[index] = KernelThreads(_describe(kernel), works[index], choice, _origin(kernel))
                 ctx.op_threads = choice.threads
                 ctx.body.append(f"  /* {_describe(kernel)} */")

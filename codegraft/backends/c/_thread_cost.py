@@ -112,6 +112,18 @@ def estimate_ns(work: Work, threads: int, machine: Machine) -> float:
     return max(compute, work.bytes / bandwidth) * imbalance + sync
 
 
+def fixed(work: Work, threads: int, machine: Machine) -> Choice:
+    """``threads`` (at most the work's parallel units, at least 1) with its estimated times: a
+    count decided elsewhere (measured, :mod:`._thread_measure`) in the form :func:`choose` gives.
+
+    >>> m = Machine.for_cpu(vector_floats=8, l2_bytes=1 << 19, l3_bytes=32 << 20)
+    >>> fixed(Work(flops=2e4, bytes=8e4, units=3, gemm=False), threads=16, machine=m).threads
+    3
+    """
+    count = max(1, min(threads, work.units))
+    return Choice(count, estimate_ns(work, 1, machine) / 1e3, estimate_ns(work, count, machine) / 1e3)
+
+
 def choose(work: Work, threads: int, machine: Machine) -> Choice:
     """The thread count in ``1..threads`` with the least estimated time (fewer on ties)."""
     best, best_ns = 1, estimate_ns(work, 1, machine)
