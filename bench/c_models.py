@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import logging
 import os
 import pathlib
 import platform
@@ -183,6 +184,8 @@ def main() -> None:
         print(f"each call after {args.idle:g} ms of quiet (both engines' workers asleep by then)")
     if args.measure_threads:
         print("c: CBackend(measure_threads=True), each kernel's threads measured on this machine")
+        logging.basicConfig(format="%(message)s")
+        logging.getLogger("codegraft").setLevel(logging.INFO)  # what each measurement kept
     scaling = scaling_rows(args.threads, args.repeat, names, args.idle / 1e3, args.measure_threads)
     args.threads = args.threads[-1]
     models = scaling[args.threads]
