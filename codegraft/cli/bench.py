@@ -344,8 +344,12 @@ def make_target(name: str, threads: int) -> Backend:
 
         return DnnlBackend(num_threads=threads)
     from codegraft.backends import get_backend
+    from codegraft.backends.c import CBackend
 
-    return get_backend(name)
+    backend = get_backend(name)
+    if isinstance(backend, CBackend):  # c, c:measure-threads (which measures up to these threads)
+        backend.num_threads = threads
+    return backend
 
 
 def _openvino_installed() -> bool:
