@@ -16,7 +16,7 @@ import pytest
 from onnx import helper
 
 from codegraft.backend import Partition
-from codegraft.backends.c._codegen import Program, generate
+from codegraft.backends.c._codegen import KernelThreads, Program, generate
 from codegraft.backends.c._runtime import CRunnable
 from codegraft.backends.c._thread_cost import Machine
 from codegraft.backends.c._thread_measure import Measurement, candidate_counts, measure, settle
@@ -92,15 +92,21 @@ def test_generate_gives_each_kernel_the_plans_count_capped_by_its_units() -> Non
     assert "cg_op_threads = 8;" in planned.source
 
 
-@needs_compiler
-def test_measure_gives_threads_where_they_pay_against_a_wrong_estimate() -> None:
+def _measure_on_fake_clock(most: int, whole_factor: float = 1.0) -> tuple[tuple[KernelThreads, ...], Measurement]:
+    """The conv model measured up to ``most`` threads against the never-parallel cost model,
+    on a clock where the convolutions take 5 ms of work and everything else 4 us."""
     model = ir.from_proto(_convs())
-    kernels = generate(model, host_target(), 4, SERIAL).threads
-    # the convolutions are big, everything else a few microseconds
+    kernels = generate(model, host_target(), most, SERIAL).threads
     work = [5.0 if k.kernel.startswith("Conv") else 0.004 for k in kernels]
     estimated = tuple(k.choice.threads for k in kernels)
-    found = measure(model, host_target(), 4, backend().toolchain, rounds=3, machine=SERIAL,
-                    clock=FakeClock(work, estimated))
+    clock = FakeClock(work, estimated, whole_factor)
+    return kernels, measure(model, host_target(), most, backend().toolchain, rounds=3, machine=SERIAL, clock=clock)
+
+
+@needs_compiler
+def test_measure_gives_threads_where_they_pay_against_a_wrong_estimate() -> None:
+    kernels, found = _measure_on_fake_clock(4)
+    estimated = tuple(k.choice.threads for k in kernels)
     assert found.counts == (1, 2, 4) and found.estimated == estimated == (1,) * len(kernels)
     for k, picked in zip(kernels, found.picked, strict=True):
         assert picked == (min(4, k.work.units) if k.kernel.startswith("Conv") else 1), k.kernel
@@ -111,13 +117,8 @@ def test_measure_gives_threads_where_they_pay_against_a_wrong_estimate() -> None
 
 @needs_compiler
 def test_measure_keeps_the_estimate_when_the_whole_model_is_not_faster() -> None:
-    model = ir.from_proto(_convs())
-    kernels = generate(model, host_target(), 2, SERIAL).threads
-    work = [5.0 if k.kernel.startswith("Conv") else 0.004 for k in kernels]
-    estimated = tuple(k.choice.threads for k in kernels)
     # per kernel two threads pay, yet the whole model with them runs 3x as long (say, caches)
-    found = measure(model, host_target(), 2, backend().toolchain, rounds=3, machine=SERIAL,
-                    clock=FakeClock(work, estimated, whole_factor=3.0))
+    _, found = _measure_on_fake_clock(2, whole_factor=3.0)
     assert found.picked != found.estimated and found.kept == found.estimated
 
 

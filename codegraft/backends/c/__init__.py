@@ -150,7 +150,8 @@ class CBackend:
             log.info("c: %s: threads measured at %s for %d kernels; %s", partition.name,
                      "/".join(map(str, found.counts)), len(found.kept), found.summary())
         program = generate(partition.model, target, self.num_threads, plan=plan)
-        return Blob.built(program, self.toolchain.build(program.source, target), target).encode()
+        library = self.toolchain.build(program.source, target)
+        return Blob.built(program, library, target, program.scratch_floats).encode()
 
     def load(self, blob: bytes) -> CRunnable:
         """Load a blob from :meth:`compile` (rebuilding it if this CPU cannot run it)."""

@@ -19,15 +19,27 @@ import json
 import platform
 import struct
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from codegraft.errors import CodegraftError
 
 if TYPE_CHECKING:
-    from codegraft.backends.c._codegen import Program
     from codegraft.backends.c._toolchain import Target
+
+
+class GeneratedProgram(Protocol):
+    """What a code generator hands :meth:`Blob.built` (the c and dnnl backends' ``Program``)."""
+
+    @property
+    def source(self) -> str: ...
+    @property
+    def weights(self) -> np.ndarray: ...
+    @property
+    def input_shapes(self) -> tuple[tuple[int, ...], ...]: ...
+    @property
+    def output_shapes(self) -> tuple[tuple[int, ...], ...]: ...
 
 MAGIC = b"CGCBLOB\0"
 FORMAT_VERSION = 1
@@ -52,7 +64,7 @@ class Blob:
     output_shapes: tuple[tuple[int, ...], ...]
 
     @staticmethod
-    def built(program: Program, library: bytes, target: Target) -> Blob:
+    def built(program: GeneratedProgram, library: bytes, target: Target, scratch_floats: int = 0) -> Blob:
         """The blob of ``program`` compiled into ``library`` for ``target`` on this machine type."""
         return Blob(
             source=program.source,
@@ -60,7 +72,7 @@ class Blob:
             weights=program.weights,
             features=target.features,
             machine=platform.machine(),
-            scratch_floats=program.scratch_floats,
+            scratch_floats=scratch_floats,
             input_shapes=program.input_shapes,
             output_shapes=program.output_shapes,
         )

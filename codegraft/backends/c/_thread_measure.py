@@ -230,7 +230,7 @@ def _load_all(
     the slow part) and loaded, and run once untimed (first touch of weights and scratch)."""
     with concurrent.futures.ThreadPoolExecutor(max_workers=len(programs)) as pool:
         libraries = list(pool.map(toolchain.build, [program.source for program in programs], [target] * len(programs)))
-    runnables = [CRunnable(Blob.built(program, library, target), toolchain, most)
+    runnables = [CRunnable(Blob.built(program, library, target, program.scratch_floats), toolchain, most)
                  for program, library in zip(programs, libraries, strict=True)]
     for runnable in runnables:
         runnable.run(inputs)

@@ -99,16 +99,7 @@ class DnnlBackend:
         """Generate C, build it against oneDNN (or take it from the cache) and pack the blob."""
         program = generate(partition)
         library = self.toolchain.build(program.source, _PORTABLE)
-        return Blob(
-            source=program.source,
-            library=library,
-            weights=program.weights,
-            features=_PORTABLE.features,
-            machine=platform.machine(),
-            scratch_floats=0,
-            input_shapes=program.input_shapes,
-            output_shapes=program.output_shapes,
-        ).encode()
+        return Blob.built(program, library, _PORTABLE).encode()
 
     def load(self, blob: bytes) -> DnnlRunnable:
         """Create the primitives of a blob from :meth:`compile`."""
