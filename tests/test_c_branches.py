@@ -9,8 +9,6 @@ code on this CPU (its pool has as many workers as there are cores, whatever the 
 
 from __future__ import annotations
 
-import platform
-
 import numpy as np
 import onnx_ir as ir
 import onnxruntime as ort
@@ -91,9 +89,7 @@ def test_plan_packs_more_kernels_than_threads_and_keeps_serial_levels_in_order()
 
 def _run(program: Program, target, threads: int, tmp_path) -> CRunnable:  # type: ignore[no-untyped-def]
     toolchain = Toolchain(cache_dir=tmp_path)
-    blob = Blob(source=program.source, library=toolchain.build(program.source, target), weights=program.weights,
-                features=target.features, machine=platform.machine(), scratch_floats=program.scratch_floats,
-                input_shapes=program.input_shapes, output_shapes=program.output_shapes)
+    blob = Blob.built(program, toolchain.build(program.source, target), target, program.scratch_floats)
     return CRunnable(blob, toolchain, threads)
 
 

@@ -7,8 +7,6 @@ for real and checks only what timing cannot change: the counts are valid and the
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import onnx
 import onnx_ir as ir
@@ -19,7 +17,7 @@ from codegraft.backend import Partition
 from codegraft.backends.c._codegen import KernelThreads, Program, generate
 from codegraft.backends.c._runtime import CRunnable
 from codegraft.backends.c._thread_cost import Machine
-from codegraft.backends.c._thread_measure import Measurement, candidate_counts, measure, settle
+from codegraft.backends.c._thread_measure import Measurement, Plan, candidate_counts, measure, settle
 from codegraft.backends.c._toolchain import cpu_features, host_target, target_for
 from codegraft.errors import CodegraftError
 from codegraft.testing import assert_close, run_onnxruntime
@@ -110,21 +108,50 @@ def test_measure_gives_threads_where_they_pay_against_a_wrong_estimate() -> None
     assert found.counts == (1, 2, 4) and found.estimated == estimated == (1,) * len(kernels)
     for k, picked in zip(kernels, found.picked, strict=True):
         assert picked == (min(4, k.work.units) if k.kernel.startswith("Conv") else 1), k.kernel
-    assert found.picked_ms < found.estimated_ms and found.kept == found.picked
+    # no branches to run side by side: the cost model's plan against the picked counts alone
+    assert [plan for plan, _ in found.timed] == [Plan(estimated), Plan(found.picked, side_by_side=False)]
+    assert found.timed[1][1] < found.timed[0][1] and found.kept == Plan(found.picked, side_by_side=False)
     assert all(len(times) == 3 for times in found.ms)
-    assert found.table([k.kernel for k in kernels]).endswith("kept the picked")
+    assert found.table([k.kernel for k in kernels]).endswith("kept: picked, no branches side by side")
 
 
 @needs_compiler
 def test_measure_keeps_the_estimate_when_the_whole_model_is_not_faster() -> None:
     # per kernel two threads pay, yet the whole model with them runs 3x as long (say, caches)
     _, found = _measure_on_fake_clock(2, whole_factor=3.0)
-    assert found.picked != found.estimated and found.kept == found.estimated
+    assert found.picked != found.estimated and found.kept == Plan(found.estimated)
 
 
 def test_a_measurement_without_differences_times_no_whole_model() -> None:
-    same = Measurement((1, 2), ((1.0, 0.6),), (2,), (2,), math.nan, math.nan)
-    assert same.kept == (2,) and same.table().endswith("every kernel picked the cost model's count")
+    same = Measurement((1, 2), ((1.0, 0.6),), (2,), (2,))
+    assert same.kept == Plan((2,)) and same.table().endswith("every kernel picked the cost model's count")
+
+
+class BranchesCost(FakeClock):
+    """Every kernel as fast at any count; a whole call 20% longer with branches side by side."""
+
+    def kernels_ms(self, program: Program, runnable: CRunnable, inputs: list[np.ndarray]) -> list[float]:
+        return [0.1] * program.kernels
+
+    def call_ms(self, program: Program, runnable: CRunnable, inputs: list[np.ndarray]) -> float:
+        return 1.2 if any(stage.concurrent for stage in program.stages) else 1.0
+
+
+@needs_compiler
+def test_measure_times_branches_side_by_side_against_one_after_another() -> None:
+    # four independent convolutions the cost model runs side by side on 2 threads
+    rng = np.random.default_rng(0)
+    nodes = [helper.make_node("Conv", ["x", f"w{i}"], [f"c{i}"]) for i in range(4)]
+    nodes.append(helper.make_node("Concat", [f"c{i}" for i in range(4)], ["y"], axis=1))
+    weights = {f"w{i}": rng.standard_normal((32, 32, 1, 1)).astype(np.float32) for i in range(4)}
+    model = ir.from_proto(make_model(nodes, {"x": [1, 32, 14, 14]}, ["y"], weights))
+    wide = Machine.for_cpu(16, l2_bytes=1 << 20, l3_bytes=32 << 20)
+    assert any(stage.concurrent for stage in generate(model, host_target(), 2, wide).stages)
+    found = measure(model, host_target(), 2, backend().toolchain, rounds=3, machine=wide, clock=BranchesCost([]))
+    assert found.picked == found.estimated  # every count as fast: the fewest threads, as estimated
+    assert [plan.side_by_side for plan, _ in found.timed] == [True, False]
+    assert found.kept == Plan(found.estimated, side_by_side=False)
+    assert found.summary().endswith("kept: cost model, no branches side by side")
 
 
 @needs_compiler

@@ -29,7 +29,7 @@ from codegraft.backends.c._blob import Blob, BlobError
 from codegraft.backends.c._codegen import Program, generate, host_machine
 from codegraft.backends.c._runtime import CRunnable
 from codegraft.backends.c._support import supports
-from codegraft.backends.c._thread_measure import measure
+from codegraft.backends.c._thread_measure import build_plan, measure
 from codegraft.backends.c._toolchain import (
     CompilerNotFoundError,
     Target,
@@ -136,7 +136,6 @@ class CBackend:
     def compile(self, partition: Partition) -> bytes:
         """Generate C, build it (or take it from the cache) and pack the blob."""
         target = self.target or host_target()
-        plan = None
         if self.measure_threads:
             missing = target.features - cpu_features()
             if missing:
@@ -146,10 +145,11 @@ class CBackend:
                 )
             most = self.num_threads or usable_cpus()
             found = measure(partition.model, target, most, self.toolchain)
-            plan = found.plan()
             log.info("c: %s: threads measured at %s for %d kernels; %s", partition.name,
-                     "/".join(map(str, found.counts)), len(found.kept), found.summary())
-        program = generate(partition.model, target, self.num_threads, plan=plan)
+                     "/".join(map(str, found.counts)), len(found.picked), found.summary())
+            program = build_plan(partition.model, target, most, None, found.kept, found.estimated)
+        else:
+            program = generate(partition.model, target, self.num_threads)
         library = self.toolchain.build(program.source, target)
         return Blob.built(program, library, target, program.scratch_floats).encode()
 

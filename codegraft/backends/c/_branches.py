@@ -102,8 +102,11 @@ def _inputs(kernel: Kernel) -> list[g.Tensor]:
     return [*(kernel.core.inputs if kernel.core is not None else []), *kernel.operands]
 
 
-def plan_stages(after: Sequence[set[int]], works: Sequence[Work], threads: int, machine: Machine) -> list[Stage]:
-    """Stages in execution order (see the module note); ``after[i]``: kernels kernel ``i`` follows."""
+def plan_stages(
+    after: Sequence[set[int]], works: Sequence[Work], threads: int, machine: Machine, side_by_side: bool = True
+) -> list[Stage]:
+    """Stages in execution order (see the module note); ``after[i]``: kernels kernel ``i`` follows.
+    Without ``side_by_side``, one kernel a stage whatever the cost model says."""
     count = len(works)
     level = [0] * count
     for i in range(count):
@@ -113,7 +116,7 @@ def plan_stages(after: Sequence[set[int]], works: Sequence[Work], threads: int, 
         by_level.setdefault(level[i], []).append(i)
     group: dict[int, Stage] = {}
     for members in by_level.values():
-        if len(members) > 1 and threads > 1:
+        if len(members) > 1 and threads > 1 and side_by_side:
             stage = _concurrent(members, works, threads, machine)
             if stage is not None:
                 for i in members:

@@ -70,7 +70,7 @@ class KernelThreads:
 
 def generate(
     model: ir.Model, target: Target, threads: int | None = None, machine: Machine | None = None,
-    plan: Callable[[int], int] | None = None,
+    plan: Callable[[int], int] | None = None, side_by_side: bool = True,
 ) -> Program:
     """C source for one partition with concrete input shapes.
 
@@ -79,6 +79,7 @@ def generate(
     caches and ``target``'s vector width), or with ``plan`` what ``plan(index)`` says for the
     kernel at that index (at most its branch's threads and its parallel units; see
     ``_thread_measure.py``); the kernels and their indices are the same whatever the plan.
+    Without ``side_by_side``, no independent kernels run side by side (``_branches.py``).
     An empty tensor (a dimension of 0) is refused: the kernels divide work by sizes, so
     the partition runs on the host for that shape instead (a crash in native code otherwise).
     """
@@ -92,7 +93,7 @@ def generate(
     machine = machine or host_machine(target)
     given = frozenset(id(t.root()) for t in graph.inputs)
     works = [kernel_work(k, target.vector_floats, given) for k in kernels]
-    stages = plan_stages(dependences(kernels), works, most, machine)
+    stages = plan_stages(dependences(kernels), works, most, machine, side_by_side)
     ctx.reads = _reads(kernels, stages)
     decisions: dict[int, KernelThreads] = {}
     stage_functions: list[tuple[str, list[list[str]]]] = []

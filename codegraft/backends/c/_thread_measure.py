@@ -11,19 +11,25 @@ TensorRT's builder times its tactics: every kernel is built at each count of
 count, the builds compiled side by side; each is then timed by the library's own per-kernel
 timers on random inputs, in rounds that alternate the builds (a pause between two, so the
 previous build's spinning workers have gone to sleep), and each kernel gets the fewest
-threads whose median time is within :data:`MARGIN` of its best (:func:`pick`).  The plan
-then shapes the final build like the cost model's decisions would (a GEMM's split follows
-its count); kernels of branches that run side by side keep their branch's share as a cap.
+threads whose median time is within :data:`MARGIN` of its best (:func:`pick`) where that
+saves a share of the model worth having against the cost model's count (:func:`settle`).
+A plan shapes a build like the cost model's decisions would (a GEMM's split follows its
+count); kernels of branches that run side by side keep their branch's share as a cap.
 
-A kernel's time in a build where every kernel has ``t`` threads is close to its time
-beside kernels with other counts: what it inherits from its neighbours is where their
-outputs sit in the caches, a second-order effect next to its own waking and splitting.
+The per-kernel times come from builds that run no branches side by side (each kernel timed
+at exactly its count), and a kernel timed in a build where every kernel has one count
+misjudges whose caches hold its input: alone on one thread, a conversion or a concat reads
+what its own core wrote; beside kernels on many threads it does not.  So the whole model
+decides last: the cost model's plan, the picked counts with branches side by side and
+without, and the cost model's counts without them (the variants with branches only where
+the cost model runs any) are timed call by call, alternating, and the fastest is kept if it
+beats the cost model's plan by :data:`MARGIN` (:attr:`Measurement.kept`): branches side by
+side, also the cost model's decision, are measured too.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
-import math
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -103,40 +109,56 @@ def _nearest(counts: Sequence[int], count: int) -> int:
 
 
 @dataclass(frozen=True)
+class Plan:
+    """How a build runs: each kernel's thread count (by index), and whether independent
+    branches run side by side (:func:`generate`'s ``plan`` and ``side_by_side``)."""
+
+    threads: tuple[int, ...]
+    side_by_side: bool = True
+
+    def label(self, estimated: tuple[int, ...]) -> str:
+        """``cost model``, ``picked``, with ``, no branches side by side`` where so."""
+        who = "cost model" if self.threads == estimated else "picked"
+        return who if self.side_by_side else f"{who}, no branches side by side"
+
+
+@dataclass(frozen=True)
 class Measurement:
-    """What :func:`measure` found: per kernel (by index) the median ms at each of ``counts``
-    and the count picked from them; the whole model's median ms with the picked counts and
-    with the cost model's; and the counts kept (the picked ones only where that whole was faster)."""
+    """What :func:`measure` found: per kernel (by index) the median ms at each of ``counts``,
+    the count picked from them and the cost model's; the whole model's median ms with each
+    plan tried (none when the picked counts are the cost model's and it runs no branches side
+    by side), and the plan kept."""
 
     counts: tuple[int, ...]
     ms: tuple[tuple[float, ...], ...]
     picked: tuple[int, ...]
     estimated: tuple[int, ...]  # the cost model's counts
-    picked_ms: float
-    estimated_ms: float
+    timed: tuple[tuple[Plan, float], ...] = ()  # (plan, whole-model ms); the cost model's first
 
     @property
-    def kept(self) -> tuple[int, ...]:
-        """The picked counts where the model ran at least :data:`MARGIN` faster with them, else
-        the estimated (also when they are the same: the whole model is then not timed, NaN)."""
-        return self.picked if self.picked_ms * (1 + MARGIN) <= self.estimated_ms else self.estimated
-
-    def plan(self) -> Callable[[int], int]:
-        """The kept counts as :func:`generate`'s ``plan``."""
-        return self.kept.__getitem__
+    def kept(self) -> Plan:
+        """The fastest plan timed where it beats the cost model's by :data:`MARGIN`, else the cost model's."""
+        if not self.timed:
+            return Plan(self.estimated)
+        base = self.timed[0][1]
+        plan, ms = min(self.timed, key=lambda timed: timed[1])
+        return plan if ms * (1 + MARGIN) <= base else self.timed[0][0]
 
     def summary(self) -> str:
-        """One line: how many counts were picked against the estimate, and what was kept.
+        """One line: how many counts were picked against the estimate, each plan's time, what was
+        kept (here: ``kept: picked``).
 
-        >>> Measurement((1, 2), ((1.0, 0.5), (0.1, 0.2)), (2, 1), (2, 2), 1.02, 1.10).summary()
-        '1 of 2 kernels picked other counts than the cost model; whole model 1.020 ms against 1.100: kept the picked'
+        >>> cost, picked = Plan((2, 2)), Plan((2, 1))
+        >>> Measurement((1, 2), ((1.0, 0.5), (0.1, 0.2)), (2, 1), (2, 2), ((cost, 1.10), (picked, 1.02))).summary()
+        '1 of 2 kernels picked other counts than the cost model; whole model: cost model 1.100 ms, picked 1.020 ms; ...'
         """
         differ = sum(a != b for a, b in zip(self.picked, self.estimated, strict=True))
-        if not differ:
-            return "every kernel picked the cost model's count"
-        which = "picked" if self.kept == self.picked else "cost model's"
-        return (f"{differ} of {len(self.picked)} kernels picked other counts than the cost model; whole model "
-                f"{self.picked_ms:.3f} ms against {self.estimated_ms:.3f}: kept the {which}")
+        line = (f"{differ} of {len(self.picked)} kernels picked other counts than the cost model" if differ
+                else "every kernel picked the cost model's count")
+        if not self.timed:
+            return line
+        times = ", ".join(f"{plan.label(self.estimated)} {ms:.3f} ms" for plan, ms in self.timed)
+        return f"{line}; whole model: {times}; kept: {self.kept.label(self.estimated)}"
 
     def table(self, names: Sequence[str] = ()) -> str:
         """A Markdown table: each kernel's time at every count, the count picked and the cost model's."""
@@ -181,12 +203,12 @@ def measure(
 ) -> Measurement:
     """Build ``model`` with every kernel at each of :func:`candidate_counts` (``most``), time
     every kernel of every build on random inputs in ``rounds`` alternating rounds, pick
-    each kernel's count (:func:`settle`), then, where any differs from the cost model's
-    (on ``machine``: default this CPU), time the whole model with those counts against
-    the cost model's (see the module note)."""
+    each kernel's count (:func:`settle`), then time the whole model with each plan worth
+    trying against the cost model's (on ``machine``: default this CPU; see the module note)."""
     clock = clock or WallClock()
     counts = candidate_counts(most)
-    uniform = [generate(model, target, most, machine, plan=_everywhere(count)) for count in counts]
+    uniform = [generate(model, target, most, machine, plan=_everywhere(count), side_by_side=False)
+               for count in counts]
     rng = np.random.default_rng(0)
     inputs = [rng.standard_normal(shape).astype(np.float32) for shape in uniform[0].input_shapes]
     runnables = _load_all(uniform, target, toolchain, most, inputs)
@@ -202,16 +224,32 @@ def measure(
     estimate = generate(model, target, most, machine)
     estimated = tuple(decision.choice.threads for decision in estimate.threads)
     picked = settle(ms, counts, estimated)
-    if picked == estimated:
-        return Measurement(counts, ms, picked, estimated, math.nan, math.nan)
-    plans = [generate(model, target, most, machine, plan=picked.__getitem__), estimate]
-    runnables = _load_all(plans, target, toolchain, most, inputs)
-    whole: list[list[float]] = [[], []]
+    branches = any(stage.concurrent for stage in estimate.stages)
+    plans = [Plan(estimated)]
+    if picked != estimated:
+        plans += [Plan(picked, side_by_side=False)] + ([Plan(picked)] if branches else [])
+    if branches:
+        plans.append(Plan(estimated, side_by_side=False))
+    if len(plans) == 1:
+        return Measurement(counts, ms, picked, estimated)
+    programs = [estimate] + [build_plan(model, target, most, machine, plan, estimated) for plan in plans[1:]]
+    runnables = _load_all(programs, target, toolchain, most, inputs)
+    whole: list[list[float]] = [[] for _ in plans]
     for round_ in range(3 * rounds):
-        for position in _alternate(2, round_):
+        for position in _alternate(len(plans), round_):
             time.sleep(SETTLE_S)
-            whole[position].append(clock.call_ms(plans[position], runnables[position], inputs))
-    return Measurement(counts, ms, picked, estimated, statistics.median(whole[0]), statistics.median(whole[1]))
+            whole[position].append(clock.call_ms(programs[position], runnables[position], inputs))
+    timed = tuple((plan, statistics.median(times)) for plan, times in zip(plans, whole, strict=True))
+    return Measurement(counts, ms, picked, estimated, timed)
+
+
+def build_plan(
+    model: ir.Model, target: Target, most: int, machine: Machine | None, plan: Plan, estimated: tuple[int, ...]
+) -> Program:
+    """The program of ``plan``: the cost model's own decisions where its counts are the estimate
+    (without branches side by side, kernels that were in one get the count it finds alone)."""
+    counts = None if plan.threads == estimated else plan.threads.__getitem__
+    return generate(model, target, most, machine, plan=counts, side_by_side=plan.side_by_side)
 
 
 def _everywhere(count: int) -> Callable[[int], int]:
