@@ -108,8 +108,10 @@ def test_measure_gives_threads_where_they_pay_against_a_wrong_estimate() -> None
     assert found.counts == (1, 2, 4) and found.estimated == estimated == (1,) * len(kernels)
     for k, picked in zip(kernels, found.picked, strict=True):
         assert picked == (min(4, k.work.units) if k.kernel.startswith("Conv") else 1), k.kernel
-    # no branches to run side by side: the cost model's plan against the picked counts alone
-    assert [plan for plan, _ in found.timed] == [Plan(estimated), Plan(found.picked, side_by_side=False)]
+    # no branches to run side by side: the cost model's plan, the picked counts alone, and the
+    # cost model's plan for 2 threads
+    plans = [Plan(), Plan(found.picked, side_by_side=False), Plan(budget=2)]
+    assert [plan for plan, _ in found.timed] == plans
     assert found.timed[1][1] < found.timed[0][1] and found.kept == Plan(found.picked, side_by_side=False)
     assert all(len(times) == 3 for times in found.ms)
     assert found.table([k.kernel for k in kernels]).endswith("kept: picked, no branches side by side")
@@ -119,12 +121,12 @@ def test_measure_gives_threads_where_they_pay_against_a_wrong_estimate() -> None
 def test_measure_keeps_the_estimate_when_the_whole_model_is_not_faster() -> None:
     # per kernel two threads pay, yet the whole model with them runs 3x as long (say, caches)
     _, found = _measure_on_fake_clock(2, whole_factor=3.0)
-    assert found.picked != found.estimated and found.kept == Plan(found.estimated)
+    assert found.picked != found.estimated and found.kept == Plan()
 
 
 def test_a_measurement_without_differences_times_no_whole_model() -> None:
     same = Measurement((1, 2), ((1.0, 0.6),), (2,), (2,))
-    assert same.kept == Plan((2,)) and same.table().endswith("every kernel picked the cost model's count")
+    assert same.kept == Plan() and same.table().endswith("every kernel picked the cost model's count")
 
 
 class BranchesCost(FakeClock):
@@ -150,7 +152,7 @@ def test_measure_times_branches_side_by_side_against_one_after_another() -> None
     found = measure(model, host_target(), 2, backend().toolchain, rounds=3, machine=wide, clock=BranchesCost([]))
     assert found.picked == found.estimated  # every count as fast: the fewest threads, as estimated
     assert [plan.side_by_side for plan, _ in found.timed] == [True, False]
-    assert found.kept == Plan(found.estimated, side_by_side=False)
+    assert found.kept == Plan(side_by_side=False)
     assert found.summary().endswith("kept: cost model, no branches side by side")
 
 
@@ -172,3 +174,25 @@ def test_measuring_for_a_cpu_this_machine_is_not_is_refused() -> None:
     be = backend(num_threads=2, measure_threads=True, target=avx512)
     with pytest.raises(CodegraftError, match="measure_threads times each build on this machine"):
         be.compile(Partition("p", ir.from_proto(_convs())))
+
+
+class FewerThreadsFaster(FakeClock):
+    """Every kernel as fast at any count; a whole call faster where no kernel has over 2 threads."""
+
+    def kernels_ms(self, program: Program, runnable: CRunnable, inputs: list[np.ndarray]) -> list[float]:
+        return [0.1] * program.kernels
+
+    def call_ms(self, program: Program, runnable: CRunnable, inputs: list[np.ndarray]) -> float:
+        return 1.0 if max(k.choice.threads for k in program.threads) <= 2 else 1.5
+
+
+@needs_compiler
+def test_measure_keeps_the_cost_models_plan_for_fewer_threads_where_the_model_runs_faster() -> None:
+    model = ir.from_proto(_convs())
+    wide = Machine.for_cpu(16, l2_bytes=1 << 20, l3_bytes=32 << 20)
+    found = measure(model, host_target(), 8, backend().toolchain, rounds=3, machine=wide,
+                    clock=FewerThreadsFaster([]))
+    assert max(found.estimated) > 2  # the cost model gives the convolutions more than 2 threads
+    assert [plan for plan, _ in found.timed][-2:] == [Plan(budget=2), Plan(budget=4)]
+    assert found.kept == Plan(budget=2)
+    assert found.summary().endswith("kept: cost model for 2 threads")

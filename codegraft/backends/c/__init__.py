@@ -29,7 +29,7 @@ from codegraft.backends.c._blob import Blob, BlobError
 from codegraft.backends.c._codegen import Program, generate, host_machine
 from codegraft.backends.c._runtime import CRunnable
 from codegraft.backends.c._support import supports
-from codegraft.backends.c._thread_measure import build_plan, measure
+from codegraft.backends.c._thread_measure import measure
 from codegraft.backends.c._toolchain import (
     CompilerNotFoundError,
     Target,
@@ -147,7 +147,7 @@ class CBackend:
             found = measure(partition.model, target, most, self.toolchain)
             log.info("c: %s: threads measured at %s for %d kernels; %s", partition.name,
                      "/".join(map(str, found.counts)), len(found.picked), found.summary())
-            program = build_plan(partition.model, target, most, None, found.kept, found.estimated)
+            program = found.kept.program(partition.model, target, most)
         else:
             program = generate(partition.model, target, self.num_threads)
         library = self.toolchain.build(program.source, target)

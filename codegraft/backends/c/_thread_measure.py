@@ -21,10 +21,12 @@ at exactly its count), and a kernel timed in a build where every kernel has one 
 misjudges whose caches hold its input: alone on one thread, a conversion or a concat reads
 what its own core wrote; beside kernels on many threads it does not.  So the whole model
 decides last: the cost model's plan, the picked counts with branches side by side and
-without, and the cost model's counts without them (the variants with branches only where
-the cost model runs any) are timed call by call, alternating, and the fastest is kept if it
-beats the cost model's plan by :data:`MARGIN` (:attr:`Measurement.kept`): branches side by
-side, also the cost model's decision, are measured too.
+without, the cost model's counts without them (the variants with branches only where the
+cost model runs any), and the cost model's plans for the two largest counts tried below the
+most (for 16 threads: 4 and 8) are timed call by call, alternating, and the fastest is kept
+if it beats the cost model's plan by :data:`MARGIN` (:attr:`Measurement.kept`).  So branches
+side by side, the cost model's other guess at many threads, are measured too, and a model
+is not left slower on all its threads than on fewer.
 """
 
 from __future__ import annotations
@@ -110,16 +112,26 @@ def _nearest(counts: Sequence[int], count: int) -> int:
 
 @dataclass(frozen=True)
 class Plan:
-    """How a build runs: each kernel's thread count (by index), and whether independent
-    branches run side by side (:func:`generate`'s ``plan`` and ``side_by_side``)."""
+    """How a build runs: ``threads`` per kernel (by index), or, empty, the cost model's counts
+    for ``budget`` threads (0: the most); and whether independent branches run side by side.
 
-    threads: tuple[int, ...]
+    >>> Plan().label(), Plan(budget=4).label(), Plan((2, 1), side_by_side=False).label()
+    ('cost model', 'cost model for 4 threads', 'picked, no branches side by side')
+    """
+
+    threads: tuple[int, ...] = ()
     side_by_side: bool = True
+    budget: int = 0
 
-    def label(self, estimated: tuple[int, ...]) -> str:
-        """``cost model``, ``picked``, with ``, no branches side by side`` where so."""
-        who = "cost model" if self.threads == estimated else "picked"
+    def label(self) -> str:
+        """What the plan is, in a few words."""
+        who = "picked" if self.threads else "cost model" + (f" for {self.budget} threads" if self.budget else "")
         return who if self.side_by_side else f"{who}, no branches side by side"
+
+    def program(self, model: ir.Model, target: Target, most: int, machine: Machine | None = None) -> Program:
+        """The plan's C for ``model``, run with up to ``most`` threads (:func:`generate`)."""
+        counts = self.threads.__getitem__ if self.threads else None
+        return generate(model, target, self.budget or most, machine, plan=counts, side_by_side=self.side_by_side)
 
 
 @dataclass(frozen=True)
@@ -139,7 +151,7 @@ class Measurement:
     def kept(self) -> Plan:
         """The fastest plan timed where it beats the cost model's by :data:`MARGIN`, else the cost model's."""
         if not self.timed:
-            return Plan(self.estimated)
+            return Plan()
         base = self.timed[0][1]
         plan, ms = min(self.timed, key=lambda timed: timed[1])
         return plan if ms * (1 + MARGIN) <= base else self.timed[0][0]
@@ -148,7 +160,7 @@ class Measurement:
         """One line: how many counts were picked against the estimate, each plan's time, what was
         kept (here: ``kept: picked``).
 
-        >>> cost, picked = Plan((2, 2)), Plan((2, 1))
+        >>> cost, picked = Plan(), Plan((2, 1))
         >>> Measurement((1, 2), ((1.0, 0.5), (0.1, 0.2)), (2, 1), (2, 2), ((cost, 1.10), (picked, 1.02))).summary()
         '1 of 2 kernels picked other counts than the cost model; whole model: cost model 1.100 ms, picked 1.020 ms; ...'
         """
@@ -157,8 +169,8 @@ class Measurement:
                 else "every kernel picked the cost model's count")
         if not self.timed:
             return line
-        times = ", ".join(f"{plan.label(self.estimated)} {ms:.3f} ms" for plan, ms in self.timed)
-        return f"{line}; whole model: {times}; kept: {self.kept.label(self.estimated)}"
+        times = ", ".join(f"{plan.label()} {ms:.3f} ms" for plan, ms in self.timed)
+        return f"{line}; whole model: {times}; kept: {self.kept.label()}"
 
     def table(self, names: Sequence[str] = ()) -> str:
         """A Markdown table: each kernel's time at every count, the count picked and the cost model's."""
@@ -225,14 +237,17 @@ def measure(
     estimated = tuple(decision.choice.threads for decision in estimate.threads)
     picked = settle(ms, counts, estimated)
     branches = any(stage.concurrent for stage in estimate.stages)
-    plans = [Plan(estimated)]
+    plans = [Plan()]
     if picked != estimated:
         plans += [Plan(picked, side_by_side=False)] + ([Plan(picked)] if branches else [])
     if branches:
-        plans.append(Plan(estimated, side_by_side=False))
+        plans.append(Plan(side_by_side=False))
+    # the cost model for fewer threads (the two largest counts tried below the most): what
+    # runs slower on more threads than on fewer is not kept
+    plans += [Plan(budget=count) for count in counts[1:-1][-2:]]
     if len(plans) == 1:
         return Measurement(counts, ms, picked, estimated)
-    programs = [estimate] + [build_plan(model, target, most, machine, plan, estimated) for plan in plans[1:]]
+    programs = [estimate] + [plan.program(model, target, most, machine) for plan in plans[1:]]
     runnables = _load_all(programs, target, toolchain, most, inputs)
     whole: list[list[float]] = [[] for _ in plans]
     for round_ in range(3 * rounds):
@@ -241,15 +256,6 @@ def measure(
             whole[position].append(clock.call_ms(programs[position], runnables[position], inputs))
     timed = tuple((plan, statistics.median(times)) for plan, times in zip(plans, whole, strict=True))
     return Measurement(counts, ms, picked, estimated, timed)
-
-
-def build_plan(
-    model: ir.Model, target: Target, most: int, machine: Machine | None, plan: Plan, estimated: tuple[int, ...]
-) -> Program:
-    """The program of ``plan``: the cost model's own decisions where its counts are the estimate
-    (without branches side by side, kernels that were in one get the count it finds alone)."""
-    counts = None if plan.threads == estimated else plan.threads.__getitem__
-    return generate(model, target, most, machine, plan=counts, side_by_side=plan.side_by_side)
 
 
 def _everywhere(count: int) -> Callable[[int], int]:
