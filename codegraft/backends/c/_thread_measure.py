@@ -233,6 +233,7 @@ def measure(
         tuple(statistics.median(sample[kernel] for sample in samples[position]) for position in range(len(counts)))
         for kernel in range(uniform[0].kernels)
     )
+    del uniform, runnables  # each holds a copy of the weights: one set of builds at a time
     estimate = generate(model, target, most, machine)
     estimated = tuple(decision.choice.threads for decision in estimate.threads)
     picked = settle(ms, counts, estimated)
