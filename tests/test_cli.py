@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 import pathlib
+import subprocess
+import sys
 
 import numpy as np
 import onnx
+import pytest
 from typer.testing import CliRunner
 
 from codegraft.cli.main import app
@@ -73,4 +76,12 @@ def test_backends_lists_builtins() -> None:
     result = runner.invoke(app, ["backends", "--json"])
     assert result.exit_code == 0
     names = {b["name"] for b in json.loads(result.output)}
-    assert {"onnxruntime", "openvino", "c"} <= names
+    assert {"onnxruntime", "openvino", "c", "c:measure-threads"} <= names
+
+
+def test_backends_exits_without_leak_reports() -> None:
+    # the real console script: its process ends with the command, IREE's runtime objects with it
+    pytest.importorskip("iree.runtime")
+    done = subprocess.run([sys.executable, "-m", "codegraft.cli.main", "backends"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "leaked" not in done.stderr, done.stderr[:500]

@@ -45,6 +45,10 @@ def device_for(target: IreeTarget) -> Any:
 
     with _LOCK:
         if _INSTANCE is None:
+            # The instance and devices live as long as the process, on purpose; nanobind would
+            # list them and their types as leaks at exit (hundreds of lines on stderr after
+            # `codegraft backends`).
+            getattr(getattr(rt, "_binding", None), "disable_leak_checker", lambda: None)()
             _INSTANCE = rt.VmInstance()
         device = _DEVICES.get(target.driver)
         if device is None:
