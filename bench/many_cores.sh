@@ -8,7 +8,9 @@
 # (bench.c_models: c / onnxruntime per model and thread count, c's milliseconds, models whose c
 # time grows with the thread count, outputs off onnxruntime by more than 1e-4),
 # scaling_measured.md (the same beyond one thread, vgg19 aside, with c's threads per kernel
-# measured at compile time: CBackend(measure_threads=True)), idle.md (the
+# measured at compile time: CBackend(measure_threads=True)), measure.md (bench.c_measure:
+# squeezenet's and shufflenet's kernels timed at each count, picked against the cost model,
+# and the whole-model plans timed), idle.md (the
 # same at the largest count with every call after 50 ms idle),
 # layers_T<max>.md (bench.c_layers --in-model: resnet50's, squeezenet's and shufflenet's convolutions, c
 # against onnxruntime, at the largest count: which layers a gap comes from) and kernels.md
@@ -41,6 +43,8 @@ cat "$out/machine.txt"
 if [ "${MEASURED:-1}" != 0 ] && [ "$most" != 1 ]; then
     "$py" -m bench.c_models --threads "${threads#1,}" --repeat 20 --measure-threads \
         --models resnet50,squeezenet,inception_v1,densenet121,shufflenet 2>&1 | tee "$out/scaling_measured.md"
+    # what the measurement found kernel by kernel for the two models issue 18 saw slower on 16
+    "$py" -m bench.c_measure --model squeezenet,shufflenet --threads "$most" 2>&1 | tee "$out/measure.md"
 fi
 # each call after 50 ms idle, as a service's requests come: the workers wake for every call
 "$py" -m bench.c_models --threads "$most" --repeat 10 --idle 50 \

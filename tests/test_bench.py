@@ -190,3 +190,16 @@ def test_c_kernels_times_every_kernel_at_each_thread_count_and_flags_the_slower(
     # the cost model against the clock: its estimate for every kernel at each count
     assert all(len(r.estimated_us) == 2 and min(r.estimated_us) > 0 for r in rows)
     assert "| GEMM on one thread | " in table(rows, [1, 2], top=5)
+
+
+def test_c_measure_reports_every_kernel_and_what_was_kept() -> None:
+    from bench import c_measure
+    from tests.c_backend_util import compiler_available
+
+    if not compiler_available():
+        pytest.skip("no C compiler")
+    text = c_measure.report("squeezenet", threads=2, rounds=2)
+    rows = [line for line in text.splitlines() if line.startswith("| n")]
+    assert text.startswith("## squeezenet, measured up to 2 threads") and "| 1 thr ms | 2 thr ms |" in text
+    assert len(rows) >= 26  # every convolution of squeezenet, named after its ONNX node
+    assert "kept: " in text or "every kernel picked the cost model's count" in text
