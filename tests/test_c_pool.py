@@ -212,3 +212,50 @@ print(workers, usable_cpus(), sum(runs))
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
                           cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(pathlib.Path(__file__).parents[1])})
     assert done.stdout.split() == ["0", "1", "64"]
+
+
+def _threads() -> int:
+    return len(os.listdir("/proc/self/task"))
+
+
+@needs_compiler
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="counts threads in /proc")
+def test_release_ends_the_workers_and_the_next_loop_starts_them_again(pool: ctypes.CDLL) -> None:
+    import time
+
+    runs, _ = _loop(pool, 1000, 0, 0)
+    workers = pool.pool_loop(0, 0, 0, 0, None, None)  # no tasks: just reads the worker count
+    assert (runs == 1).all()
+    before = _threads()
+    pool.cg_pool_release()
+    deadline = time.monotonic() + 5
+    while _threads() > before - workers and time.monotonic() < deadline:
+        time.sleep(0.001)  # a worker that has left its loop may take a moment to be gone
+    assert _threads() == before - workers
+    assert pool.pool_loop(0, 0, 0, 0, None, None) == 0
+    for _ in range(3):
+        runs, _ = _loop(pool, 1000, 0, 0)
+        assert (runs == 1).all()
+    assert pool.pool_loop(0, 0, 0, 0, None, None) == workers
+
+
+@needs_compiler
+def test_release_while_loops_run_on_another_thread_loses_no_task(pool: ctypes.CDLL) -> None:
+    import threading
+
+    bad: list[int] = []
+
+    def loops() -> None:
+        for _ in range(300):
+            runs, _ = _loop(pool, 257, 0, 0, spin=20)
+            if not (runs == 1).all():
+                bad.append(int(runs.sum()))
+
+    worker = threading.Thread(target=loops)
+    worker.start()
+    while worker.is_alive():
+        pool.cg_pool_release()
+    worker.join()
+    assert not bad
+    runs, _ = _loop(pool, 1000, 0, 0)
+    assert (runs == 1).all()

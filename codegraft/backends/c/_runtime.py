@@ -112,6 +112,15 @@ class CRunnable:
             for i, ns in enumerate(times)
         ]
 
+    def release_threads(self) -> None:
+        """End the library's worker threads now (they would sleep until the process ends); the
+        next call that runs a loop in parallel starts them again.  Libraries are shared by path,
+        so this reaches every runnable of the same library: harmless, they restart."""
+        release = getattr(self._lib, "cg_pool_release", None)  # absent in libraries built before it
+        if release is not None:
+            with self._lock:
+                release()
+
     def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         """Run the partition; safe to call from several threads (calls take turns)."""
         arrays = checked_inputs(inputs, self._inputs, "C partition")

@@ -233,6 +233,7 @@ def measure(
         tuple(statistics.median(sample[kernel] for sample in samples[position]) for position in range(len(counts)))
         for kernel in range(uniform[0].kernels)
     )
+    _release(runnables)
     del uniform, runnables  # each holds a copy of the weights: one set of builds at a time
     estimate = generate(model, target, most, machine)
     estimated = tuple(decision.choice.threads for decision in estimate.threads)
@@ -255,8 +256,16 @@ def measure(
         for position in _alternate(len(plans), round_):
             time.sleep(SETTLE_S)
             whole[position].append(clock.call_ms(programs[position], runnables[position], inputs))
+    _release(runnables)
     timed = tuple((plan, statistics.median(times)) for plan, times in zip(plans, whole, strict=True))
     return Measurement(counts, ms, picked, estimated, timed)
+
+
+def _release(runnables: list[CRunnable]) -> None:
+    """End the timed builds' worker threads: nothing calls these libraries again (the one
+    compiled for the plan kept, if it is one of them, starts its workers again when run)."""
+    for runnable in runnables:
+        runnable.release_threads()
 
 
 def _everywhere(count: int) -> Callable[[int], int]:

@@ -20,7 +20,10 @@ typedef struct { cg_task fn; const void* ctx; long ntasks; long grain; atomic_lo
 #define CG_CLAIMS_PER_THREAD 8   /* tasks are claimed in runs: about this many claims per thread */
 typedef struct { _Alignas(64) _Atomic(cg_job*) job; atomic_int active; } cg_slot_t;
 static cg_slot_t cg_slots[CG_SLOTS];
-static pthread_once_t cg_once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t cg_start_mu = PTHREAD_MUTEX_INITIALIZER;  /* starting and releasing the workers */
+static atomic_int cg_started;   /* the workers run (started, not released since) */
+static atomic_int cg_stopping;  /* cg_pool_release asks them to end */
+static atomic_int cg_live;      /* workers not ended yet */
 static _Alignas(64) atomic_uint cg_epoch;  /* bumped per published loop; the futex word */
 static _Alignas(64) atomic_int cg_sleepers;
 static _Alignas(64) atomic_int cg_caller_cpu = -1;  /* the CPU of the thread calling the partition: read by workers every loop */
@@ -141,6 +144,7 @@ static void* cg_worker(void* arg) {
   (void)arg;
   long budget = 50000;  /* ns of spinning before sleeping; adapted below */
   for (;;) {
+    if (atomic_load(&cg_stopping)) break;  /* released: every wake-up comes back here */
     cg_avoid_caller_cpu();
     const unsigned seen = atomic_load(&cg_epoch);
     if (cg_join_any()) continue;
@@ -170,6 +174,7 @@ static void* cg_worker(void* arg) {
     if (slept < CG_SPIN_MAX_NS) budget = 2 * (slept > budget ? slept : budget);
     if (budget > CG_SPIN_MAX_NS) budget = CG_SPIN_MAX_NS;
   }
+  atomic_fetch_sub(&cg_live, 1);
   return 0;
 }
 
@@ -186,16 +191,50 @@ static void cg_start(void) {
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    atomic_fetch_add(&cg_live, 1);
     if (pthread_create(&thread, &attr, cg_worker, (void*)id) == 0) cg_workers++;
+    else atomic_fetch_sub(&cg_live, 1);
     pthread_attr_destroy(&attr);
   }
+}
+
+/* The workers start with the first parallel loop, and again with the first one after a release. */
+static void cg_ensure_started(void) {
+  if (atomic_load_explicit(&cg_started, memory_order_acquire)) return;
+  pthread_mutex_lock(&cg_start_mu);
+  if (!atomic_load(&cg_started)) {
+    cg_start();
+    atomic_store_explicit(&cg_started, 1, memory_order_release);
+  }
+  pthread_mutex_unlock(&cg_start_mu);
+}
+
+/* End the workers (they sleep forever otherwise: a library that is not called again, such as
+   the builds measure_threads times, keeps one per core but one).  A loop running meanwhile
+   finishes on its caller's thread; the next parallel loop starts the workers again. */
+void cg_pool_release(void) {
+  pthread_mutex_lock(&cg_start_mu);
+  if (atomic_load(&cg_started)) {
+    atomic_store(&cg_stopping, 1);
+    /* a worker may read the epoch after the first bump and go to sleep on it: bump and wake
+       until every one has seen cg_stopping */
+    while (atomic_load(&cg_live) > 0) {
+      atomic_fetch_add(&cg_epoch, 1);
+      cg_wake(1 << 30);
+      sched_yield();
+    }
+    cg_workers = 0;
+    atomic_store(&cg_stopping, 0);
+    atomic_store(&cg_started, 0);
+  }
+  pthread_mutex_unlock(&cg_start_mu);
 }
 
 /* Run fn(ctx, i) for i in [0, ntasks), spread over the pool. */
 static void cg_parallel(long ntasks, cg_task fn, const void* ctx) {
   int limit = cg_want > 0 ? cg_want : 1 << 30;
   if (cg_op_threads > 0 && cg_op_threads < limit) limit = cg_op_threads;  /* one thread: nobody is woken */
-  if (ntasks > 1 && limit != 1) pthread_once(&cg_once, cg_start);
+  if (ntasks > 1 && limit != 1) cg_ensure_started();
   cg_slot_t* slot = 0;
   const long threads = (limit < cg_workers + 1 ? limit : cg_workers + 1);
   const long grain = ntasks / (threads * CG_CLAIMS_PER_THREAD);
