@@ -45,6 +45,11 @@ nobody.  Several loops may be live at once (independent branches run side by sid
 slot, and idle workers join them up to each loop's limit); with every slot taken, a loop
 runs on its caller's thread.
 
+Workers start with a library's first parallel loop and sleep between calls until the process
+ends, unless ``cg_pool_release`` ends them (``CRunnable.release_threads``; measuring threads
+per kernel does so for the builds it timed): it raises a flag and bumps and wakes the futex
+word until every worker has seen it, and the next parallel loop starts them again.
+
 The handshake between a caller retiring a job and a worker joining it is the classic
 store-then-load on two sequentially consistent atomics per slot (the slot pointer and its
 ``active`` count): either the worker sees the slot empty, or the caller sees the worker and
