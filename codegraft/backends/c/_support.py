@@ -34,10 +34,16 @@ def supports(node: ir.Node) -> Support:
 
 
 def _empty(node: ir.Node) -> str:
-    """Kernels index by sizes and divide by them: an empty tensor goes to the host instead."""
-    for values in (node.inputs, node.outputs):
-        for value in values:
-            if value is None:
+    """Kernels index by sizes and divide by them: an empty tensor goes to the host instead.
+
+    Shape, axes and flag inputs (the op's ``non_data``) are read at compile time, not by a
+    kernel: Resize's unused ``roi`` is an empty constant in most exported models.
+    """
+    entry = ONNX_OPS.get(node.op_type)
+    skip = entry.non_data if entry is not None else _NO_INPUTS
+    for values, skipped in ((node.inputs, skip), (node.outputs, _NO_INPUTS)):
+        for index, value in enumerate(values):
+            if value is None or index in skipped:
                 continue
             shape = value.shape
             # (a symbolic dimension never equals 0)

@@ -1,0 +1,204 @@
+"""Resize (nearest and linear, 2-D images) on channels-last data.
+
+NOTE: every output row and column maps to the same input rows and columns whatever the
+image and channel, so the mapping is computed once, at compile time, into small tables
+(``resize.c``): per output row its input rows and blend weight, per output column likewise.
+The kernel then copies (nearest) or blends four (linear) runs of ``C`` contiguous floats per
+output pixel, one task per output row.  The coordinates are computed in float32 in the
+order onnxruntime computes them (``GetOriginalCoordinate``, ``GetNearestPixelFromOriginal``),
+so a nearest index never lands on the other side of a rounding tie from onnxruntime's.
+
+Taken: opset 11 and later, 4-D input (N, C, H, W, or the ``codegraft.nhwc`` form) resized
+in H and W only; ``mode`` nearest (every ``nearest_mode``) or linear; every
+``coordinate_transformation_mode`` but ``tf_crop_and_resize``; ``scales`` or ``sizes`` known
+at compile time.  Declined: cubic, antialiasing, ``keep_aspect_ratio_policy`` other than
+stretch, resizing the batch or channel axis.  (Text detectors and YOLO necks upsample their
+feature maps 2-8x by nearest, asymmetric, floor: PP-OCR's DB heads, YOLOv5/v8.)
+
+Example (the input rows of a 2x nearest upsample, asymmetric coordinates)::
+
+    >>> rows, _, _ = axis_table(3, 6, 2.0, "nearest", "asymmetric", "floor")
+    >>> rows.tolist()
+    [0, 0, 1, 1, 2, 2]
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx_ir as ir
+
+from codegraft.backends.c import _graph as g
+from codegraft.backends.c._c_files import filled
+from codegraft.backends.c._emit import Context
+from codegraft.backends.c._fuse import Kernel
+from codegraft.backends.c._lowerer import Lowerer, LoweringError
+from codegraft.backends.c._node import (
+    NHWC_DOMAIN,
+    attr_int,
+    attr_ints,
+    attr_str,
+    compile_time,
+    opset_of,
+    present,
+    rank_of,
+)
+from codegraft.backends.c.ops._spec import KernelOp, Layout, OnnxOp, core_of
+from codegraft.backends.c.ops._window import join_layout, split_layout
+
+COORDINATE_MODES = frozenset(
+    {"half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners", "asymmetric", "tf_half_pixel_for_nn"}
+)
+NEAREST_MODES = frozenset({"round_prefer_floor", "round_prefer_ceil", "floor", "ceil"})
+
+
+@dataclass(eq=False)
+class Resize(g.SpatialOp):
+    """A 2-D resize of channels-last data: per output row and column, the input ones it reads."""
+
+    linear: bool = False
+    rows: tuple[np.ndarray, np.ndarray, np.ndarray] = field(default_factory=lambda: _empty_axis())
+    cols: tuple[np.ndarray, np.ndarray, np.ndarray] = field(default_factory=lambda: _empty_axis())
+
+
+def _empty_axis() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    return np.zeros(0, np.int32), np.zeros(0, np.int32), np.zeros(0, np.float32)
+
+
+def check_resize(node: ir.Node) -> str:
+    if opset_of(node) < 11:
+        return "Resize before opset 11 is not supported"
+    rank = rank_of(node.inputs[0])
+    if rank is not None and rank != 4:
+        return f"only 4-D inputs are resized (this one is {rank}-D)"
+    mode = attr_str(node, "mode", "nearest")
+    if mode not in ("nearest", "linear"):
+        return f"mode={mode} is not supported (only nearest and linear)"
+    coordinates = attr_str(node, "coordinate_transformation_mode", "half_pixel")
+    if coordinates not in COORDINATE_MODES:
+        return f"coordinate_transformation_mode={coordinates} is not supported"
+    if mode == "nearest" and attr_str(node, "nearest_mode", "round_prefer_floor") not in NEAREST_MODES:
+        return f"nearest_mode={attr_str(node, 'nearest_mode', '')} is not supported"
+    if attr_int(node, "antialias", 0) != 0:
+        return "antialias=1 is not supported"
+    if attr_str(node, "keep_aspect_ratio_policy", "stretch") != "stretch":
+        return "keep_aspect_ratio_policy other than stretch is not supported"
+    scales, sizes = present(node, 2), present(node, 3)
+    given = sizes if sizes is not None else scales
+    if given is None:
+        return "neither scales nor sizes is given"
+    if not compile_time(given):
+        return f"the {'sizes' if sizes is not None else 'scales'} must be a constant or computed from shapes"
+    return ""
+
+
+def _resize(lw: Lowerer, node: ir.Node) -> None:
+    native = node.domain == NHWC_DOMAIN
+    x = lw.tensor(node.inputs[0])
+    if len(x.shape) != 4:
+        raise LoweringError(f"only 4-D inputs are resized (this one is {len(x.shape)}-D)")
+    n, c, (h, w) = split_layout(x, native)
+    logical_in = (n, c, h, w)  # scales and sizes are given in ONNX's NCHW order in both forms
+    axes = [a % 4 for a in attr_ints(node, "axes") or range(4)]
+    scales = np.ones(4, np.float32)
+    out_dims = list(logical_in)
+    sizes = present(node, 3)
+    if sizes is not None:
+        given = lw.known(sizes, "sizes").astype(np.int64).reshape(-1)
+        for axis, size in zip(axes, given, strict=True):
+            out_dims[axis] = int(size)
+            scales[axis] = np.float32(size) / np.float32(logical_in[axis])
+    else:
+        given_scales = lw.known(present(node, 2), "scales").astype(np.float32).reshape(-1)
+        for axis, scale in zip(axes, given_scales, strict=True):
+            scales[axis] = scale
+            out_dims[axis] = int(math.floor(np.float32(logical_in[axis]) * scale))
+    if out_dims[0] != n or out_dims[1] != c:
+        raise LoweringError("resizing the batch or channel axis is not supported (only H and W)")
+    if min(out_dims) <= 0:
+        raise LoweringError(f"the output would be empty ({out_dims})")
+    mode = attr_str(node, "mode", "nearest")
+    coordinates = attr_str(node, "coordinate_transformation_mode", "half_pixel")
+    rounding = attr_str(node, "nearest_mode", "round_prefer_floor")
+    rows = axis_table(h, out_dims[2], float(scales[2]), mode, coordinates, rounding)
+    cols = axis_table(w, out_dims[3], float(scales[3]), mode, coordinates, rounding)
+    out = lw.new(join_layout(n, c, (out_dims[2], out_dims[3]), native))
+    lw.ops.append(Resize([x], out, native_nhwc=native, linear=mode == "linear", rows=rows, cols=cols))
+    lw.bind(node.outputs[0], out)
+
+
+def axis_table(
+    length: int, resized: int, scale: float, mode: str, coordinates: str, rounding: str
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For each of ``resized`` output positions: the first and second input positions it reads
+    and the weight of the second (0 for nearest), in onnxruntime's float32 arithmetic.
+
+    >>> axis_table(2, 4, 2.0, "linear", "half_pixel", "")[2].tolist()  # x = (o + 0.5) / 2 - 0.5, clamped
+    [0.0, 0.25, 0.75, 0.0]
+    """
+    f = np.float32
+    out = np.arange(resized, dtype=np.float32)
+    s = f(scale)
+    if coordinates == "asymmetric":
+        x = out / s
+    elif coordinates == "half_pixel":
+        x = (out + f(0.5)) / s - f(0.5)
+    elif coordinates == "pytorch_half_pixel":
+        x = (out + f(0.5)) / s - f(0.5) if resized > 1 else np.zeros(resized, np.float32)
+    elif coordinates == "tf_half_pixel_for_nn":
+        x = (out + f(0.5)) / s
+    elif coordinates == "align_corners":
+        x = out * f(length - 1) / f(resized - 1) if resized > 1 else np.zeros(resized, np.float32)
+    elif coordinates == "half_pixel_symmetric":
+        adjustment = f(resized) / (s * f(length))
+        offset = f(length) / f(2) * (f(1) - adjustment)
+        x = offset + (out + f(0.5)) / s - f(0.5)
+    else:
+        raise LoweringError(f"coordinate_transformation_mode={coordinates} is not supported")
+    x = x.astype(np.float32)
+    if mode == "nearest":
+        if rounding == "floor":
+            index = np.floor(x)
+        elif rounding == "ceil":
+            index = np.ceil(x)
+        else:
+            away = np.sign(x) * np.floor(np.abs(x) + f(0.5))  # C's round: halves away from zero
+            tie = x == np.trunc(x) + f(0.5)
+            index = np.where(tie, np.floor(x), away) if rounding == "round_prefer_floor" else away
+        first = np.clip(index, 0, length - 1).astype(np.int32)
+        return first, first, np.zeros(resized, np.float32)
+    x = np.clip(x, f(0), f(length - 1))
+    first = np.minimum(x.astype(np.int32), length - 1)
+    second = np.minimum(first + 1, length - 1)
+    weight = np.where(first == second, f(0), x - first.astype(np.float32)).astype(np.float32)
+    return first.astype(np.int32), second.astype(np.int32), weight
+
+
+def emit_resize(ctx: Context, kernel: Kernel) -> None:
+    op = core_of(kernel, Resize)
+    n, h, w, c = op.inputs[0].physical_shape
+    _, oh, ow, _ = op.out.physical_shape
+    name = ctx.name("resize")
+    y0, y1, fy = op.rows
+    x0, x1, fx = op.cols
+    ctx.functions.append(filled(
+        "ops/resize.c", name=name, linear=int(op.linear), h=h, w=w, c=c, oh=oh, ow=ow,
+        y0=_ints(y0), y1=_ints(y1), x0=_ints(x0), x1=_ints(x1), fy=_floats(fy), fx=_floats(fx),
+        image=h * w * c, row=w * c, out_row=ow * c, rows=n * oh,
+    ))  # fmt: skip
+    ctx.body.append(f"  {name}({ctx.ptr(op.inputs[0])}, {ctx.ptr(op.out)});")
+
+
+def _ints(values: np.ndarray) -> str:
+    return ", ".join(str(int(v)) for v in values)
+
+
+def _floats(values: np.ndarray) -> str:
+    return ", ".join(f"{float(v)!r}f" for v in values.astype(np.float32))
+
+
+ONNX = (OnnxOp("Resize", _resize, check_resize, non_data=frozenset({1, 2, 3}), nhwc=True),)
+
+KERNELS = (KernelOp(Resize, Layout.CHANNELS_LAST, emit_resize),)

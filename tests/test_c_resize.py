@@ -1,0 +1,131 @@
+"""Resize on the ``c`` backend (ops/resize.py) against onnxruntime: every coordinate and
+rounding mode, scales and sizes, up and down; inside a model where the layout pass moves it
+to the ``codegraft.nhwc`` domain; and the declines."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import onnx
+import pytest
+from c_backend_util import backend, check, make_model, needs_compiler, run_c
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from onnx import helper
+
+import codegraft as cg
+from codegraft.testing import assert_close, run_onnxruntime
+
+pytestmark = needs_compiler
+
+COORDINATES = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners", "asymmetric")
+NEAREST = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
+
+
+def _resize(
+    shape: tuple[int, ...], *, scales: list[float] | None = None, sizes: list[int] | None = None,
+    opset: int = 17, **attrs: object,
+) -> onnx.ModelProto:  # fmt: skip
+    """x -> Resize -> y with an empty ``roi`` (as exporters write it) and constant scales or sizes."""
+    inits: dict[str, np.ndarray] = {"roi": np.zeros(0, np.float32)}
+    names = ["x", "roi", "", ""]
+    if scales is not None:
+        inits["scales"], names[2] = np.array(scales, np.float32), "scales"
+    if sizes is not None:
+        inits["sizes"], names[3] = np.array(sizes, np.int64), "sizes"
+    node = helper.make_node("Resize", names[: 4 if sizes is not None else 3], ["y"], **attrs)
+    return make_model([node], {"x": list(shape)}, ["y"], inits, opset=opset)
+
+
+# Up 2x and 8x (detector necks), down, uneven both ways, to one pixel.
+TARGETS = (
+    {"scales": [1, 1, 2, 2]},
+    {"scales": [1, 1, 8, 8]},
+    {"scales": [1, 1, 0.5, 1.5]},
+    {"sizes": [2, 5, 7, 13]},
+    {"sizes": [2, 5, 3, 1]},
+)
+
+
+@pytest.mark.parametrize("target", TARGETS, ids=lambda t: "-".join(map(str, next(iter(t.values())))))
+@pytest.mark.parametrize("coordinates", COORDINATES)
+def test_linear_matches_onnxruntime(coordinates: str, target: dict) -> None:
+    check(_resize((2, 5, 6, 9), mode="linear", coordinate_transformation_mode=coordinates, **target))
+
+
+@pytest.mark.parametrize("target", TARGETS[2:4], ids=lambda t: "-".join(map(str, next(iter(t.values())))))
+@pytest.mark.parametrize("rounding", NEAREST)
+@pytest.mark.parametrize("coordinates", [*COORDINATES, "tf_half_pixel_for_nn"])
+def test_nearest_matches_onnxruntime(coordinates: str, rounding: str, target: dict) -> None:
+    if coordinates == "tf_half_pixel_for_nn":
+        warnings.filterwarnings("ignore")  # onnxruntime warns the mode is deprecated; it still runs it
+    model = _resize((2, 5, 6, 9), mode="nearest", coordinate_transformation_mode=coordinates, nearest_mode=rounding,
+                    **target)  # fmt: skip
+    feeds = {"x": np.random.default_rng(1).standard_normal((2, 5, 6, 9)).astype(np.float32)}
+    got, want = run_c(model, feeds), run_onnxruntime(model, feeds)
+    np.testing.assert_array_equal(got["y"], want["y"])  # a copy: bit for bit, every index on onnxruntime's side
+
+
+def test_ppocr_neck_upsample_and_opset_18_axes() -> None:
+    """PP-OCR's and YOLO's form (nearest, asymmetric, floor, scales 2/4/8); opset 18's ``axes``."""
+    check(_resize((1, 24, 20, 20), scales=[1, 1, 4, 4], mode="nearest", coordinate_transformation_mode="asymmetric",
+                  nearest_mode="floor"))  # fmt: skip
+    model = _resize((1, 3, 5, 7), sizes=[10, 3], opset=18, axes=[2, 3], mode="linear")
+    check(model)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.integers(1, 9), st.integers(1, 9), st.integers(1, 12), st.integers(1, 12),
+    st.sampled_from(["nearest", "linear"]), st.sampled_from(COORDINATES), st.sampled_from(NEAREST),
+)  # fmt: skip
+def test_any_size_matches_onnxruntime(h: int, w: int, oh: int, ow: int, mode: str, coordinates: str,
+                                      rounding: str) -> None:  # fmt: skip
+    check(_resize((1, 3, h, w), sizes=[1, 3, oh, ow], mode=mode, coordinate_transformation_mode=coordinates,
+                  nearest_mode=rounding))  # fmt: skip
+
+
+def test_in_a_model_it_runs_channels_last() -> None:
+    """Conv -> Resize -> Conv compiled by codegraft: the layout pass makes the Resize a
+    ``codegraft.nhwc`` op between two channels-last Convs, and the whole model one partition."""
+    rng = np.random.default_rng(0)
+    w1, w2 = rng.standard_normal((8, 3, 3, 3)), rng.standard_normal((4, 8, 3, 3))
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["a"], pads=[1, 1, 1, 1]),
+        helper.make_node("Resize", ["a", "", "scales"], ["b"], mode="linear"),
+        helper.make_node("Conv", ["b", "w2"], ["y"], pads=[1, 1, 1, 1]),
+    ]
+    inits = {"w1": w1.astype(np.float32), "w2": w2.astype(np.float32), "scales": np.array([1, 1, 2, 3], np.float32)}
+    model = make_model(nodes, {"x": [1, 3, 10, 12]}, ["y"], inits)
+    exe = cg.compile(model, targets=["c"], threads=2)
+    assert [p.backend for p in exe.report().partitions] == ["c"]
+    feeds = {"x": rng.standard_normal((1, 3, 10, 12)).astype(np.float32)}
+    assert_close(exe.run(feeds), run_onnxruntime(model, feeds), rtol=1e-4)
+
+
+@pytest.mark.parametrize(
+    ("model", "reason"),
+    [
+        (_resize((1, 2, 4, 4), scales=[1, 1, 2, 2], mode="cubic"), "mode=cubic is not supported"),
+        (_resize((1, 2, 4, 4), scales=[1, 1, 0.5, 0.5], mode="linear", opset=18, antialias=1), "antialias=1"),
+        (_resize((1, 2, 4, 4), scales=[1, 1, 2, 2], coordinate_transformation_mode="tf_crop_and_resize"),
+         "tf_crop_and_resize is not supported"),
+        (_resize((4, 4), scales=[2, 2]), "only 4-D inputs"),
+    ],
+)  # fmt: skip
+def test_declines_say_why(model: onnx.ModelProto, reason: str) -> None:
+    import onnx_ir as ir
+
+    node = next(iter(ir.from_proto(onnx.shape_inference.infer_shapes(model)).graph))
+    verdict = backend().supports(node)
+    assert not verdict and reason in verdict.reason
+
+
+def test_resizing_channels_falls_back_to_the_host() -> None:
+    """Decided at lowering (the input's channels are known only then): the host runs it, right."""
+    model = _resize((1, 2, 4, 4), scales=[1, 2, 1, 1], mode="nearest")
+    feeds = {"x": np.random.default_rng(0).standard_normal((1, 2, 4, 4)).astype(np.float32)}
+    exe = cg.compile(model, targets=["c"])
+    assert_close(exe.run(feeds), run_onnxruntime(model, feeds))
+    assert all(p.backend == "onnxruntime" for p in exe.report().partitions)
