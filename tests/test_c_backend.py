@@ -47,6 +47,12 @@ def test_sqrt_reciprocal() -> None:
     check(make_model([node_a, node_s, node_r], {"x": (3, 33)}, ["y"]))
 
 
+def test_log_of_a_magnitude() -> None:
+    """Log after Abs (its input must be positive): a spectrogram's log-magnitude, say."""
+    nodes = [helper.make_node("Abs", ["x"], ["a"]), helper.make_node("Log", ["a"], ["y"])]
+    check(make_model(nodes, {"x": (3, 33)}, ["y"]))
+
+
 @pytest.mark.parametrize("approximate", ["none", "tanh"])
 def test_gelu(approximate: str) -> None:
     one("Gelu", {"x": (4, 65)}, {"approximate": approximate}, opset=20)
@@ -191,6 +197,14 @@ def test_global_average_pool(shape: tuple) -> None:
                                                      (11, 2, (2, 3, 4)), (13, 0, (3, 4))])
 def test_softmax(opset: int, axis: int, shape: tuple) -> None:
     one("Softmax", {"x": shape}, {"axis": axis}, opset=opset)
+
+
+@pytest.mark.parametrize("op", ["ReduceMax", "ReduceMin"])
+def test_reduce_max_min_attribute_and_input_axes(op: str) -> None:
+    one(op, {"x": (2, 3, 4, 5)}, {"axes": [2, 3]}, opset=13)
+    one(op, {"x": (2, 3, 4, 5)}, {"axes": [1], "keepdims": 0}, opset=13)
+    one(op, {"x": (2, 3, 4)}, {}, opset=13)
+    one(op, {"x": (2, 3, 4, 5)}, {"keepdims": 0}, {"axes": np.array([-1, 0], np.int64)}, opset=18)
 
 
 def test_reduce_mean_attribute_and_input_axes() -> None:

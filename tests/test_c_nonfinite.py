@@ -68,6 +68,22 @@ def test_max_min_propagate_nan_from_either_side(op: str) -> None:
     _assert_same_nonfinite(exe.run({"a": a, "b": b})["y"], run_onnxruntime(model, {"a": a, "b": b})["y"])
 
 
+@pytest.mark.parametrize("op", ["ReduceMax", "ReduceMin"])
+def test_reduce_max_min_propagate_nan_wherever_it_sits(op: str) -> None:
+    """A NaN anywhere in a reduced row makes its result NaN.  (onnxruntime's depends on where
+    it sits: first in the row it propagates, elsewhere it is skipped; so no comparison here.)"""
+    x = np.ones((6, 20), np.float32)
+    for row, column in enumerate([0, 1, 7, 8, 19]):
+        x[row, column] = np.nan
+    x[5, 3] = np.inf if op == "ReduceMax" else -np.inf
+    model = make_model([helper.make_node(op, ["x"], ["y"], axes=[1], keepdims=0)], {"x": x.shape}, {"y": [6]},
+                       opset=13)  # fmt: skip
+    exe = cg.compile(model, targets=["c"])
+    assert [s.backend for s in exe.steps] == ["c"]
+    got = exe.run({"x": x})["y"]
+    assert np.isnan(got[:5]).all() and got[5] == x[5, 3]
+
+
 def test_nan_through_a_fused_conv_epilogue() -> None:
     rng = np.random.default_rng(0)
     x = rng.standard_normal((1, 8, 6, 6)).astype(np.float32)

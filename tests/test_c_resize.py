@@ -4,8 +4,6 @@ to the ``codegraft.nhwc`` domain; and the declines."""
 
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 import onnx
 import pytest
@@ -58,8 +56,6 @@ def test_linear_matches_onnxruntime(coordinates: str, target: dict) -> None:
 @pytest.mark.parametrize("rounding", NEAREST)
 @pytest.mark.parametrize("coordinates", [*COORDINATES, "tf_half_pixel_for_nn"])
 def test_nearest_matches_onnxruntime(coordinates: str, rounding: str, target: dict) -> None:
-    if coordinates == "tf_half_pixel_for_nn":
-        warnings.filterwarnings("ignore")  # onnxruntime warns the mode is deprecated; it still runs it
     model = _resize((2, 5, 6, 9), mode="nearest", coordinate_transformation_mode=coordinates, nearest_mode=rounding,
                     **target)  # fmt: skip
     feeds = {"x": np.random.default_rng(1).standard_normal((2, 5, 6, 9)).astype(np.float32)}

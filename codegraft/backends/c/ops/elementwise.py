@@ -67,6 +67,7 @@ UNARY = (
     Unary("Erf", "cg_erf({a})"),
     Unary("Exp", "cg_exp_op({a})"),
     Unary("Sqrt", "sqrtf({a})"),
+    Unary("Log", "logf({a})"),
     Unary("Neg", "-{a}"),
     Unary("Abs", "fabsf({a})"),
     Unary("Reciprocal", "1.0f / {a}"),

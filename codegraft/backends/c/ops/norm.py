@@ -1,4 +1,4 @@
-"""Normalisations and reductions: BatchNormalization, LayerNormalization, LRN, (Log)Softmax, ReduceMean/Sum.
+"""Normalisations and reductions: BatchNormalization, LayerNormalization, LRN, (Log)Softmax, ReduceMean/Sum/Max/Min.
 
 NOTE: inference BatchNormalization folds to a per-channel Mul and Add (fused into the Conv
 before it); the others are kernels of their own, hand-written C in ``prelude.c`` except
@@ -203,15 +203,27 @@ def emit_softmax(ctx: Context, kernel: Kernel) -> None:
     )
 
 
-# -- ReduceMean and ReduceSum ----------------------------------------------------------------------
+# -- ReduceMean, ReduceSum, ReduceMax and ReduceMin ------------------------------------------------
+
+# Per kind: the value each output starts from, and how an input element joins it.  Max and
+# Min propagate a NaN wherever it sits (``x != x`` takes it in; once there, no comparison
+# replaces it), as the Max and Min ops do; onnxruntime's reductions keep one only when it
+# is first in its row.
+_REDUCTIONS = {
+    "mean": ("0.0f", "{y} += {x}"),
+    "sum": ("0.0f", "{y} += {x}"),
+    "max": ("(-INFINITY)", "{y} = {x} > {y} || {x} != {x} ? {x} : {y}"),
+    "min": ("INFINITY", "{y} = {x} < {y} || {x} != {x} ? {x} : {y}"),
+}
+_AXES_INPUT_FROM = {"ReduceMean": 18, "ReduceSum": 13, "ReduceMax": 18, "ReduceMin": 18}
 
 
 @dataclass(eq=False)
 class ReduceMean(g.Op):
-    """Mean (or, with ``mean=False``, sum) over ``axes`` (logical order)."""
+    """A reduction over ``axes`` (logical order): ``kind`` mean, sum, max or min."""
 
     axes: tuple[int, ...] = ()
-    mean: bool = True
+    kind: str = "mean"
 
 
 def _check_reduce_mean(node: ir.Node) -> str:
@@ -224,11 +236,10 @@ def _check_reduce_mean(node: ir.Node) -> str:
 
 
 def _reduce_mean(lw: Lowerer, node: ir.Node) -> None:
-    """ReduceMean and ReduceSum (axes became an input at opset 18 and 13 respectively)."""
+    """ReduceMean, ReduceSum, ReduceMax and ReduceMin (axes became an input at opset 18, 13 for ReduceSum)."""
     x = lw.tensor(node.inputs[0])
     rank = len(x.shape)
-    mean = node.op_type == "ReduceMean"
-    axes = axes_of(node, 18 if mean else 13)
+    axes = axes_of(node, _AXES_INPUT_FROM[node.op_type])
     if not axes:
         if attr_int(node, "noop_with_empty_axes", 0):
             lw.bind(node.outputs[0], lw.view(x, x.shape))
@@ -238,29 +249,31 @@ def _reduce_mean(lw: Lowerer, node: ir.Node) -> None:
     keep = attr_int(node, "keepdims", 1) != 0
     full = tuple(1 if i in norm else d for i, d in enumerate(x.shape))
     out = lw.new(full)
-    lw.ops.append(ReduceMean([x], out, axes=norm, mean=mean))
+    lw.ops.append(ReduceMean([x], out, axes=norm, kind=node.op_type.removeprefix("Reduce").lower()))
     if not keep:
         out = lw.view(out, tuple(d for i, d in enumerate(x.shape) if i not in norm))
     lw.bind(node.outputs[0], out)
 
 
 def emit_reduce_mean(ctx: Context, kernel: Kernel) -> None:
-    """Accumulate every input element into its output slot, then scale (plain layouts)."""
+    """Accumulate every input element into its output slot, then scale a mean (plain layouts)."""
     op = core_of(kernel, ReduceMean)
     x, out = op.inputs[0], op.out
     shape = x.shape
     out_strides = g.row_major_strides(out.shape)
     count = math.prod(shape[a] for a in op.axes)
     fn = ctx.name("reduce")
-    lines = [f"static void {fn}(const float* x, float* y) {{", f"  for (long i = 0; i < {out.size}; i++) y[i] = 0.0f;"]
+    start, join = _REDUCTIONS[op.kind]
+    lines = [f"static void {fn}(const float* x, float* y) {{"]
+    lines.append(f"  for (long i = 0; i < {out.size}; i++) y[i] = {start};")
     lines.append("  long src = 0;")
     indent = "  "
     for axis, size in enumerate(shape):
         lines.append(f"{indent}for (long d{axis} = 0; d{axis} < {size}; d{axis}++)")
         indent += "  "
     offset = " + ".join(f"d{a} * {out_strides[a]}" for a in range(len(shape)) if a not in op.axes) or "0"
-    lines.append(f"{indent}y[{offset}] += x[src++];")
-    if op.mean:
+    lines.append(f"{indent}{{ const float v = x[src++]; {join.format(y=f'y[{offset}]', x='v')}; }}")
+    if op.kind == "mean":
         lines.append(f"  for (long i = 0; i < {out.size}; i++) y[i] = y[i] / {float(count)!r}f;")
     lines.append("}")
     ctx.functions.append("\n".join(lines))
@@ -278,6 +291,8 @@ ONNX = (
     OnnxOp("LogSoftmax", _softmax),
     OnnxOp("ReduceMean", _reduce_mean, _check_reduce_mean, non_data=frozenset({1})),
     OnnxOp("ReduceSum", _reduce_mean, _check_reduce_mean, non_data=frozenset({1})),
+    OnnxOp("ReduceMax", _reduce_mean, _check_reduce_mean, non_data=frozenset({1})),
+    OnnxOp("ReduceMin", _reduce_mean, _check_reduce_mean, non_data=frozenset({1})),
 )
 
 
