@@ -8,6 +8,7 @@ import pytest
 from c_backend_util import check, make_model, needs_compiler
 from onnx import helper
 
+import codegraft as cg
 from codegraft.backend import Partition
 from codegraft.backends.c import CBackend
 from codegraft.backends.c._toolchain import host_target
@@ -347,10 +348,27 @@ def test_slice_split_pad() -> None:
     pad = helper.make_node("Pad", ["x", "p", "v"], ["y"])
     inits = {"p": np.array([0, 1, 2, 0, 0, 3], np.int64), "v": np.float32(-1.5)}
     check(make_model([pad], {"x": (2, 3, 4)}, ["y"], inits, opset=13))
-    reflect = helper.make_node("Pad", ["x", "p"], ["y"], mode="reflect")
-    model = make_model([reflect], {"x": (2, 3)}, ["y"], {"p": np.array([0, 1, 0, 1], np.int64)}, opset=13)
+    negative = helper.make_node("Pad", ["x", "p"], ["y"])
+    model = make_model([negative], {"x": (2, 3)}, ["y"], {"p": np.array([0, -1, 0, 1], np.int64)}, opset=13)
     verdict = CBackend().supports(next(iter(ir.from_proto(model).graph)))
-    assert not verdict and "mode=reflect" in verdict.reason
+    assert not verdict and "negative pads" in verdict.reason
+
+
+@pytest.mark.parametrize("mode", ["reflect", "edge", "wrap"])
+@pytest.mark.parametrize("pads", [[0, 0, 3, 0, 0, 2], [1, 2, 0, 1, 0, 3], [0, 0, 6, 0, 0, 6]])
+def test_pad_reflect_edge_wrap(mode: str, pads: list[int]) -> None:
+    """An audio frame padded by reflection (librosa's ``center=True``), and every axis at once;
+    the last case pads as much as the axis is long less one (reflect's limit), wrap and edge beyond."""
+    node = helper.make_node("Pad", ["x", "p"], ["y"], mode=mode)
+    check(make_model([node], {"x": (2, 3, 7)}, ["y"], {"p": np.array(pads, np.int64)}, opset=19))
+
+
+def test_reflect_pads_as_long_as_the_axis_run_on_the_host() -> None:
+    """Lowering declines them (onnxruntime too refuses them, when run): no guessed border."""
+    node = helper.make_node("Pad", ["x", "p"], ["y"], mode="reflect")
+    model = make_model([node], {"x": (2, 3)}, ["y"], {"p": np.array([0, 3, 0, 0], np.int64)}, opset=13)
+    exe = cg.compile(model, targets=["c"])
+    assert all(p.backend == "onnxruntime" for p in exe.report().partitions)
 
 
 @pytest.mark.parametrize(("axis", "shape", "bias"), [(-1, (2, 5, 48), True), (1, (2, 3, 4, 5), False),

@@ -3,13 +3,15 @@
 NOTE: Concat copies each input's chunk along the physical axis (a Conv feeding a
 channels-last Concat writes its slice in place instead, see ``_fuse.py``); Transpose merges
 axes, then transposes ``VW x VW`` tiles in registers (``cg_transpose_block``, built from
-``shuffle.c``'s two-vector shuffles); Slice and Pad are nested loops generated per shape.
+``shuffle.c``'s two-vector shuffles); Slice and Pad are nested loops generated per shape
+(Pad's reflect, edge and wrap modes read each output element through a table per axis).
 Gather with indices known at compile time is slices and a Concat.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -185,21 +187,26 @@ def _split(lw: Lowerer, node: ir.Node) -> None:
         start += size
 
 
-# -- Pad (constant) --------------------------------------------------------------------------------
+# -- Pad ---------------------------------------------------------------------------------------------
+
+PAD_MODES = ("constant", "reflect", "edge", "wrap")
 
 
 @dataclass(eq=False)
 class Pad(g.Op):
-    """Constant padding: ``out`` is ``value`` with ``in`` placed at offset ``begins``."""
+    """Padding: ``out`` is ``in`` placed at offset ``begins``, the border ``value`` (mode
+    constant) or, for reflect, edge and wrap, the input element each position mirrors,
+    repeats or wraps to (:func:`pad_source`)."""
 
     begins: tuple[int, ...] = ()
     value: float = 0.0
+    mode: str = "constant"
 
 
 def _check_pad(node: ir.Node) -> str:
     mode = attr_str(node, "mode", "constant")
-    if mode != "constant":
-        return f"mode={mode} is not supported (only constant)"
+    if mode not in PAD_MODES:
+        return f"mode={mode} is not supported (only {', '.join(PAD_MODES)})"
     if opset_of(node) >= 11:
         if not is_constant(present(node, 1)) or (present(node, 2) is not None and not is_constant(present(node, 2))):
             return "pads and constant_value must be constants"
@@ -223,20 +230,62 @@ def _pad(lw: Lowerer, node: ir.Node) -> None:
         fill = present(node, 2)
         value = 0.0 if fill is None or fill.const_value is None else float(fill.const_value.numpy().reshape(-1)[0])
     begins, ends = pads[:rank], pads[rank:]
+    mode = attr_str(node, "mode", "constant")
+    if mode == "reflect" and any(max(b, e) >= d and max(b, e) for d, b, e in zip(x.shape, begins, ends, strict=True)):
+        raise LoweringError(f"reflect pads must be smaller than their axis (pads {pads}, input {list(x.shape)})")
     shape = tuple(d + b + e for d, b, e in zip(x.shape, begins, ends, strict=True))
     out = lw.new(shape)
-    lw.ops.append(Pad([x], out, begins=tuple(begins), value=value))
+    lw.ops.append(Pad([x], out, begins=tuple(begins), value=value, mode=mode))
     lw.bind(node.outputs[0], out)
 
 
+def pad_source(position: int, begin: int, size: int, mode: str) -> int:
+    """The input index output ``position`` of a padded axis reads (reflect, edge or wrap).
+
+    >>> [pad_source(p, 2, 4, "reflect") for p in range(8)]  # 2 | 0 1 2 3 | 2 1 on each side
+    [2, 1, 0, 1, 2, 3, 2, 1]
+    >>> [pad_source(p, 2, 4, "edge") for p in range(8)], [pad_source(p, 2, 4, "wrap") for p in range(8)]
+    ([0, 0, 0, 1, 2, 3, 3, 3], [2, 3, 0, 1, 2, 3, 0, 1])
+    """
+    index = position - begin
+    if mode == "edge":
+        return min(max(index, 0), size - 1)
+    if mode == "wrap":
+        return index % size
+    while not 0 <= index < size:  # reflect about the first and last elements (not repeating them)
+        index = -index if index < 0 else 2 * (size - 1) - index
+    return index
+
+
 def emit_pad(ctx: Context, kernel: Kernel) -> None:
-    """Fill with the constant, then copy the input's rows into place (plain layouts)."""
+    """Fill with the constant, then copy the input's rows into place (plain layouts); for
+    the other modes, each output element from the input element a table per axis names."""
     op = core_of(kernel, Pad)
     x, out = op.inputs[0], op.out
     in_strides, out_strides = g.row_major_strides(x.shape), g.row_major_strides(out.shape)
+    if op.mode != "constant":
+        _emit_mirrored_pad(ctx, op, in_strides)
+        return
     base = sum(b * st for b, st in zip(op.begins, out_strides, strict=True))
     fill = f"  for (long i = 0; i < {out.size}; i++) y[i] = {c_float(op.value)};"
     _copy_loops(ctx, "pad", op, x.shape, src=(0, in_strides), dst=(base, out_strides), fill=fill)
+
+
+def _emit_mirrored_pad(ctx: Context, op: Pad, in_strides: Sequence[int]) -> None:
+    fn = ctx.name("pad")
+    lines, offsets = [], []
+    for axis, (size, begin, stride) in enumerate(zip(op.inputs[0].shape, op.begins, in_strides, strict=True)):
+        table = [pad_source(p, begin, size, op.mode) * stride for p in range(op.out.shape[axis])]
+        lines.append(f"static const long {fn}_a{axis}[{len(table)}] = {{{', '.join(map(str, table))}}};")
+        offsets.append(f"{fn}_a{axis}[d{axis}]")
+    lines += [f"static void {fn}(const float* x, float* y) {{", "  long dst = 0;"]
+    indent = "  "
+    for axis, size in enumerate(op.out.shape):
+        lines.append(f"{indent}for (long d{axis} = 0; d{axis} < {size}; d{axis}++)")
+        indent += "  "
+    lines += [f"{indent}y[dst++] = x[{' + '.join(offsets) or '0'}];", "}"]
+    ctx.functions.append("\n".join(lines))
+    ctx.body.append(f"  {fn}({ctx.ptr(op.inputs[0])}, {ctx.ptr(op.out)});")
 
 
 # -- Transpose (and layout's conversions) ----------------------------------------------------------
