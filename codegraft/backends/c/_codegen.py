@@ -31,6 +31,7 @@ from codegraft.backends.c._timers import timer_source
 from codegraft.backends.c._toolchain import Target, cache_sizes, usable_cpus
 from codegraft.backends.c._translate import translate
 from codegraft.backends.c.ops import KERNEL_OPS
+from codegraft.backends.c.ops.conv import Col2Im
 from codegraft.backends.c.ops.data import SHUFFLE, transpose_block
 from codegraft.backends.c.ops.gemm import choose_tile
 from codegraft.backends.c.ops.pool import Pool
@@ -198,6 +199,9 @@ def kernel_work(kernel: Kernel, vector: int, given: frozenset[int] = frozenset()
     if isinstance(core, Pool) and core.window is not None:
         phys = out.physical_shape
         return Work(float(out.size * math.prod(core.window.kernel)), moved, math.prod(phys[:-2]), gemm=False)
+    if isinstance(core, Col2Im):  # one add per per-tap product, a task per output row
+        phys = out.physical_shape
+        return Work(float(core.inputs[0].size + out.size), moved, math.prod(phys[:-2]), gemm=False)
     if isinstance(core, g.Transpose) and not kernel.steps and not any(id(t.root()) in given for t in inputs):
         return Work(0.0, moved, max(1, out.size // 4096), gemm=False)
     # Elementwise chains, reductions: a few flops per element, split in 4096-element blocks.
