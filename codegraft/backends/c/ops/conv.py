@@ -205,6 +205,11 @@ def check_conv_transpose(node: ir.Node) -> str:
     kernel = attr_ints(node, "kernel_shape")
     if kernel is not None and tuple(kernel) != tuple(int(d) for d in weight_dims[2:]):
         return f"kernel_shape={kernel} does not match the weight's {list(weight_dims[2:])}"
+    strides = attr_ints(node, "strides") or [1] * spatial
+    extra = attr_ints(node, "output_padding") or [0] * spatial
+    if any(p >= s for p, s in zip(extra, strides, strict=True)):
+        # the ONNX text allows up to max(stride, dilation); onnxruntime refuses, so do not guess
+        return f"output_padding={extra} must be below the strides {strides}"
     group = attr_int(node, "group", 1)
     if group < 1 or int(weight_dims[0]) % group:
         return f"group={group} does not divide the weight's {weight_dims[0]} input channels"
