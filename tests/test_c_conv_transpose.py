@@ -8,6 +8,7 @@ groups, 1-D and no bias, then random shapes (hypothesis), then what is declined.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import onnx
@@ -23,7 +24,7 @@ from codegraft.backends.c import CBackend
 
 def _model(
     x: Sequence[int], cout: int, kernel: Sequence[int], group: int = 1, bias: bool = True, seed: int = 0,
-    after: Sequence[str] = (), **attrs: object,
+    after: Sequence[str] = (), **attrs: Any,
 ) -> onnx.ModelProto:
     rng = np.random.default_rng(seed)
     inits = {"w": rng.uniform(-1, 1, (x[1], cout // group, *kernel)).astype(np.float32)}
@@ -39,7 +40,7 @@ def _model(
     return make_model(nodes, {"x": x}, ["y"], inits)
 
 
-CASES = {
+CASES: dict[str, tuple[Any, ...]] = {
     "ocr-2x2-s2": ((1, 24, 40, 40), 24, (2, 2), 1, True, {"strides": [2, 2], "pads": [0, 0, 0, 0]}),
     "ocr-2x2-s2-one-channel": ((1, 24, 40, 40), 1, (2, 2), 1, True, {"strides": [2, 2]}),
     "k3-s2-p1-output-padding": ((1, 5, 9, 7), 6, (3, 3), 1, True,
