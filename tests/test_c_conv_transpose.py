@@ -15,7 +15,7 @@ import onnx
 import onnx_ir as ir
 import pytest
 from c_backend_util import check, make_model, needs_compiler
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from onnx import helper
 
@@ -103,6 +103,9 @@ def conv_transpose_cases(draw: st.DrawFn) -> tuple[tuple, int, tuple, int, bool,
     extent = [(k - 1) * d + 1 for k, d in zip(kernel, dilations, strict=True)]
     pads = [draw(st.integers(0, min(2, e - 1))) for e in extent * 2]
     size = [draw(st.integers(1, 7)) for _ in range(spatial)]
+    out = [s * (i - 1) + p + e - pads[a] - pads[a + spatial]
+           for a, (s, i, p, e) in enumerate(zip(strides, size, output_padding, extent, strict=True))]
+    assume(min(out) >= 1)  # an empty output is an error in onnxruntime too
     attrs = {"strides": strides, "dilations": dilations, "pads": pads, "output_padding": output_padding}
     x = (draw(st.integers(1, 2)), cg_in * group, *size)
     return x, cg_out * group, kernel, group, draw(st.booleans()), attrs
@@ -140,3 +143,21 @@ def test_declines_3d_and_a_computed_weight() -> None:
     )
     verdict = CBackend().supports(next(iter(ir.from_proto(computed).graph)))
     assert not verdict and "weight must be a constant" in verdict.reason
+
+
+@needs_compiler
+@pytest.mark.parametrize("channels", [1, 5])
+def test_residual_and_channel_epilogue(channels: int) -> None:
+    """Steps fused after the gather with a full-tensor operand (a residual) and a per-channel one."""
+    rng = np.random.default_rng(2)
+    inits = {
+        "w": rng.uniform(-1, 1, (3, channels, 3, 3)).astype(np.float32),
+        "s": rng.uniform(0.5, 1.5, (1, channels, 1, 1)).astype(np.float32),
+    }
+    nodes = [
+        helper.make_node("ConvTranspose", ["x", "w"], ["t"], strides=[2, 2], pads=[1, 1, 1, 1], output_padding=[1, 1]),
+        helper.make_node("Add", ["t", "z"], ["u"]),
+        helper.make_node("Mul", ["u", "s"], ["v"]),
+        helper.make_node("Tanh", ["v"], ["y"]),
+    ]
+    check(make_model(nodes, {"x": (2, 3, 5, 6), "z": (2, channels, 10, 12)}, ["y"], inits))

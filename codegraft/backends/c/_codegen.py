@@ -199,9 +199,10 @@ def kernel_work(kernel: Kernel, vector: int, given: frozenset[int] = frozenset()
     if isinstance(core, Pool) and core.window is not None:
         phys = out.physical_shape
         return Work(float(out.size * math.prod(core.window.kernel)), moved, math.prod(phys[:-2]), gemm=False)
-    if isinstance(core, Col2Im):  # one add per per-tap product, a task per output row
+    if isinstance(core, Col2Im):  # an add per per-tap product, the fused steps per output value; a task per row
         phys = out.physical_shape
-        return Work(float(core.inputs[0].size + out.size), moved, math.prod(phys[:-2]), gemm=False)
+        flops = core.inputs[0].size + out.size * (1 + len(kernel.steps))
+        return Work(float(flops), moved, math.prod(phys[:-2]), gemm=False)
     if isinstance(core, g.Transpose) and not kernel.steps and not any(id(t.root()) in given for t in inputs):
         return Work(0.0, moved, max(1, out.size // 4096), gemm=False)
     # Elementwise chains, reductions: a few flops per element, split in 4096-element blocks.

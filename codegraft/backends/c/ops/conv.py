@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 import onnx_ir as ir
@@ -176,6 +177,8 @@ class Col2Im(g.SpatialOp):
     window: g.Window | None = None
     group: int = 1
     bias: np.ndarray | None = None
+    exact: bool = False  # kernel == stride, no dilation, no output_padding: one tap per output pixel
+    row_epilogue: ClassVar[bool] = True
 
 
 def check_conv_transpose(node: ir.Node) -> str:
@@ -269,13 +272,17 @@ def _conv_transpose(lw: Lowerer, node: ir.Node) -> None:
         assert b.const is not None
         bias_values = np.ascontiguousarray(b.const.astype(np.float32).reshape(m))
     out = lw.new((n, m, *out_spatial))
-    lw.ops.append(Col2Im([col], out, window=window, group=group, bias=bias_values))
+    extra = attr_ints(node, "output_padding") or [0] * len(kernel)
+    exact = not any(extra) and all(
+        k == s and (d == 1 or k == 1) for k, s, d in zip(kernel, window.strides, window.dilations, strict=True)
+    )
+    lw.ops.append(Col2Im([col], out, window=window, group=group, bias=bias_values, exact=exact))
     lw.bind(node.outputs[0], out)
 
 
 def emit_col2im(ctx: Context, kernel: Kernel) -> None:
     op = core_of(kernel, Col2Im)
-    col, out = op.inputs[0], op.out
+    col, out = op.inputs[0], kernel.out  # the last fused step's output (op.out is never stored)
     assert op.window is not None
     phys_in, phys_out = col.physical_shape, out.physical_shape
     n, m = phys_in[0], phys_out[-1]
@@ -287,11 +294,14 @@ def emit_col2im(ctx: Context, kernel: Kernel) -> None:
         size, strides, dil, pb = [1, *size], [1, *strides], [1, *dil], [0, *pb]
     assert phys_in[-1] == m * size[0] * size[1]
     fn = ctx.define_once("cg_col2im", lambda: c_file("ops/conv_transpose.c"))
-    bias = ctx.weight(op.bias) if op.bias is not None else "NULL"
+    bias = ctx.weight(op.bias if op.bias is not None else np.zeros(m, np.float32))
+    ep = emit_epilogue(ctx, kernel) if kernel.steps else ""
+    flat = all(index.row_stride == 0 and index.col_stride == 0 for index in kernel.indexing)
     ctx.body.append(
         f"  {fn}({ctx.ptr(col)}, {bias}, {ctx.ptr(out)}, {n}, {spatial[0]}, {spatial[1]}, {op.group}, "
         f"{m // op.group}, {out_spatial[0]}, {out_spatial[1]}, {size[0]}, {size[1]}, {strides[0]}, {strides[1]}, "
-        f"{pb[0]}, {pb[1]}, {dil[0]}, {dil[1]});"
+        f"{pb[0]}, {pb[1]}, {dil[0]}, {dil[1]}, {int(op.exact)}, {ep or 'NULL'}, {ep + '_ops' if ep else 'NULL'}, "
+        f"{int(flat)});"
     )
 
 
