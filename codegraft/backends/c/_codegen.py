@@ -31,6 +31,7 @@ from codegraft.backends.c._timers import timer_source
 from codegraft.backends.c._toolchain import Target, cache_sizes, usable_cpus
 from codegraft.backends.c._translate import translate
 from codegraft.backends.c.ops import KERNEL_OPS
+from codegraft.backends.c.ops.conv import Col2Im
 from codegraft.backends.c.ops.data import SHUFFLE, transpose_block
 from codegraft.backends.c.ops.gemm import choose_tile
 from codegraft.backends.c.ops.pool import Pool
@@ -201,6 +202,10 @@ def kernel_work(kernel: Kernel, vector: int, given: frozenset[int] = frozenset()
         return Work(float(out.size * math.prod(core.window.kernel)), moved, math.prod(phys[:-2]), gemm=False)
     if isinstance(core, Resize):  # a copy (nearest) or a blend of four pixels (linear) per output value
         return Work(float(out.size * (7 if core.linear else 1)), moved, math.prod(out.physical_shape[:-2]), gemm=False)
+    if isinstance(core, Col2Im):  # an add per per-tap product, the fused steps per output value; a task per row
+        phys = out.physical_shape
+        flops = core.inputs[0].size + out.size * (1 + len(kernel.steps))
+        return Work(float(flops), moved, math.prod(phys[:-2]), gemm=False)
     if isinstance(core, g.Transpose) and not kernel.steps and not any(id(t.root()) in given for t in inputs):
         return Work(0.0, moved, max(1, out.size // 4096), gemm=False)
     # Elementwise chains, reductions: a few flops per element, split in 4096-element blocks.

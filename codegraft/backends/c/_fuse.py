@@ -64,7 +64,7 @@ class Kernel:
 
     @property
     def is_anchor(self) -> bool:
-        return isinstance(self.core, g.Conv | g.MatMul)
+        return isinstance(self.core, g.Conv | g.MatMul) or (self.core is not None and self.core.row_epilogue)
 
     def result(self) -> Ref:
         return ("step", len(self.steps) - 1) if self.steps else ("acc", 0)

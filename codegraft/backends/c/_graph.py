@@ -96,6 +96,9 @@ class Op:
 
     inputs: list[Tensor]
     out: Tensor
+    # Its emitter runs the elementwise steps fused after it on each finished output row
+    # (``emit_epilogue``), so fusion treats it as an anchor, like Conv and MatMul (_fuse.py).
+    row_epilogue: ClassVar[bool] = False
 
 
 @dataclass(eq=False)

@@ -1,23 +1,34 @@
-"""Conv (1-D and 2-D, groups, depthwise, strides, pads, dilations) on channels-last data.
+"""Conv and ConvTranspose (1-D and 2-D, groups, depthwise, strides, pads, dilations) on channels-last data.
 
 NOTE: a Conv becomes the backend's ``g.Conv`` (weights reordered to OHWI once, at compile
 time) plus an elementwise Add for its bias, which fusion turns into part of the epilogue.
 A depthwise Conv gets a kernel specialised per layer (``depthwise.py``); every other one
 runs on the shared GEMM engine (``gemm.py``), reading kernel taps straight from the padded
 channels-last input.
+
+A ConvTranspose is two ops: a 1x1 ``g.Conv`` (the GEMM engine again) that multiplies every
+input pixel by every kernel tap at once, its output channel ``gi * (K * Cg) + t * Cg + c``
+for group ``gi``, tap ``t = ky * kw + kx`` and channel ``c`` of the group, and a
+:class:`Col2Im` that gathers, for each output pixel, the taps that reach it, plus the bias
+(``conv_transpose.c``).
 """
 
 from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 import onnx_ir as ir
 
 from codegraft.backends.c import _graph as g
 from codegraft.backends.c._blocking import host_blocking, weights_outweigh
+from codegraft.backends.c._c_files import c_file
 from codegraft.backends.c._emit import Context
 from codegraft.backends.c._fuse import Kernel
 from codegraft.backends.c._lowerer import Lowerer, LoweringError
-from codegraft.backends.c._node import NHWC_DOMAIN, attr_int, is_constant, present
+from codegraft.backends.c._node import NHWC_DOMAIN, attr_int, attr_ints, attr_str, is_constant, present
 from codegraft.backends.c.ops._spec import KernelOp, Layout, OnnxOp, core_of
 from codegraft.backends.c.ops._window import check_window, join_layout, split_layout, window_of
 from codegraft.backends.c.ops.depthwise import DepthwiseShape, depthwise_function
@@ -155,8 +166,153 @@ def emit_conv(ctx: Context, kernel: Kernel) -> None:
     )
 
 
+# -- ConvTranspose ---------------------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class Col2Im(g.SpatialOp):
+    """ConvTranspose's gather: ``inputs[0]`` is the 1x1 Conv's per-tap products (channels
+    ``[group][tap][Cout / group]``), the output sums the taps that reach each pixel, plus ``bias``."""
+
+    window: g.Window | None = None
+    group: int = 1
+    bias: np.ndarray | None = None
+    exact: bool = False  # kernel == stride, no dilation, no output_padding: one tap per output pixel
+    row_epilogue: ClassVar[bool] = True
+
+
+def check_conv_transpose(node: ir.Node) -> str:
+    weight = present(node, 1)
+    if not is_constant(weight):
+        return "the weight must be a constant initializer"
+    assert weight is not None and weight.const_value is not None
+    weight_dims = _dims(weight.const_value)
+    spatial = len(weight_dims) - 2
+    if spatial not in (1, 2):
+        return f"{spatial}-D ConvTranspose is not supported (only 1-D and 2-D)"
+    bias = present(node, 2)
+    if bias is not None and not is_constant(bias):
+        return "the bias must be a constant initializer"
+    auto_pad = attr_str(node, "auto_pad", "NOTSET")
+    if auto_pad not in ("NOTSET", "VALID"):
+        return f"auto_pad={auto_pad} is not supported (only NOTSET and VALID)"
+    if attr_ints(node, "output_shape") is not None:
+        return "the output_shape attribute is not supported (give pads and output_padding)"
+    for name, length, least in (("strides", spatial, 1), ("dilations", spatial, 1), ("pads", 2 * spatial, 0),
+                                ("output_padding", spatial, 0), ("kernel_shape", spatial, 1)):
+        values = attr_ints(node, name)
+        if values is not None and len(values) != length:
+            return f"{name} has {len(values)} values, expected {length}"
+        if values is not None and min(values) < least:
+            return f"{name}={values} must be at least {least}"
+    kernel = attr_ints(node, "kernel_shape")
+    if kernel is not None and tuple(kernel) != tuple(int(d) for d in weight_dims[2:]):
+        return f"kernel_shape={kernel} does not match the weight's {list(weight_dims[2:])}"
+    strides = attr_ints(node, "strides") or [1] * spatial
+    extra = attr_ints(node, "output_padding") or [0] * spatial
+    if any(p >= s for p, s in zip(extra, strides, strict=True)):
+        # the ONNX text allows up to max(stride, dilation); onnxruntime refuses, so do not guess
+        return f"output_padding={extra} must be below the strides {strides}"
+    group = attr_int(node, "group", 1)
+    if group < 1 or int(weight_dims[0]) % group:
+        return f"group={group} does not divide the weight's {weight_dims[0]} input channels"
+    return ""
+
+
+def conv_transpose_geometry(
+    node: ir.Node, spatial_in: tuple[int, ...], kernel: tuple[int, ...]
+) -> tuple[g.Window, tuple[int, ...]]:
+    """The window of a ConvTranspose (kernel, strides, pads, dilations) and its output's spatial size.
+
+    Each output size is ONNX's ``stride * (in - 1) + output_padding + (k - 1) * dilation + 1
+    - pad_begin - pad_end``.
+    """
+    rank = len(kernel)
+    strides = tuple(attr_ints(node, "strides") or [1] * rank)
+    dilations = tuple(attr_ints(node, "dilations") or [1] * rank)
+    pads = attr_ints(node, "pads") or [0] * (2 * rank)
+    if attr_str(node, "auto_pad", "NOTSET") == "VALID":
+        pads = [0] * (2 * rank)
+    extra = attr_ints(node, "output_padding") or [0] * rank
+    out = tuple(
+        strides[i] * (spatial_in[i] - 1) + extra[i] + (kernel[i] - 1) * dilations[i] + 1 - pads[i] - pads[i + rank]
+        for i in range(rank)
+    )
+    if min(out) < 1:
+        raise LoweringError(f"output spatial size {list(out)} is empty")
+    window = g.Window(kernel, strides, tuple(pads[:rank]), tuple(pads[rank:]), dilations)
+    return window, out
+
+
+def _conv_transpose(lw: Lowerer, node: ir.Node) -> None:
+    x = lw.tensor(node.inputs[0])
+    w = lw.tensor(node.inputs[1])
+    assert w.const is not None
+    weight = w.const.astype(np.float32)  # [Cin, Cout / group, k...]
+    n, c, spatial = split_layout(x, False)
+    group = attr_int(node, "group", 1)
+    cin, cg_out, kernel = weight.shape[0], weight.shape[1], tuple(int(d) for d in weight.shape[2:])
+    if c != cin or cin % group:
+        raise LoweringError(f"channels {c} do not match weight {w.shape} with group={group}")
+    cg_in, taps, m = cin // group, math.prod(kernel), cg_out * group
+    window, out_spatial = conv_transpose_geometry(node, spatial, kernel)
+    # The 1x1 Conv's OHWI weight: output channel gi * (taps * Cg) + t * Cg + c reads input
+    # channel gi * Cg_in + ci with the ONNX weight [gi * Cg_in + ci, c, ky, kx].
+    per_group = weight.reshape(group, cg_in, cg_out, taps)  # [gi][ci][c][t]
+    ohwi = per_group.transpose(0, 3, 2, 1).reshape(group * taps * cg_out, *([1] * len(kernel)), cg_in)
+    ones = tuple(1 for _ in kernel)
+    zeros = tuple(0 for _ in kernel)
+    col = lw.new((n, group * taps * cg_out, *spatial), hint="col")
+    lw.ops.append(g.Conv([x], col, weight=np.ascontiguousarray(ohwi), group=group,
+                         window=g.Window(ones, ones, zeros, zeros, ones)))
+    bias = present(node, 2)
+    bias_values = None
+    if bias is not None:
+        b = lw.tensor(bias)
+        assert b.const is not None
+        bias_values = np.ascontiguousarray(b.const.astype(np.float32).reshape(m))
+    out = lw.new((n, m, *out_spatial))
+    extra = attr_ints(node, "output_padding") or [0] * len(kernel)
+    exact = not any(extra) and all(
+        k == s and (d == 1 or k == 1) for k, s, d in zip(kernel, window.strides, window.dilations, strict=True)
+    )
+    lw.ops.append(Col2Im([col], out, window=window, group=group, bias=bias_values, exact=exact))
+    lw.bind(node.outputs[0], out)
+
+
+def emit_col2im(ctx: Context, kernel: Kernel) -> None:
+    op = core_of(kernel, Col2Im)
+    col, out = op.inputs[0], kernel.out  # the last fused step's output (op.out is never stored)
+    assert op.window is not None
+    phys_in, phys_out = col.physical_shape, out.physical_shape
+    n, m = phys_in[0], phys_out[-1]
+    spatial, out_spatial = list(phys_in[1:-1]), list(phys_out[1:-1])
+    win = op.window
+    size, strides, dil, pb = list(win.kernel), list(win.strides), list(win.dilations), list(win.pads_begin)
+    if len(spatial) == 1:  # 1-D: one row
+        spatial, out_spatial = [1, *spatial], [1, *out_spatial]
+        size, strides, dil, pb = [1, *size], [1, *strides], [1, *dil], [0, *pb]
+    assert phys_in[-1] == m * size[0] * size[1]
+    fn = ctx.define_once("cg_col2im", lambda: c_file("ops/conv_transpose.c"))
+    bias = ctx.weight(op.bias if op.bias is not None else np.zeros(m, np.float32))
+    ep = emit_epilogue(ctx, kernel) if kernel.steps else ""
+    flat = all(index.row_stride == 0 and index.col_stride == 0 for index in kernel.indexing)
+    ctx.body.append(
+        f"  {fn}({ctx.ptr(col)}, {bias}, {ctx.ptr(out)}, {n}, {spatial[0]}, {spatial[1]}, {op.group}, "
+        f"{m // op.group}, {out_spatial[0]}, {out_spatial[1]}, {size[0]}, {size[1]}, {strides[0]}, {strides[1]}, "
+        f"{pb[0]}, {pb[1]}, {dil[0]}, {dil[1]}, {int(op.exact)}, {ep or 'NULL'}, {ep + '_ops' if ep else 'NULL'}, "
+        f"{int(flat)});"
+    )
+
+
 # -- the family's entries in the op table ----------------------------------------------------------
 
 
-ONNX = (OnnxOp("Conv", _conv, check_conv, nhwc=True),)
-KERNELS = (KernelOp(g.Conv, Layout.CHANNELS_LAST, emit_conv),)
+ONNX = (
+    OnnxOp("Conv", _conv, check_conv, nhwc=True),
+    OnnxOp("ConvTranspose", _conv_transpose, check_conv_transpose),
+)
+KERNELS = (
+    KernelOp(g.Conv, Layout.CHANNELS_LAST, emit_conv),
+    KernelOp(Col2Im, Layout.CHANNELS_LAST, emit_col2im),
+)
