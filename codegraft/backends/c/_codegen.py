@@ -35,7 +35,7 @@ from codegraft.backends.c.ops.conv import Col2Im
 from codegraft.backends.c.ops.data import SHUFFLE, transpose_block
 from codegraft.backends.c.ops.gemm import choose_tile
 from codegraft.backends.c.ops.pool import Pool
-from codegraft.backends.c.ops.resize import Resize
+from codegraft.backends.c.ops.resize import Resize, row_runs
 
 # The C every partition carries: math helpers the expressions call, the GEMM job and its
 # packing, and the pool, LRN, softmax and layer-norm kernels (their emitters call them).
@@ -201,7 +201,8 @@ def kernel_work(kernel: Kernel, vector: int, given: frozenset[int] = frozenset()
         phys = out.physical_shape
         return Work(float(out.size * math.prod(core.window.kernel)), moved, math.prod(phys[:-2]), gemm=False)
     if isinstance(core, Resize):  # a copy (nearest) or a blend of four pixels (linear) per output value
-        return Work(float(out.size * (7 if core.linear else 1)), moved, math.prod(out.physical_shape[:-2]), gemm=False)
+        tasks = out.physical_shape[0] * (len(row_runs(core)) - 1)
+        return Work(float(out.size * (7 if core.linear else 1)), moved, tasks, gemm=False)
     if isinstance(core, Col2Im):  # an add per per-tap product, the fused steps per output value; a task per row
         phys = out.physical_shape
         flops = core.inputs[0].size + out.size * (1 + len(kernel.steps))

@@ -183,12 +183,29 @@ def emit_resize(ctx: Context, kernel: Kernel) -> None:
     name = ctx.name("resize")
     y0, y1, fy = op.rows
     x0, x1, fx = op.cols
+    runs = row_runs(op)
     ctx.functions.append(filled(
         "ops/resize.c", name=name, linear=int(op.linear), h=h, w=w, c=c, oh=oh, ow=ow,
         y0=_ints(y0), y1=_ints(y1), x0=_ints(x0), x1=_ints(x1), fy=_floats(fy), fx=_floats(fx),
-        image=h * w * c, row=w * c, out_row=ow * c, rows=n * oh,
+        image=h * w * c, row=w * c, out_row=ow * c, runs=_ints(runs), tasks_per_image=len(runs) - 1,
+        tasks=n * (len(runs) - 1),
     ))  # fmt: skip
     ctx.body.append(f"  {name}({ctx.ptr(op.inputs[0])}, {ctx.ptr(op.out)});")
+
+
+def row_runs(op: Resize) -> np.ndarray:
+    """Where each task's output rows start, then the row count: a run of equal rows per task
+    for nearest (they read the same input row), one row per task for linear.
+
+    >>> rows = axis_table(2, 6, 3.0, "nearest", "asymmetric", "floor")
+    >>> row_runs(Resize([], g.Tensor("y", (1, 6, 6, 1)), rows=rows)).tolist()
+    [0, 3, 6]
+    """
+    first = op.rows[0]
+    if op.linear:
+        return np.arange(len(first) + 1)
+    starts = [0, *(i for i in range(1, len(first)) if first[i] != first[i - 1])]
+    return np.array([*starts, len(first)])
 
 
 def _ints(values: np.ndarray) -> str:
