@@ -499,3 +499,18 @@ def test_channel_shuffle_interleaves_in_registers(groups: int, per_group: int, w
     if host_target().vector_floats > groups:
         source = CBackend(num_threads=1).generate(Partition("p", ir.from_proto(model))).source
         assert "CG_SHUFFLE(r0, r1, " in source
+
+
+@pytest.mark.parametrize("operand", [(24, 1, 1), (1, 24, 30, 1), (2, 1, 30, 40), (2, 24, 1, 40), (40,)])
+def test_elementwise_over_channels_last_rows(operand: tuple[int, ...]) -> None:
+    """A chain after a pool runs on its channels-last output, rows of 24 channels: tasks span
+    many such rows and step each operand's offset row by row (per-channel, per-row, per-pixel
+    and per-column operands; 2 x 30 x 40 rows, so tasks start mid-image and wrap every axis)."""
+    nodes = [
+        helper.make_node("MaxPool", ["x"], ["p"], kernel_shape=[1, 1]),
+        helper.make_node("Mul", ["p", "b"], ["m"]),
+        helper.make_node("Add", ["m", "c"], ["a"]),
+        helper.make_node("Relu", ["a"], ["y"]),
+    ]
+    inits = {"b": rand(*operand), "c": rand(24, 1, 1)}
+    check(make_model(nodes, {"x": (2, 24, 30, 40)}, ["y"], inits))
