@@ -35,6 +35,7 @@ from codegraft.backends.c.ops.data import SHUFFLE, transpose_block
 from codegraft.backends.c.ops.gemm import choose_tile
 from codegraft.backends.c.ops.pool import Pool
 from codegraft.backends.c.ops.resize import Resize
+from codegraft.backends.c.ops.rnn import Recurrence, recurrence_flops
 
 # The C every partition carries: math helpers the expressions call, the GEMM job and its
 # packing, and the pool, LRN, softmax and layer-norm kernels (their emitters call them).
@@ -201,6 +202,8 @@ def kernel_work(kernel: Kernel, vector: int, given: frozenset[int] = frozenset()
         return Work(float(out.size * math.prod(core.window.kernel)), moved, math.prod(phys[:-2]), gemm=False)
     if isinstance(core, Resize):  # a copy (nearest) or a blend of four pixels (linear) per output value
         return Work(float(out.size * (7 if core.linear else 1)), moved, math.prod(out.physical_shape[:-2]), gemm=False)
+    if isinstance(core, Recurrence):  # sequential in time: one unit per direction and batch row
+        return Work(recurrence_flops(core), moved + 4.0 * core.rt.size, len(core.reverse) * core.batch, gemm=False)
     if isinstance(core, g.Transpose) and not kernel.steps and not any(id(t.root()) in given for t in inputs):
         return Work(0.0, moved, max(1, out.size // 4096), gemm=False)
     # Elementwise chains, reductions: a few flops per element, split in 4096-element blocks.
