@@ -96,6 +96,28 @@ def test_gru_clip_only_y_h() -> None:
     check(rnn_model("GRU", 6, 2, 8, direction="bidirectional", outputs=("Y_h",), linear_before_reset=1, clip=0.5))
 
 
+def test_lstm_inside_a_model() -> None:
+    """Initial states computed in the partition, Y and Y_h read by later ops (a Transpose, an Add)."""
+    rng = np.random.default_rng(1)
+    hidden, width = 16, 6
+    nodes = [
+        helper.make_node("Mul", ["h_in", "two"], ["h0"]),
+        helper.make_node("Relu", ["x_in"], ["X"]),
+        helper.make_node("LSTM", ["X", "W", "R", "B", "", "h0", "c_in"], ["Y", "Y_h", ""], hidden_size=hidden,
+                         direction="bidirectional"),
+        helper.make_node("Transpose", ["Y"], ["Yt"], perm=[1, 0, 2, 3]),
+        helper.make_node("Add", ["Y_h", "h0"], ["H"]),
+    ]
+    inits = {
+        "two": np.float32(2.0),
+        "W": rng.standard_normal((2, 4 * hidden, width)).astype(np.float32),
+        "R": rng.standard_normal((2, 4 * hidden, hidden)).astype(np.float32),
+        "B": rng.standard_normal((2, 8 * hidden)).astype(np.float32),
+    }
+    inputs = {"x_in": (5, 2, width), "h_in": (2, 2, hidden), "c_in": (2, 2, hidden)}
+    check(make_model(nodes, inputs, ["Yt", "H"], inits, opset=14))
+
+
 def _reason(model: onnx.ModelProto) -> str:
     node = next(iter(ir.from_proto(model).graph))
     verdict = CBackend().supports(node)

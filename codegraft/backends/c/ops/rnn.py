@@ -14,7 +14,7 @@ absent or constant and equal to the sequence length, initial states absent, cons
 computed; GRU with either ``linear_before_reset``.  Declined: peepholes, ``input_forget=1``,
 other activations, ``layout=1``, W/R/B not constant, per-batch sequence lengths.
 
-Example (a bidirectional LSTM's Y is ``[seq, 2, batch, hidden]``)::
+Example (gates per cell: LSTM i, o, f, c; GRU z, r, h)::
 
     >>> gate_count("LSTM"), gate_count("GRU")
     (4, 3)
