@@ -36,6 +36,7 @@ from codegraft.backends.c.ops.data import SHUFFLE, transpose_block
 from codegraft.backends.c.ops.gemm import choose_tile
 from codegraft.backends.c.ops.pool import Pool
 from codegraft.backends.c.ops.resize import Resize, row_runs
+from codegraft.backends.c.ops.rnn import Recurrence, recurrence_flops
 
 # The C every partition carries: math helpers the expressions call, the GEMM job and its
 # packing, and the pool, LRN, softmax and layer-norm kernels (their emitters call them).
@@ -207,6 +208,8 @@ def kernel_work(kernel: Kernel, vector: int, given: frozenset[int] = frozenset()
         phys = out.physical_shape
         flops = core.inputs[0].size + out.size * (1 + len(kernel.steps))
         return Work(float(flops), moved, math.prod(phys[:-2]), gemm=False)
+    if isinstance(core, Recurrence):  # sequential in time: one unit per direction and batch row
+        return Work(recurrence_flops(core), moved + 4.0 * core.rt.size, len(core.reverse) * core.batch, gemm=False)
     if isinstance(core, g.Transpose) and not kernel.steps and not any(id(t.root()) in given for t in inputs):
         return Work(0.0, moved, max(1, out.size // 4096), gemm=False)
     # Elementwise chains, reductions: a few flops per element, split in 4096-element blocks.

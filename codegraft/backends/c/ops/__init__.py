@@ -1,11 +1,12 @@
 """The ``c`` backend's op table: every op it takes, described once, by family.
 
-Each family module (``elementwise``, ``conv``, ``matmul``, ``pool``, ``resize``, ``norm``,
-``data``, ``views``) lists its ONNX ops (``ONNX``: check and lowering, :class:`OnnxOp`) and the ops of
-the backend's graph it emits (``KERNELS``: layout rule and C emitter, :class:`KernelOp`).
-Support (``_support.py``), translation (``_translate.py``), layout (``_layout.py``) and
-code generation (``_codegen.py``) read these two tables and nothing else, so adding an op
-is an entry in one family module (see the backend's README, "Adding an op").
+Each family module (``elementwise``, ``conv``, ``matmul``, ``pool``, ``resize``, ``rnn``,
+``norm``, ``data``, ``views``) lists its ONNX ops (``ONNX``: check and lowering,
+:class:`OnnxOp`) and the ops of the backend's graph it emits (``KERNELS``: layout rule and C
+emitter, :class:`KernelOp`).  Support (``_support.py``), translation (``_translate.py``),
+layout (``_layout.py``) and code generation (``_codegen.py``) read these two tables and
+nothing else, so adding an op is an entry in one family module (see the backend's README,
+"Adding an op").
 
 Example::
 
@@ -20,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from codegraft.backends.c import _graph as g
-from codegraft.backends.c.ops import conv, data, elementwise, matmul, norm, pool, resize, views
+from codegraft.backends.c.ops import conv, data, elementwise, matmul, norm, pool, resize, rnn, views
 from codegraft.backends.c.ops._spec import KernelOp, Layout, OnnxOp
 
 
@@ -45,11 +46,11 @@ def _by_class(*families: Iterable[KernelOp]) -> dict[type[g.Op], KernelOp]:
 
 
 ONNX_OPS = _by_op_type(
-    elementwise.ONNX, conv.ONNX, matmul.ONNX, pool.ONNX, resize.ONNX, norm.ONNX, data.ONNX, views.ONNX
+    elementwise.ONNX, conv.ONNX, matmul.ONNX, pool.ONNX, resize.ONNX, rnn.ONNX, norm.ONNX, data.ONNX, views.ONNX
 )
 KERNEL_OPS = _by_class(
-    elementwise.KERNELS, conv.KERNELS, matmul.KERNELS, pool.KERNELS, resize.KERNELS, norm.KERNELS, data.KERNELS,
-    views.KERNELS,
+    elementwise.KERNELS, conv.KERNELS, matmul.KERNELS, pool.KERNELS, resize.KERNELS, rnn.KERNELS, norm.KERNELS,
+    data.KERNELS, views.KERNELS,
 )
 
 __all__ = ["KERNEL_OPS", "ONNX_OPS", "KernelOp", "Layout", "OnnxOp"]

@@ -101,7 +101,7 @@ def _check_slice(node: ir.Node) -> str:
     return ""
 
 
-def _slice_op(lw: Lowerer, x: g.Tensor, bounds: dict[int, tuple[int, int, int]]) -> g.Tensor:
+def slice_op(lw: Lowerer, x: g.Tensor, bounds: dict[int, tuple[int, int, int]]) -> g.Tensor:
     """``x`` sliced on some axes: axis -> (start, end, step) with numpy semantics."""
     starts, steps, shape = [], [], []
     for axis, dim in enumerate(x.shape):
@@ -130,7 +130,7 @@ def _slice(lw: Lowerer, node: ir.Node) -> None:
     axes = axes if axes is not None else list(range(len(starts)))
     steps = steps if steps is not None else [1] * len(starts)
     bounds = {a % rank: (b, e, st) for a, b, e, st in zip(axes, starts, ends, steps, strict=True)}
-    lw.bind(node.outputs[0], _slice_op(lw, x, bounds))
+    lw.bind(node.outputs[0], slice_op(lw, x, bounds))
 
 
 def emit_slice(ctx: Context, kernel: Kernel) -> None:
@@ -183,7 +183,7 @@ def _split(lw: Lowerer, node: ir.Node) -> None:
         sizes = [min(chunk, x.shape[axis] - i * chunk) for i in range(count)]
     start = 0
     for value, size in zip(node.outputs, sizes, strict=True):
-        lw.bind(value, _slice_op(lw, x, {axis: (start, start + size, 1)}))
+        lw.bind(value, slice_op(lw, x, {axis: (start, start + size, 1)}))
         start += size
 
 
@@ -481,7 +481,7 @@ def _gather(lw: Lowerer, node: ir.Node) -> None:
         raise LoweringError(f"indices {indices.reshape(-1).tolist()} are out of range for axis {axis} of size {dim}")
     if len(flat) > _MAX_GATHER_INDICES:
         raise LoweringError(f"{len(flat)} indices (at most {_MAX_GATHER_INDICES} are taken as slices)")
-    parts = [_slice_op(lw, x, {axis: (i, i + 1, 1)}) for i in flat]
+    parts = [slice_op(lw, x, {axis: (i, i + 1, 1)}) for i in flat]
     y = parts[0]
     if len(parts) > 1:
         shape = list(x.shape)

@@ -1,0 +1,143 @@
+"""LSTM and GRU on the C backend, against onnxruntime (tests/c_backend_util.check)."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+import pytest
+from onnx import helper, numpy_helper
+
+from codegraft.backends.c import CBackend
+from tests.c_backend_util import check, make_model, needs_compiler
+
+pytestmark = needs_compiler
+
+
+def rnn_model(
+    cell: str, seq: int, batch: int, hidden: int, width: int = 5, direction: str = "forward", bias: bool = True,
+    h0: str = "", c0: str = "", outputs: tuple[str, ...] = ("Y", "Y_h", "Y_c"), seed: int = 0, **attrs: object,
+) -> onnx.ModelProto:
+    """One LSTM/GRU node; ``h0``/``c0``: "" absent, "input" a model input, "const" an initializer."""
+    rng = np.random.default_rng(seed)
+    dirs = 2 if direction == "bidirectional" else 1
+    gates = 4 if cell == "LSTM" else 3
+    inits = {
+        "W": (rng.standard_normal((dirs, gates * hidden, width)) * 0.5).astype(np.float32),
+        "R": (rng.standard_normal((dirs, gates * hidden, hidden)) * 0.5).astype(np.float32),
+    }
+    if bias:
+        inits["B"] = rng.standard_normal((dirs, 2 * gates * hidden)).astype(np.float32)
+    inputs: dict[str, tuple[int, ...]] = {"X": (seq, batch, width)}
+    names = ["X", "W", "R", "B" if bias else "", ""]
+    for given, name in ((h0, "h0"), (c0, "c0")):
+        if name == "c0" and cell != "LSTM":
+            continue
+        names.append(name if given else "")
+        if given == "input":
+            inputs[name] = (dirs, batch, hidden)
+        elif given == "const":
+            inits[name] = rng.standard_normal((dirs, batch, hidden)).astype(np.float32)
+    while names and not names[-1]:
+        names.pop()
+    outs = [o if o in outputs else "" for o in (("Y", "Y_h", "Y_c") if cell == "LSTM" else ("Y", "Y_h"))]
+    while outs and not outs[-1]:
+        outs.pop()
+    node = helper.make_node(cell, names, outs, hidden_size=hidden, direction=direction, **attrs)
+    return make_model([node], inputs, [o for o in outs if o], inits, opset=14)
+
+
+@pytest.mark.parametrize(
+    ("direction", "seq", "batch", "hidden", "bias", "h0", "c0"),
+    [
+        ("forward", 1, 1, 8, True, "input", "input"),
+        ("forward", 7, 3, 33, True, "", ""),
+        ("reverse", 7, 1, 8, False, "const", ""),
+        ("bidirectional", 7, 3, 33, True, "input", "const"),
+        ("bidirectional", 1, 1, 8, False, "", "input"),
+    ],
+)
+def test_lstm(direction: str, seq: int, batch: int, hidden: int, bias: bool, h0: str, c0: str) -> None:
+    check(rnn_model("LSTM", seq, batch, hidden, direction=direction, bias=bias, h0=h0, c0=c0))
+
+
+@pytest.mark.parametrize("outputs", [("Y_h",), ("Y",), ("Y_c",), ("Y_h", "Y_c")])
+def test_lstm_some_outputs(outputs: tuple[str, ...]) -> None:
+    check(rnn_model("LSTM", 7, 2, 33, direction="bidirectional", h0="input", outputs=outputs))
+
+
+def test_lstm_clip() -> None:
+    check(rnn_model("LSTM", 7, 3, 8, direction="bidirectional", h0="input", c0="input", clip=0.7))
+
+
+def test_lstm_sequence_lens_full() -> None:
+    model = rnn_model("LSTM", 4, 2, 8)
+    model.graph.node[0].input.extend(["lens"])  # X, W, R, B, sequence_lens
+    model.graph.initializer.append(numpy_helper.from_array(np.array([4, 4], np.int32), "lens"))
+    check(model)
+
+
+@pytest.mark.parametrize(
+    ("direction", "lbr", "seq", "batch", "hidden", "bias", "h0"),
+    [
+        ("forward", 0, 7, 3, 33, True, "input"),
+        ("reverse", 1, 7, 1, 8, True, ""),
+        ("bidirectional", 1, 7, 3, 33, True, "input"),
+        ("bidirectional", 0, 1, 1, 8, False, "const"),
+        ("bidirectional", 1, 5, 2, 8, False, ""),
+    ],
+)
+def test_gru(direction: str, lbr: int, seq: int, batch: int, hidden: int, bias: bool, h0: str) -> None:
+    model = rnn_model("GRU", seq, batch, hidden, direction=direction, bias=bias, h0=h0, linear_before_reset=lbr)
+    check(model)
+
+
+def test_gru_clip_only_y_h() -> None:
+    check(rnn_model("GRU", 6, 2, 8, direction="bidirectional", outputs=("Y_h",), linear_before_reset=1, clip=0.5))
+
+
+def test_lstm_inside_a_model() -> None:
+    """Initial states computed in the partition, Y and Y_h read by later ops (a Transpose, an Add)."""
+    rng = np.random.default_rng(1)
+    hidden, width = 16, 6
+    nodes = [
+        helper.make_node("Mul", ["h_in", "two"], ["h0"]),
+        helper.make_node("Relu", ["x_in"], ["X"]),
+        helper.make_node("LSTM", ["X", "W", "R", "B", "", "h0", "c_in"], ["Y", "Y_h", ""], hidden_size=hidden,
+                         direction="bidirectional"),
+        helper.make_node("Transpose", ["Y"], ["Yt"], perm=[1, 0, 2, 3]),
+        helper.make_node("Add", ["Y_h", "h0"], ["H"]),
+    ]
+    inits = {
+        "two": np.float32(2.0),
+        "W": rng.standard_normal((2, 4 * hidden, width)).astype(np.float32),
+        "R": rng.standard_normal((2, 4 * hidden, hidden)).astype(np.float32),
+        "B": rng.standard_normal((2, 8 * hidden)).astype(np.float32),
+    }
+    inputs = {"x_in": (5, 2, width), "h_in": (2, 2, hidden), "c_in": (2, 2, hidden)}
+    check(make_model(nodes, inputs, ["Yt", "H"], inits, opset=14))
+
+
+def _reason(model: onnx.ModelProto) -> str:
+    node = next(iter(ir.from_proto(model).graph))
+    verdict = CBackend().supports(node)
+    assert not verdict
+    return verdict.reason
+
+
+def test_declines() -> None:
+    peephole = rnn_model("LSTM", 2, 1, 4)
+    node = peephole.graph.node[0]
+    node.input.extend([""] * (7 - len(node.input)) + ["P"])
+    peephole.graph.initializer.append(numpy_helper.from_array(np.zeros((1, 12), np.float32), "P"))
+    assert "peephole" in _reason(peephole)
+    assert "activations" in _reason(rnn_model("LSTM", 2, 1, 4, activations=["Relu", "Tanh", "Tanh"]))
+    assert "layout=1" in _reason(rnn_model("GRU", 2, 1, 4, layout=1))
+    assert "input_forget" in _reason(rnn_model("LSTM", 2, 1, 4, input_forget=1))
+    lens = rnn_model("LSTM", 4, 2, 8)
+    node = lens.graph.node[0]
+    node.input.extend(["lens"])
+    lens.graph.initializer.append(numpy_helper.from_array(np.array([4, 2], np.int32), "lens"))
+    assert "sequence_lens" in _reason(lens)
+    defaults = rnn_model("LSTM", 2, 1, 4, activations=["Sigmoid", "Tanh", "Tanh"])
+    assert CBackend().supports(next(iter(ir.from_proto(defaults).graph)))
