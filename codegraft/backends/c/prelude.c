@@ -36,7 +36,8 @@ static inline float cg_exp(float x) {
 static inline float cg_exp_op(float x) {
   return x > 88.72283935546875f ? INFINITY : (x < -103.97f ? 0.0f : cg_exp(x));
 }
-static inline float cg_sigmoid(float x) { return 1.0f / (1.0f + cg_exp(-x)); }
+/* 0 where e^-x overflows a float, as onnxruntime's: a SiLU of -inf is then -inf * 0 = NaN there too. */
+static inline float cg_sigmoid(float x) { return x < -88.72283935546875f ? 0.0f : 1.0f / (1.0f + cg_exp(-x)); }
 static inline float cg_tanh(float x) {
   const float a = x < 0.0f ? -x : x;
   const float big = 1.0f - 2.0f / (cg_exp(2.0f * a) + 1.0f);
@@ -233,6 +234,40 @@ static void cg_lrn(const float* x, float* y, long outer, long C, long inner, lon
 typedef int vi __attribute__((vector_size(VW * 4)));
 /* Relu of a vector as the scalar `v < 0 ? 0 : v` (NaN and -0 pass through); C has no ?: on vectors. */
 static inline vf cg_vrelu(vf v) { return (vf)((vi)v & ~(v < (vf){0})); }
+/* Lanes of a where the mask is set, of b elsewhere. */
+static inline vf cg_vpick(vi mask, vf a, vf b) { return (vf)(((vi)a & mask) | ((vi)b & ~mask)); }
+/* cg_exp, cg_sigmoid, cg_clamp and HardSigmoid on vectors, with the scalar forms' arithmetic
+   and NaN behaviour lane by lane: fused into a Conv's register tiles (SiLU, HardSwish). */
+static inline vf cg_vexp(vf x) {
+  const vf hi = (vf){0} + 88.0f, lo = (vf){0} - 87.0f;
+  x = cg_vpick(x > hi, hi, x);
+  x = cg_vpick(x < lo, lo, x);
+  const vf big = x * 1.44269504088896341f + 12582912.0f;
+  const vf n = big - 12582912.0f;
+  const vf r = x - n * 0.693359375f + n * 2.12194440e-4f;
+  vf p = (vf){0} + 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  return p * (vf)((((vi)big - 0x4B400000) + 127) << 23);
+}
+static inline vf cg_vsigmoid(vf x) {
+  const vf zero = (vf){0};
+  return cg_vpick(x < zero - 88.72283935546875f, zero, (zero + 1.0f) / (1.0f + cg_vexp(-x)));
+}
+static inline vf cg_vclamp(vf x, float lo, float hi) {
+  const vf l = (vf){0} + lo, h = (vf){0} + hi;
+  x = cg_vpick(x < l, l, x);
+  return cg_vpick(x > h, h, x);
+}
+static inline vf cg_vhardsigmoid(vf x, float alpha, float beta) {
+  const vf y = x * alpha + beta, one = (vf){0} + 1.0f, zero = (vf){0};
+  const vf below_one = cg_vpick(one < y, one, y);
+  return cg_vpick(zero > below_one, zero, below_one);
+}
 typedef struct { const float* x; float* y; long n, inner; int log; } cg_softmax_t;
 static void cg_softmax_line(const void* ctx, long task) {
   const cg_softmax_t* k = ctx;

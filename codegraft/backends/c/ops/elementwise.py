@@ -389,7 +389,17 @@ KERNELS = (KernelOp(g.Elementwise, Layout.FOLLOW_INPUTS, emit_elementwise),)
 
 # Steps with a vector form on ``vf`` values, each the same IEEE operation per element as its
 # scalar form (no multiply, so no contraction into an FMA that the scalar code might not do).
-VECTOR_FORMS = {"add": "{a} + {b}", "sub": "{a} - {b}", "relu": "cg_vrelu({a})"}
+VECTOR_FORMS = {
+    "add": "{a} + {b}",
+    "sub": "{a} - {b}",
+    "mul": "{a} * {b}",
+    "div": "{a} / {b}",
+    "relu": "cg_vrelu({a})",
+    "sigmoid": "cg_vsigmoid({a})",
+    "clip": "cg_vclamp({a}, {p0}, {p1})",
+    "hardsigmoid": "cg_vhardsigmoid({a}, {p0}, {p1})",
+    "hardswish": "{a} * cg_vhardsigmoid({a}, 0x1.555556p-3f, 0.5f)",
+}
 
 
 @dataclass(frozen=True)
@@ -414,7 +424,10 @@ class VectorEpilogue:
     def lines(self, indent: str) -> list[str]:
         return [
             f"{indent}const vf v{k} = "
-            + VECTOR_FORMS[s.kind].format(**dict(zip("abc", [ref_name(r) for r in s.args], strict=False)))
+            + VECTOR_FORMS[s.kind].format(
+                **dict(zip("abc", [ref_name(r) for r in s.args], strict=False)),
+                **{f"p{i}": c_float(v) for i, v in enumerate(s.params)},
+            )
             + ";"
             for k, s in enumerate(self.steps)
         ]
@@ -422,7 +435,7 @@ class VectorEpilogue:
 
 def vector_epilogue(kernel: Kernel) -> VectorEpilogue | None:
     """``kernel``'s epilogue on vectors, or None when a step has no vector form."""
-    if any(s.kind not in VECTOR_FORMS or s.params for s in kernel.steps):
+    if any(s.kind not in VECTOR_FORMS for s in kernel.steps):
         return None
     if any(index.col_stride not in (0, 1) for index in kernel.indexing):
         return None
