@@ -203,3 +203,34 @@ def test_c_measure_reports_every_kernel_and_what_was_kept() -> None:
     assert text.startswith("## squeezenet, measured up to 2 threads") and "| 1 thr ms | 2 thr ms |" in text
     assert len(rows) >= 26  # every convolution of squeezenet, named after its ONNX node
     assert "kept: " in text or "every kernel picked the cost model's count" in text
+
+
+def test_corpus_vs_times_a_model_against_onnxruntime(monkeypatch: pytest.MonkeyPatch,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    from bench import corpus_vs
+    from tests.c_backend_util import compiler_available
+
+    if not compiler_available():
+        pytest.skip("no C compiler")
+    monkeypatch.setattr("sys.argv", ["corpus_vs", "--only", "light_squeezenet", "--repeat", "5"])
+    corpus_vs.main()
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| light_squeezenet |")]
+    assert len(rows) == 1
+    ours, theirs, ratio = (float(cell) for cell in rows[0].strip("| ").split(" | ")[1:])
+    assert ours > 0 and theirs > 0 and ratio == pytest.approx(ours / theirs, abs=0.01)
+
+
+def test_corpus_revisions_times_two_trees_artifacts_in_one_process(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from bench import corpus_revisions
+    from tests.c_backend_util import compiler_available
+
+    if not compiler_available():
+        pytest.skip("no C compiler")
+    root = pathlib.Path(__file__).resolve().parent.parent
+    argv = ["corpus_revisions", "--against-tree", str(root), "--model", "light_squeezenet", "--repeat", "3"]
+    monkeypatch.setattr("sys.argv", argv)
+    corpus_revisions.main()
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    assert line.startswith("light_squeezenet, 2 threads, targets c: new ") and "outputs differ by 0.0e+00" in line
