@@ -118,3 +118,32 @@ def test_static_integer_outputs_are_shape_arithmetic_only() -> None:
     fixed = with_values(proto, {"x": np.zeros((1, 4, 6), np.float32)})
     assert [v.name for v in fixed.graph.input] == []
     assert "x" in {t.name for t in fixed.graph.initializer}
+
+
+def test_a_reshape_to_a_computed_shape_gives_its_output_a_rank() -> None:
+    """onnx infers nothing after ``Reshape(x, Concat(Slice(Shape(x)), [-1]))``; the target's
+    length is the rank (PP-OCRv4's recognizer), so the ReduceMean and Transpose after it,
+    which the ``c`` backend takes only with a known rank, stay in its one partition."""
+    nodes = [
+        oh.make_node("Shape", ["x"], ["s"]),
+        oh.make_node("Slice", ["s", "zero", "two"], ["lead"]),
+        oh.make_node("Concat", ["lead", "minus_one"], ["target"], axis=0),
+        oh.make_node("Reshape", ["x", "target"], ["r"]),
+        oh.make_node("Transpose", ["r"], ["t"], perm=[0, 2, 1]),
+        oh.make_node("ReduceMean", ["t"], ["y"], axes=[1], keepdims=0),
+    ]
+    inits = [
+        onnx.numpy_helper.from_array(np.array([0], np.int64), "zero"),
+        onnx.numpy_helper.from_array(np.array([2], np.int64), "two"),
+        onnx.numpy_helper.from_array(np.array([-1], np.int64), "minus_one"),
+    ]
+    graph = oh.make_graph(
+        nodes, "computed_reshape", [oh.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["n", 8, "h", "w"])],
+        [oh.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)], inits,
+    )  # fmt: skip
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 13)])
+    exe = cg.compile(model, targets=["c"])
+    x = np.random.default_rng(0).standard_normal((2, 8, 3, 5)).astype(np.float32)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(exe.run({"x": x})["y"], want, rtol=1e-5, atol=1e-6)
+    assert [p.backend for p in exe.report().partitions] == ["c"]

@@ -222,12 +222,52 @@ def _shape_inference(run: _Run) -> str:
     if strings:  # onnx-ir cannot size a string tensor: it fails midway, leaving them as graph inputs
         return f"skipped: string initializer {strings[0]!r} (import-time shapes kept)"
     inputs = list(model.graph.inputs)
-    # strict_mode off: one op without a shape function must not stop the rest
-    ir_passes.ShapeInferencePass(strict_mode=False)(model)
-    if list(model.graph.inputs) != inputs:  # a failure inside onnx-ir must not add graph inputs
-        model.graph.inputs.clear()
-        model.graph.inputs.extend(inputs)
+    for _ in range(4):  # each round may give ranks that let the next infer further
+        # strict_mode off: one op without a shape function must not stop the rest
+        ir_passes.ShapeInferencePass(strict_mode=False)(model)
+        if list(model.graph.inputs) != inputs:  # a failure inside onnx-ir must not add graph inputs
+            model.graph.inputs.clear()
+            model.graph.inputs.extend(inputs)
+        if not _ranks_from_shape_operands(model):
+            break
     return _shapes_known(run)
+
+
+def _ranks_from_shape_operands(model: ir.Model) -> int:
+    """Give a rank to outputs whose rank is the length of a computed shape operand; how many.
+
+    onnx infers nothing for a Reshape whose target shape is computed (PP-OCRv4's recognizer
+    reshapes by ``Concat(Slice(Shape(x)), [-1])``, length 3), so everything after it had no
+    rank and the backends that need one declined it (25 partitions there).  The length of the
+    shape operand is the rank whatever its values: Reshape's and ConstantOfShape's is it,
+    Expand's at least it.  Dimensions stay unknown; the next round of onnx's inference
+    carries the rank on.
+
+    >>> x, target = ir.Value(name="x", shape=ir.Shape([2, 6])), ir.Value(name="t", shape=ir.Shape([3]))
+    >>> node = ir.Node("", "Reshape", [x, target])
+    >>> model = ir.Model(ir.Graph([x, target], node.outputs, nodes=[node]), ir_version=10)
+    >>> _ranks_from_shape_operands(model), len(node.outputs[0].shape)
+    (1, 3)
+    """
+    given = 0
+    for node in model.graph:
+        if node.domain not in ("", "ai.onnx") or node.op_type not in ("Reshape", "Expand", "ConstantOfShape"):
+            continue
+        out = node.outputs[0]
+        operand = node.inputs[0 if node.op_type == "ConstantOfShape" else 1] if node.inputs else None
+        if out.shape is not None or operand is None or operand.shape is None or len(operand.shape) != 1:
+            continue
+        length = operand.shape[0]
+        if not isinstance(length, int):
+            continue
+        if node.op_type == "Expand":
+            data = node.inputs[0]
+            if data is None or data.shape is None:
+                continue
+            length = max(length, len(data.shape))
+        out.shape = ir.Shape([None] * length)
+        given += 1
+    return given
 
 
 def _string_initializers(model: ir.Model) -> list[str]:
