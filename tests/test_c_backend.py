@@ -200,8 +200,8 @@ def test_softmax(opset: int, axis: int, shape: tuple) -> None:
     one("Softmax", {"x": shape}, {"axis": axis}, opset=opset)
 
 
-@pytest.mark.parametrize("op", ["ReduceMax", "ReduceMin"])
-def test_reduce_max_min_attribute_and_input_axes(op: str) -> None:
+@pytest.mark.parametrize("op", ["ReduceMax", "ReduceMin", "ReduceSumSquare", "ReduceL1", "ReduceL2"])
+def test_reduce_max_min_norms_attribute_and_input_axes(op: str) -> None:
     one(op, {"x": (2, 3, 4, 5)}, {"axes": [2, 3]}, opset=13)
     one(op, {"x": (2, 3, 4, 5)}, {"axes": [1], "keepdims": 0}, opset=13)
     one(op, {"x": (2, 3, 4)}, {}, opset=13)

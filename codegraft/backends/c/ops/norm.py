@@ -1,4 +1,4 @@
-"""Normalisations and reductions: BatchNormalization, LayerNormalization, LRN, (Log)Softmax, ReduceMean/Sum/Max/Min.
+"""Normalisations and reductions: BatchNormalization, LayerNormalization, LRN, (Log)Softmax, the Reduce ops.
 
 NOTE: inference BatchNormalization folds to a per-channel Mul and Add (fused into the Conv
 before it); the others are kernels of their own, hand-written C in ``prelude.c`` except
@@ -214,13 +214,19 @@ _REDUCTIONS = {
     "sum": ("0.0f", "{y} += {x}"),
     "max": ("(-INFINITY)", "{y} = {x} > {y} || {x} != {x} ? {x} : {y}"),
     "min": ("INFINITY", "{y} = {x} < {y} || {x} != {x} ? {x} : {y}"),
+    "sumsquare": ("0.0f", "{y} += {x} * {x}"),
+    "l1": ("0.0f", "{y} += fabsf({x})"),
+    "l2": ("0.0f", "{y} += {x} * {x}"),  # then a square root (emit_reduce_mean)
 }
-_AXES_INPUT_FROM = {"ReduceMean": 18, "ReduceSum": 13, "ReduceMax": 18, "ReduceMin": 18}
+_AXES_INPUT_FROM = {
+    "ReduceMean": 18, "ReduceSum": 13, "ReduceMax": 18, "ReduceMin": 18, "ReduceSumSquare": 18, "ReduceL1": 18,
+    "ReduceL2": 18,
+}  # fmt: skip
 
 
 @dataclass(eq=False)
 class ReduceMean(g.Op):
-    """A reduction over ``axes`` (logical order): ``kind`` mean, sum, max or min."""
+    """A reduction over ``axes`` (logical order): ``kind`` mean, sum, max, min, sumsquare, l1 or l2."""
 
     axes: tuple[int, ...] = ()
     kind: str = "mean"
@@ -236,7 +242,7 @@ def _check_reduce_mean(node: ir.Node) -> str:
 
 
 def _reduce_mean(lw: Lowerer, node: ir.Node) -> None:
-    """ReduceMean, ReduceSum, ReduceMax and ReduceMin (axes became an input at opset 18, 13 for ReduceSum)."""
+    """The Reduce ops (axes became an input at opset 18, 13 for ReduceSum)."""
     x = lw.tensor(node.inputs[0])
     rank = len(x.shape)
     axes = axes_of(node, _AXES_INPUT_FROM[node.op_type])
@@ -273,6 +279,8 @@ def emit_reduce_mean(ctx: Context, kernel: Kernel) -> None:
         indent += "  "
     offset = " + ".join(f"d{a} * {out_strides[a]}" for a in range(len(shape)) if a not in op.axes) or "0"
     lines.append(f"{indent}{{ const float v = x[src++]; {join.format(y=f'y[{offset}]', x='v')}; }}")
+    if op.kind == "l2":
+        lines.append(f"  for (long i = 0; i < {out.size}; i++) y[i] = sqrtf(y[i]);")
     if op.kind == "mean":
         lines.append(f"  for (long i = 0; i < {out.size}; i++) y[i] = y[i] / {float(count)!r}f;")
     lines.append("}")
@@ -293,6 +301,9 @@ ONNX = (
     OnnxOp("ReduceSum", _reduce_mean, _check_reduce_mean, non_data=frozenset({1})),
     OnnxOp("ReduceMax", _reduce_mean, _check_reduce_mean, non_data=frozenset({1})),
     OnnxOp("ReduceMin", _reduce_mean, _check_reduce_mean, non_data=frozenset({1})),
+    OnnxOp("ReduceSumSquare", _reduce_mean, _check_reduce_mean, non_data=frozenset({1})),
+    OnnxOp("ReduceL1", _reduce_mean, _check_reduce_mean, non_data=frozenset({1})),
+    OnnxOp("ReduceL2", _reduce_mean, _check_reduce_mean, non_data=frozenset({1})),
 )
 
 
