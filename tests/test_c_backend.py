@@ -363,6 +363,12 @@ def test_pad_reflect_edge_wrap(mode: str, pads: list[int]) -> None:
     check(make_model([node], {"x": (2, 3, 7)}, ["y"], {"p": np.array(pads, np.int64)}, opset=19))
 
 
+@pytest.mark.parametrize(("shape", "repeats"), [((2, 3, 4), (1, 2, 3)), ((5,), (4,)), ((1, 3, 1, 2), (2, 1, 5, 1))])
+def test_tile(shape: tuple[int, ...], repeats: tuple[int, ...]) -> None:
+    node = helper.make_node("Tile", ["x", "r"], ["y"])
+    check(make_model([node], {"x": shape}, ["y"], {"r": np.array(repeats, np.int64)}, opset=13))
+
+
 def test_reflect_pads_as_long_as_the_axis_run_on_the_host() -> None:
     """Lowering declines them (onnxruntime too refuses them, when run): no guessed border."""
     node = helper.make_node("Pad", ["x", "p"], ["y"], mode="reflect")

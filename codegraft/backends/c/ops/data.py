@@ -4,7 +4,8 @@ NOTE: Concat copies each input's chunk along the physical axis (a Conv feeding a
 channels-last Concat writes its slice in place instead, see ``_fuse.py``); Transpose merges
 axes, then transposes ``VW x VW`` tiles in registers (``cg_transpose_block``, built from
 ``shuffle.c``'s two-vector shuffles); Slice and Pad are nested loops generated per shape
-(Pad's reflect, edge and wrap modes read each output element through a table per axis).
+(Pad's reflect, edge and wrap modes read each output element through a table per axis;
+Tile is a wrap-mode Pad).
 Gather with indices known at compile time is slices and a Concat.
 """
 
@@ -236,6 +237,17 @@ def _pad(lw: Lowerer, node: ir.Node) -> None:
     shape = tuple(d + b + e for d, b, e in zip(x.shape, begins, ends, strict=True))
     out = lw.new(shape)
     lw.ops.append(Pad([x], out, begins=tuple(begins), value=value, mode=mode))
+    lw.bind(node.outputs[0], out)
+
+
+def _tile(lw: Lowerer, node: ir.Node) -> None:
+    """Tile is a wrap-mode Pad at the end of each axis: output ``p`` reads input ``p % size``."""
+    x = lw.tensor(node.inputs[0])
+    repeats = [int(r) for r in lw.known(node.inputs[1], "repeats").reshape(-1)]
+    if len(repeats) != len(x.shape) or min(repeats, default=1) < 1:
+        raise LoweringError(f"repeats {repeats} do not fit an input of shape {list(x.shape)}")
+    out = lw.new(tuple(d * r for d, r in zip(x.shape, repeats, strict=True)))
+    lw.ops.append(Pad([x], out, begins=(0,) * len(x.shape), mode="wrap"))
     lw.bind(node.outputs[0], out)
 
 
@@ -507,6 +519,7 @@ ONNX = (
     OnnxOp("Slice", _slice, _check_slice, non_data=frozenset({1, 2, 3, 4})),
     OnnxOp("Split", _split, _check_split, non_data=frozenset({1})),
     OnnxOp("Pad", _pad, _check_pad, non_data=frozenset({1, 3})),
+    OnnxOp("Tile", _tile, known_at_compile_time(1, "repeats"), non_data=frozenset({1})),
     OnnxOp("Transpose", _transpose),
     OnnxOp("Gather", _gather, known_at_compile_time(1, "indices"), non_data=frozenset({1})),
 )
