@@ -377,6 +377,13 @@ def test_reflect_pads_as_long_as_the_axis_run_on_the_host() -> None:
     assert all(p.backend == "onnxruntime" for p in exe.report().partitions)
 
 
+@pytest.mark.parametrize("shape", [(2, 3, 5, 7), (1, 4, 33), (2, 2, 3, 4, 5)])
+def test_instance_normalization(shape: tuple[int, ...]) -> None:
+    channels = shape[1]
+    inits = {"s": rand(channels, low=0.5, high=1.5), "b": rand(channels)}
+    one("InstanceNormalization", {"x": shape}, {"epsilon": 1e-3}, inits)
+
+
 @pytest.mark.parametrize(("axis", "shape", "bias"), [(-1, (2, 5, 48), True), (1, (2, 3, 4, 5), False),
                                                       (0, (3, 7), True), (-2, (2, 3, 33), True)])
 def test_layer_normalization(axis: int, shape: tuple, bias: bool) -> None:

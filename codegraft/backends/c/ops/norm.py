@@ -114,6 +114,32 @@ def _layernorm(lw: Lowerer, node: ir.Node) -> None:
     lw.bind(node.outputs[0], out)
 
 
+def check_instancenorm(node: ir.Node) -> str:
+    if not (is_constant(present(node, 1)) and is_constant(present(node, 2))):
+        return "scale and B must be constant initializers"
+    rank = rank_of(node.inputs[0])
+    if rank is not None and rank < 3:
+        return f"input rank {rank} < 3"
+    return ""
+
+
+def _instancenorm(lw: Lowerer, node: ir.Node) -> None:
+    """InstanceNormalization: a LayerNorm of each image's channel (rows ``[N * C, spatial]``,
+    unit scale), then the per-channel scale and bias as an elementwise Mul and Add."""
+    x = lw.tensor(node.inputs[0])
+    rank = len(x.shape)
+    if rank < 3:
+        raise LoweringError(f"input rank {rank} < 3")
+    n, c, spatial = x.shape[0], x.shape[1], math.prod(x.shape[2:])
+    normalized = lw.new(x.shape)
+    unit = np.ones(spatial, np.float32)
+    lw.ops.append(LayerNorm([x], normalized, outer=n * c, n=spatial, epsilon=attr_float(node, "epsilon", 1e-5),
+                            scale=unit))  # fmt: skip
+    scale, bias = (lw.known(present(node, i), "scale and B").astype(np.float32).reshape(-1) for i in (1, 2))
+    scaled = lw.elementwise("mul", [normalized, lw.per_channel(scale, rank, native=False)])
+    lw.bind(node.outputs[0], lw.elementwise("add", [scaled, lw.per_channel(bias, rank, native=False)]))
+
+
 def emit_layernorm(ctx: Context, kernel: Kernel) -> None:
     op = core_of(kernel, LayerNorm)
     scale = ctx.weight(op.scale)
@@ -294,6 +320,7 @@ def emit_reduce_mean(ctx: Context, kernel: Kernel) -> None:
 ONNX = (
     OnnxOp("BatchNormalization", _batchnorm, check_batchnorm, nhwc=True),
     OnnxOp("LayerNormalization", _layernorm, check_layernorm),
+    OnnxOp("InstanceNormalization", _instancenorm, check_instancenorm),
     OnnxOp("LRN", _lrn, check_lrn),
     OnnxOp("Softmax", _softmax),
     OnnxOp("LogSoftmax", _softmax),
