@@ -36,12 +36,19 @@ from codegraft.backends.c.ops.elementwise import emit_epilogue, vector_epilogue
 from codegraft.backends.c.ops.gemm import c_longs, choose_tile, gemm_function, pack_weights, write_over_residual
 
 
-def check_conv(node: ir.Node) -> str:
+def constant_weight_dims(node: ir.Node) -> tuple[int, ...] | None:
+    """The dimensions of a Conv's (ConvTranspose's) weight, ``None`` unless it is a constant initializer."""
     weight = present(node, 1)
     if not is_constant(weight):
-        return "the weight must be a constant initializer"
+        return None
     assert weight is not None and weight.const_value is not None
-    weight_dims = _dims(weight.const_value)
+    return _dims(weight.const_value)
+
+
+def check_conv(node: ir.Node) -> str:
+    weight_dims = constant_weight_dims(node)
+    if weight_dims is None:
+        return "the weight must be a constant initializer"
     rank = len(weight_dims)
     if rank not in (3, 4):
         return f"{rank - 2}-D convolution is not supported (only 1-D and 2-D)"
@@ -182,11 +189,9 @@ class Col2Im(g.SpatialOp):
 
 
 def check_conv_transpose(node: ir.Node) -> str:
-    weight = present(node, 1)
-    if not is_constant(weight):
+    weight_dims = constant_weight_dims(node)
+    if weight_dims is None:
         return "the weight must be a constant initializer"
-    assert weight is not None and weight.const_value is not None
-    weight_dims = _dims(weight.const_value)
     spatial = len(weight_dims) - 2
     if spatial not in (1, 2):
         return f"{spatial}-D ConvTranspose is not supported (only 1-D and 2-D)"
