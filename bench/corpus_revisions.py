@@ -52,12 +52,18 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeat", type=int, default=60)
     args = parser.parse_args()
-    import codegraft as cg
-
     model = next(m for m in MODELS if m.name == args.model)
     proto = model.load()
     feeds = model.feeds(proto)
-    folder = pathlib.Path(tempfile.mkdtemp(prefix="codegraft-revisions-"))
+    with tempfile.TemporaryDirectory(prefix="codegraft-revisions-") as temporary:
+        _compare(pathlib.Path(temporary), proto, feeds, args)
+
+
+def _compare(
+    folder: pathlib.Path, proto: onnx.ModelProto, feeds: dict[str, np.ndarray], args: argparse.Namespace
+) -> None:
+    import codegraft as cg
+
     onnx.save(fixed_dims(proto, feeds), folder / "model.onnx")
     here = pathlib.Path(__file__).resolve().parent.parent
     for tree, name in ((args.against_tree.resolve(), "old.cgx"), (here, "new.cgx")):

@@ -527,3 +527,14 @@ def test_elementwise_over_channels_last_rows(operand: tuple[int, ...]) -> None:
     ]
     inits = {"b": rand(*operand), "c": rand(24, 1, 1)}
     check(make_model(nodes, {"x": (2, 24, 30, 40)}, ["y"], inits))
+
+
+def test_a_weight_shared_by_several_matmuls_is_placed_once() -> None:
+    """A torch-traced RNN unrolls its cell: every step multiplies by the same initializer."""
+    w = rand(64, 96)
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["a"]), helper.make_node("Relu", ["a"], ["r"]),
+             helper.make_node("MatMul", ["x", "w"], ["b"]), helper.make_node("Add", ["r", "b"], ["y"])]  # fmt: skip
+    model = make_model(nodes, {"x": (3, 64)}, ["y"], {"w": w})
+    program = CBackend().generate(Partition("p", ir.from_proto(model)))
+    assert program.weights.size < 2 * w.size
+    check(model)
