@@ -538,3 +538,16 @@ def test_a_weight_shared_by_several_matmuls_is_placed_once() -> None:
     program = CBackend().generate(Partition("p", ir.from_proto(model)))
     assert program.weights.size < 2 * w.size
     check(model)
+
+
+@pytest.mark.parametrize("bounds", ["min", "max", "both"])
+def test_clip_by_computed_bounds(bounds: str) -> None:
+    """A log-mel spectrogram's dynamic range: ``Clip(x, ReduceMax(x) - 80)`` (openWakeWord)."""
+    nodes = [
+        helper.make_node("ReduceMax", ["x"], ["m"], keepdims=0),
+        helper.make_node("Sub", ["m", "range"], ["lo"]),
+        helper.make_node("Mul", ["m", "half"], ["hi"]),
+    ]
+    names = {"min": ["x", "lo"], "max": ["x", "", "hi"], "both": ["x", "lo", "hi"]}[bounds]
+    nodes.append(helper.make_node("Clip", names, ["y"]))
+    check(make_model(nodes, {"x": (4, 50)}, ["y"], {"range": np.float32(1.5), "half": np.float32(0.5)}, opset=13))

@@ -86,6 +86,8 @@ EXPRESSIONS: dict[str, str] = {
     "min": "cg_min_op({a}, {b})",
     "where": "({a} != 0.0f ? {b} : {c})",  # Where(condition as 0/1, x, y)
     "clip": "cg_clamp({a}, {p0}, {p1})",
+    "clip_min": "cg_clamp({a}, {b}, INFINITY)",  # Clip by a computed lower bound
+    "clip_max": "cg_clamp({a}, -INFINITY, {b})",
     "gelu": "0.5f * {a} * (1.0f + cg_erf({a} * 0x1.6a09e6p-1f))",
     "gelu_tanh": "0.5f * {a} * (1.0f + cg_tanh(0x1.988454p-1f * ({a} + 0x1.6e5ba6p-5f * {a} * {a} * {a})))",
     **{op.kind: op.c for op in UNARY},
@@ -123,8 +125,11 @@ def expression(step: Step, args: list[str]) -> str:
 def check_clip(node: ir.Node) -> str:
     for index in (1, 2):
         bound = present(node, index)
-        if bound is not None and not is_constant(bound):
-            return f"{'min' if index == 1 else 'max'} must be a constant"
+        # ONNX makes bounds scalars; a computed one of unknown shape is checked at lowering
+        dims = None if bound is None or bound.shape is None else bound.shape.dims
+        if bound is not None and not is_constant(bound) and dims is not None \
+                and all(isinstance(d, int) for d in dims) and math.prod(dims) != 1:  # fmt: skip
+            return f"{'min' if index == 1 else 'max'} must be a constant or a one-value tensor"
     return ""
 
 
@@ -139,8 +144,16 @@ def _gelu(lw: Lowerer, node: ir.Node) -> None:
 
 
 def _clip(lw: Lowerer, node: ir.Node) -> None:
+    """Constant bounds are parameters of one step; a computed one (a log-mel spectrogram's
+    ``max(x, x.max() - 80)``, openWakeWord's) is an operand of a step of its own."""
     x = lw.tensor(node.inputs[0])
-    lw.bind(node.outputs[0], lw.elementwise("clip", [x], _clip_bounds(node)))
+    computed = {index: present(node, index) for index in (1, 2) if opset_of(node) >= 11}
+    computed = {i: v for i, v in computed.items() if v is not None and v.const_value is None}
+    out = lw.elementwise("clip", [x], _clip_bounds(node)) if len(computed) < 2 else x
+    for index, bound in computed.items():
+        scalar = lw.view(lw.tensor(bound), ())
+        out = lw.elementwise("clip_min" if index == 1 else "clip_max", [out, scalar])
+    lw.bind(node.outputs[0], out)
 
 
 def _clip_bounds(node: ir.Node) -> tuple[float, float]:
