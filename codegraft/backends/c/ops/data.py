@@ -232,7 +232,7 @@ def _pad(lw: Lowerer, node: ir.Node) -> None:
         value = 0.0 if fill is None or fill.const_value is None else float(fill.const_value.numpy().reshape(-1)[0])
     begins, ends = pads[:rank], pads[rank:]
     mode = attr_str(node, "mode", "constant")
-    if mode == "reflect" and any(max(b, e) >= d and max(b, e) for d, b, e in zip(x.shape, begins, ends, strict=True)):
+    if mode == "reflect" and any(max(b, e) >= d for d, b, e in zip(x.shape, begins, ends, strict=True)):
         raise LoweringError(f"reflect pads must be smaller than their axis (pads {pads}, input {list(x.shape)})")
     shape = tuple(d + b + e for d, b, e in zip(x.shape, begins, ends, strict=True))
     out = lw.new(shape)

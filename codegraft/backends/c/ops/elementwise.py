@@ -147,8 +147,8 @@ def _clip(lw: Lowerer, node: ir.Node) -> None:
     """Constant bounds are parameters of one step; a computed one (a log-mel spectrogram's
     ``max(x, x.max() - 80)``, openWakeWord's) is an operand of a step of its own."""
     x = lw.tensor(node.inputs[0])
-    computed = {index: present(node, index) for index in (1, 2) if opset_of(node) >= 11}
-    computed = {i: v for i, v in computed.items() if v is not None and v.const_value is None}
+    given = {index: present(node, index) for index in (1, 2)} if opset_of(node) >= 11 else {}
+    computed = {index: v for index, v in given.items() if v is not None and v.const_value is None}
     out = lw.elementwise("clip", [x], _clip_bounds(node)) if len(computed) < 2 else x
     for index, bound in computed.items():
         scalar = lw.view(lw.tensor(bound), ())
@@ -309,10 +309,7 @@ def emit_elementwise(ctx: Context, kernel: Kernel) -> None:
         lines.append(f"  float* yo = y + o * {inner};")
         lines.append(f"  const long j1 = jb * {block} + {block} < {inner} ? jb * {block} + {block} : {inner};")
         lines.append(f"  for (long j = jb * {block}; j < j1; j++) {{")
-        for j, col in enumerate(cols):
-            lines.append(f"    const float i{j} = p{j}[q{j}{' + j' if col[-1] else ''}];")
-        lines += step_lines(kernel.steps, "    ")
-        lines.append(f"    yo[j] = {result_name(kernel)};")
+        lines += _element_lines(kernel, cols, "    ")
         lines += ["  }", "}"]
     params = ", ".join([f"const float* p{j}" for j in range(count)] + ["float* y"])
     lines.append(f"static void {fn}({params}) {{")
@@ -326,6 +323,13 @@ def emit_elementwise(ctx: Context, kernel: Kernel) -> None:
     ctx.functions.append("\n".join(lines))
     args = ", ".join([ctx.ptr(t) for t in kernel.operands] + [ctx.ptr(out)])
     ctx.body.append(f"  {fn}({args});")
+
+
+def _element_lines(kernel: Kernel, cols: list[list[int]], indent: str) -> list[str]:
+    """Element ``j`` of a row: each operand read at its offset (``q<j>``, ``+ j`` unless
+    broadcast along the row), the steps, the store into ``yo``."""
+    lines = [f"{indent}const float i{j} = p{j}[q{j}{' + j' if col[-1] else ''}];" for j, col in enumerate(cols)]
+    return [*lines, *step_lines(kernel.steps, indent), f"{indent}yo[j] = {result_name(kernel)};"]
 
 
 def _row_loop(kernel: Kernel, outer_dims: list[int], cols: list[list[int]], inner: int, rows: int) -> list[str]:
@@ -342,10 +346,7 @@ def _row_loop(kernel: Kernel, outer_dims: list[int], cols: list[list[int]], inne
         lines += [f"  q{j} += a{axis} * {col[axis]};" for j, col in enumerate(cols) if col[axis]]
     lines += ["  (void)rest;", "  for (long o = o0; o < o1; o++) {", f"    float* yo = y + o * {inner};"]
     lines.append(f"    for (long j = 0; j < {inner}; j++) {{")
-    for j, col in enumerate(cols):
-        lines.append(f"      const float i{j} = p{j}[q{j}{' + j' if col[-1] else ''}];")
-    lines += step_lines(kernel.steps, "      ")
-    lines += [f"      yo[j] = {result_name(kernel)};", "    }"]
+    lines += [*_element_lines(kernel, cols, "      "), "    }"]
 
     def advance(axis: int, indent: str) -> list[str]:
         step = [f"q{j} += {col[axis]};" for j, col in enumerate(cols) if col[axis]]
@@ -400,8 +401,10 @@ KERNELS = (KernelOp(g.Elementwise, Layout.FOLLOW_INPUTS, emit_elementwise),)
 
 # -- epilogues on a GEMM tile's registers (gemm.py) ----------------------------------------------
 
-# Steps with a vector form on ``vf`` values, each the same IEEE operation per element as its
-# scalar form (no multiply, so no contraction into an FMA that the scalar code might not do).
+# Steps with a vector form on ``vf`` values, each the same arithmetic per element as its
+# scalar form.  (A multiply next to an add may be contracted into an FMA in one form and not
+# the other - GCC's default for gnu11 - so a full register tile and a ragged one, which takes
+# the scalar epilogue, can differ in the last bit where such steps meet.)
 VECTOR_FORMS = {
     "add": "{a} + {b}",
     "sub": "{a} - {b}",

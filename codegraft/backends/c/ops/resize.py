@@ -173,7 +173,7 @@ def axis_table(
     first = np.minimum(x.astype(np.int32), length - 1)
     second = np.minimum(first + 1, length - 1)
     weight = np.where(first == second, f(0), x - first.astype(np.float32)).astype(np.float32)
-    return first.astype(np.int32), second.astype(np.int32), weight
+    return first, second, weight
 
 
 def emit_resize(ctx: Context, kernel: Kernel) -> None:
