@@ -300,10 +300,13 @@ class CorpusResult:
         return not self.failure and self.error <= max(TOLERANCE, NOISE_FACTOR * self.noise)
 
 
-def check(model: CorpusModel, *, runs: int = 0, threads: int = 2, placement: str = "first") -> CorpusResult:
+def check(
+    model: CorpusModel, *, runs: int = 0, threads: int = 2, placement: str = "first", fixed_shapes: bool = False
+) -> CorpusResult:
     """Compile for ``c`` + ``openvino``, compare with onnxruntime; with ``runs``, time it
     against onnxruntime and OpenVINO alone (alternating, in rounds, medians).  ``placement``:
-    ``"first"`` (the first target in order that takes a node) or ``"measured"`` (timed)."""
+    ``"first"`` (the first target in order that takes a node) or ``"measured"`` (timed).
+    ``fixed_shapes``: compile for the sizes fed (``input_shapes``), as a deployment that knows them."""
     import codegraft as cg
     from codegraft.cli.bench import _onnxruntime_peer
     from codegraft.testing import run_onnxruntime
@@ -316,7 +319,9 @@ def check(model: CorpusModel, *, runs: int = 0, threads: int = 2, placement: str
     try:
         # Measured placement times the candidates on these inputs (the sizes listed here).
         samples = (feeds,) if placement == "measured" else ()
-        exe = cg.compile(proto, targets=list(TARGETS), threads=threads, placement=placement, sample_inputs=samples)
+        shapes = {name: array.shape for name, array in feeds.items()} if fixed_shapes else None
+        exe = cg.compile(proto, targets=list(TARGETS), threads=threads, placement=placement, sample_inputs=samples,
+                         input_shapes=shapes)
         actual = exe.run(feeds)
     except Exception as exc:  # noqa: BLE001 - one model's failure is a row of the table
         failure = f"{type(exc).__name__}: {exc}"
@@ -421,6 +426,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--placement", default="first", choices=("first", "measured"),
                         help="codegraft's placement: the first target that takes a node, or measured")  # fmt: skip
+    parser.add_argument("--fixed-shapes", action="store_true",
+                        help="compile for the sizes fed (input_shapes), as a deployment that knows them")  # fmt: skip
     args = parser.parse_args(argv)
     if args.fetch:
         fetch()
@@ -431,7 +438,8 @@ def main(argv: list[str] | None = None) -> int:
         fetch(chosen)
     results = []
     for model in chosen:
-        result = check(model, runs=args.runs, threads=args.threads, placement=args.placement)
+        result = check(model, runs=args.runs, threads=args.threads, placement=args.placement,
+                       fixed_shapes=args.fixed_shapes)
         status = result.failure or f"error {result.error:.1e} (onnxruntime's own {result.noise:.0e})"
         if result.fallbacks:
             status += f", fallbacks {result.fallbacks}"

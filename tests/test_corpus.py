@@ -50,6 +50,25 @@ def test_a_few_corpus_models_run_right(name: str) -> None:
     _check(name)
 
 
+def test_silero_vad_at_fixed_shapes_is_one_c_partition_per_rate() -> None:
+    """The tracer's 24 shape Ifs fold away once the chunk size is fixed; the sample-rate If stays."""
+    import codegraft as cg
+    from codegraft.errors import InputError
+    from codegraft.testing import assert_close, run_onnxruntime
+
+    model = _fetched(next(m for m in corpus.MODELS if m.name == "silero_vad"))
+    proto = model.load()
+    feeds = model.feeds(proto)
+    exe = cg.compile(proto, targets=["c"], input_shapes={name: a.shape for name, a in feeds.items()})
+    control = next(p for p in exe.report().partitions if p.bodies)
+    assert "If_0.then_branch: c " in control.bodies and "codegraft.control" not in control.bodies, control.bodies
+    assert_close(exe.run(feeds), run_onnxruntime(proto, feeds), rtol=1e-4, atol=1e-5)
+    # 512 samples are a 16 kHz chunk: at 8 kHz the model's LSTM gets an input of the wrong
+    # rank (onnxruntime fails there too); codegraft names the branch.
+    with pytest.raises(InputError, match="'If_0' took its else_branch"):
+        exe.run({**feeds, "sr": np.array(8000, np.int64)})
+
+
 @pytest.mark.heavy
 @pytest.mark.parametrize("name", [m.name for m in corpus.MODELS if m.name not in IN_CI])
 def test_every_corpus_model_runs_right(name: str) -> None:

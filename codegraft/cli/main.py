@@ -167,14 +167,22 @@ def compile_command(
     cache: Annotated[
         bool, typer.Option("--cache/--no-cache", help="Reuse partitions compiled before (see 'codegraft cache')."),
     ] = True,
+    shapes: Annotated[
+        Optional[list[str]],  # noqa: UP045
+        typer.Option("--shape", help="name=1x512: compile for this input shape (free dimensions fixed, shape "
+                     "arithmetic folded); a dimension's name fixed here holds in every input."),
+    ] = None,
 ) -> None:
     """Compile MODEL for the targets and write one artifact file."""
     import codegraft as cg
+    from codegraft.cli.feeds import parse_shapes
 
+    input_shapes = parse_shapes(shapes or [])
     with _stage_bars(quiet) as progress:
         exe = cg.compile(
             str(model), targets=targets or [], min_partition_size=min_partition_size, precision=precision,
             placement=placement, strict=strict, export_onnx=onnx_out, progress=progress, cache=cache,
+            input_shapes=input_shapes,
         )
     output = output if output is not None else pathlib.Path(model.stem + ".cgx")
     exe.save(output, signing_key=sign)

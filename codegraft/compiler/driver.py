@@ -22,6 +22,7 @@ from codegraft.core.options import CompileOptions
 from codegraft.core.reference import values_inside
 from codegraft.core.stages import Progress, Stages
 from codegraft.errors import BackendError, ModelError, OptionError
+from codegraft.frontend.input_shapes import fix_input_shapes
 from codegraft.frontend.model import ModelSource, import_model
 from codegraft.frontend.torch_export import DynamicShapes, export_module, is_torch_module
 from codegraft.passes import pipeline as passes_pipeline
@@ -82,6 +83,8 @@ def compile(  # noqa: A001 - the public name the README promises
         model, import_notes = exported.proto, (exported.note,)
     with stages.stage("import"):
         ir_model = import_model(model)
+        shapes_note = fix_input_shapes(ir_model, options.input_shapes)
+    import_notes += (shapes_note,) if shapes_note else ()
     pass_reports = run_common_passes(ir_model, options, stages)
     if options.precision == "int8":
         with stages.stage("quantize"):
@@ -123,7 +126,8 @@ def compile(  # noqa: A001 - the public name the README promises
             part = replace(part, inputs=part.inputs + part.initializers, initializers=())
             step, runnable, part_report = build_control_step(
                 ir_model, annotation, part, host, options,
-                lambda proto, name: compile(proto, targets=backends, options=options),
+                # a body's inputs are its own: the model's input shapes reach it as folded constants
+                lambda proto, name: compile(proto, targets=backends, options=replace(options, input_shapes=())),
             )
         else:
             step, runnable, part_report = build_step(

@@ -22,7 +22,8 @@ import onnx_ir as ir
 from codegraft.backend import Backend, Partition, Runnable
 from codegraft.core.names import CONTROL_BACKEND
 from codegraft.core.options import CompileOptions
-from codegraft.errors import BackendError, CodegraftError
+from codegraft.errors import BackendError, CodegraftError, ModelError
+from codegraft.frontend.model import one_line
 from codegraft.lower.cache import compile_cache
 from codegraft.lower.lowering import LoweringRequest, ShapeSpecialisingRunnable, compile_and_load
 from codegraft.lower.shape_values import shape_arithmetic_cut
@@ -118,14 +119,18 @@ def build_control_step(
     """A partition of If/Loop nodes whose bodies are compiled for the targets, recursively."""
     nodes = [annotation.infos[i].node for i in part.node_indices]
     try:
-        compiled = compile_control_nodes(model, nodes, compile_body)
+        compiled = compile_control_nodes(model, nodes, compile_body, shapes_fixed=bool(options.input_shapes))
     except CodegraftError as error:
         if options.strict:
             raise
         return host_fallback(part, partition_proto(model, annotation, part), host, error)
     bodies = "; ".join(
         f"{node.name}.{body.attribute}: "
-        + ", ".join(f"{b} {n}" for b, n in sorted(body.executable.report().nodes_per_backend().items()))
+        + (
+            ", ".join(f"{b} {n}" for b, n in sorted(body.executable.report().nodes_per_backend().items()))
+            if body.executable is not None
+            else f"cannot run at these input shapes ({body.unrunnable})"
+        )
         for node in compiled
         for body in node.bodies.values()
     )
@@ -139,15 +144,29 @@ CompileBody = Callable[[onnx.ModelProto, str], Executable]
 
 
 def compile_control_nodes(
-    model: ir.Model, nodes: Sequence[ir.Node], compile_body: CompileBody
+    model: ir.Model, nodes: Sequence[ir.Node], compile_body: CompileBody, *, shapes_fixed: bool = False
 ) -> list[ControlNode]:
-    """Compile every body of ``nodes`` (If/Loop) with ``compile_body``, recursively for the targets."""
+    """Compile every body of ``nodes`` (If/Loop) with ``compile_body``, recursively for the targets.
+
+    With ``shapes_fixed`` (``input_shapes`` given), an If branch that is not a valid model at
+    those shapes is kept as one that raises when taken, as onnxruntime would fail then.
+    """
     compiled = []
     for node in nodes:
         bodies = {}
         for attribute, graph in body_graphs(node).items():
             proto, formal, outer = body_model(graph, model)
-            bodies[attribute] = Body(attribute, formal, outer, compile_body(proto, f"{node.name}.{attribute}"))
+            try:
+                executable = compile_body(proto, f"{node.name}.{attribute}")
+            except ModelError as error:
+                if not shapes_fixed or len(body_graphs(node)) < 2:
+                    raise
+                # Only an If's branch, and only at fixed shapes: the other branch is the one
+                # these shapes take (else the whole node would be as invalid as this branch).
+                log.warning("%s.%s cannot run at the fixed input shapes: %s", node.name, attribute, error)
+                bodies[attribute] = Body(attribute, formal, outer, None, one_line(error))
+                continue
+            bodies[attribute] = Body(attribute, formal, outer, executable)
         compiled.append(
             ControlNode(
                 node.name or "",

@@ -135,12 +135,43 @@ def run_common_passes(
         records.append(_run_one(name, run))
         if after_each is not None:
             after_each(records[-1])
+    for round_ in range(2, MAX_FOLD_ROUNDS + 1):
+        if not _another_round(run):
+            break
+        run.round, run.fold_modified = round_, False  # an idle fold this round leaves it False
+        for name in _ROUND_PASSES:
+            if getattr(options, name):
+                record = _run_one(name, run)
+                records.append(replace(record, detail=f"round {round_}: {record.detail}"))
+                if after_each is not None:
+                    after_each(records[-1])
     changed = any(r.nodes_before != r.nodes_after or r.constants_folded for r in records)
     if options.shape_inference and len(records) > 1 and changed:
         records.append(_run_one("shape_inference", run))
         if after_each is not None:
             after_each(records[-1])
     return PipelineResult(model=model, records=tuple(records))
+
+
+# Shape inference and folding feed each other: a Pad whose pads just folded has a known
+# output shape, so the Shape of it folds, then the Equal on that, then the If on the Equal,
+# whose inlined branch holds more of the same (Silero VAD's tracer-written squeezes and
+# paddings: 25 If nodes, folded in three rounds once the input shapes are fixed).
+MAX_FOLD_ROUNDS = 4
+_ROUND_PASSES = ("shape_inference", "identity", "fold_constants", "dce")
+_SHAPE_READERS = ("Shape", "Size", "If")
+
+
+def _another_round(run: _Run) -> bool:
+    """Whether shape inference may now let the folder do more: the last fold changed the
+    graph and shape arithmetic (Shape, Size) or an If is still there to fold."""
+    options = run.options
+    if not (options.shape_inference and options.fold_constants):
+        return False
+    if not run.fold_modified:
+        return False
+    nodes = run.model.graph if run.provable else ir.traversal.RecursiveGraphIterator(run.model.graph)
+    return any(node.op_type in _SHAPE_READERS and node.domain in ("", "ai.onnx") for node in nodes)
 
 
 @dataclass
@@ -151,6 +182,8 @@ class _Run:
     options: PassOptions
     provable: bool
     _facts: _nothing_to_do.Facts | None = None  # the model's, until a pass changes it
+    round: int = 1  # past the first, folding infers each node's shapes as it goes
+    fold_modified: bool = False  # the last fold changed the model (a node count may not show it)
 
     @property
     def facts(self) -> _nothing_to_do.Facts:
@@ -338,14 +371,27 @@ def _fold_constants(run: _Run) -> str:
 
     model, options = run.model, run.options
     before = _folded_values(model)
-    optimizer.fold_constants(
-        model,
-        # shapes were inferred for the whole graph already; per-node inference costs ~3x
-        onnx_shape_inference=False,
-        input_size_limit=options.fold_max_input_elements,
-        output_size_limit=options.fold_max_elements,
-    )
-    filled = _materialize_constant_of_shape(model, options.fold_max_elements)
+    ifs = _if_nodes(model)
+    filled, modified = 0, False
+    for _ in range(MAX_FOLD_ROUNDS):  # a fill made constant may let a Concat of it fold
+        result = optimizer.fold_constants(
+            model,
+            # Shapes were inferred for the whole graph already; per-node inference costs ~3x.
+            # In later rounds (shape arithmetic or an If left) it is what makes progress:
+            # onnx infers nothing inside an If whose dead branch is invalid at these shapes
+            # (``squeeze(2) if x.shape[2] == 1`` squeezes a dimension of 8), while the
+            # folder, node by node, folds the condition first and never looks at that branch.
+            onnx_shape_inference=run.round > 1,
+            input_size_limit=options.fold_max_input_elements,
+            output_size_limit=options.fold_max_elements,
+        )
+        materialised = _materialize_constant_of_shape(model, options.fold_max_elements)
+        modified = modified or result.modified or bool(materialised)
+        filled += materialised
+        if not materialised:
+            break
+    run.fold_modified = modified
+    _forget_shapes_after(model, ifs - _if_nodes(model))
     folded = len(_folded_values(model) - before)
     return (
         f"{folded} values folded into constants, {filled} ConstantOfShape fills materialised "
@@ -353,21 +399,50 @@ def _fold_constants(run: _Run) -> str:
     )
 
 
+def _if_nodes(model: ir.Model) -> set[ir.Node]:
+    return {n for n in ir.traversal.RecursiveGraphIterator(model.graph) if n.op_type == "If"}
+
+
+def _forget_shapes_after(model: ir.Model, folded_ifs: set[ir.Node]) -> None:
+    """Clear the shapes of what an inlined If produced and everything computed from it.
+
+    onnx infers an If's outputs from both branches before the condition is known, and the
+    folder hands that shape to the branch it keeps: a ``squeeze if x.shape[0] == 1``,
+    inlined as the else branch's Identity, kept the squeezed rank (Silero VAD).  Shape
+    inference, run again next, gives these values their true shapes.
+    """
+    names = {o.name for node in folded_ifs for o in node.outputs if o.name}
+    if not names:
+        return
+    # the inlined branch's outputs took the If's names
+    pending = [v for n in ir.traversal.RecursiveGraphIterator(model.graph) for v in n.outputs if v.name in names]
+    seen: set[ir.Value] = set()
+    while pending:
+        value = pending.pop()
+        if value in seen:
+            continue
+        seen.add(value)
+        value.shape = None
+        pending.extend(out for user, _ in value.uses() for out in user.outputs)
+
+
 def _materialize_constant_of_shape(model: ir.Model, max_elements: int) -> int:
-    """Turn ``ConstantOfShape`` of a constant shape into an initializer.
+    """Turn ``ConstantOfShape`` of a constant shape into a constant.
 
     onnxscript's folder keeps ConstantOfShape on purpose (a fill is smaller than its
     result), but a backend needs a weight computed that way as a constant to pack or fuse it
-    (the onnx wheel's light models compute every weight so).  Fills up to ``max_elements``
-    become initializers; graph outputs keep their producer so output names stay put.
+    (the onnx wheel's light models compute every weight so), and a fill that feeds shape
+    arithmetic (Silero VAD's STFT pads are ``Concat(constant, ConstantOfShape(...))``) must
+    be a constant for the rest to fold.  Fills up to ``max_elements`` become initializers of
+    the main graph, ``Constant`` nodes inside If/Loop bodies; graph outputs keep their
+    producer so output names stay put.
     """
-    graph = model.graph
     count = 0
-    for node in list(graph):
+    for node in list(ir.traversal.RecursiveGraphIterator(model.graph)):
         if node.op_type != "ConstantOfShape" or node.domain not in ("", "ai.onnx"):
             continue
-        shape_value, output = node.inputs[0], node.outputs[0]
-        if shape_value is None or shape_value.const_value is None or output.is_graph_output():
+        shape_value, output, graph = node.inputs[0], node.outputs[0], node.graph
+        if shape_value is None or shape_value.const_value is None or output.is_graph_output() or graph is None:
             continue
         shape = [int(d) for d in shape_value.const_value.numpy().reshape(-1)]
         if int(np.prod(shape, dtype=np.int64)) > max_elements:
@@ -376,16 +451,24 @@ def _materialize_constant_of_shape(model: ir.Model, max_elements: int) -> int:
         scalar = fill.as_tensor().numpy().reshape(-1)[:1] if fill is not None else np.zeros(1, np.float32)
         array = np.full(shape, scalar[0], dtype=scalar.dtype)
         name = output.name
-        output.name = None  # the initializer takes over the name
-        constant = ir.Value(
-            name=name,
-            shape=ir.Shape(shape),
-            type=ir.TensorType(ir.DataType.from_numpy(array.dtype)),
-            const_value=ir.tensor(array, name=name),
-        )
+        output.name = None  # the constant takes over the name
+        if graph is model.graph:
+            constant = ir.Value(
+                name=name,
+                shape=ir.Shape(shape),
+                type=ir.TensorType(ir.DataType.from_numpy(array.dtype)),
+                const_value=ir.tensor(array, name=name),
+            )
+            graph.register_initializer(constant)
+        else:  # a body: an initializer there would be read as the body's own input by some tools
+            filled = ir.node("Constant", [], attributes={"value": ir.tensor(array, name=name)}, name=node.name)
+            constant = filled.outputs[0]
+            constant.name, constant.shape = name, ir.Shape(shape)
+            constant.type = ir.TensorType(ir.DataType.from_numpy(array.dtype))
+            constant.const_value = filled.attributes["value"].as_tensor()
+            graph.insert_before(node, filled)
         output.replace_all_uses_with(constant)
         graph.remove(node, safe=True)
-        graph.register_initializer(constant)
         count += 1
     return count
 

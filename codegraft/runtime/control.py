@@ -13,17 +13,25 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from codegraft.errors import InputError
 from codegraft.runtime.executable import Executable
 
 
 @dataclass(frozen=True)
 class Body:
-    """One compiled subgraph: the executable, its formal inputs and outer-scope inputs."""
+    """One compiled subgraph: the executable, its formal inputs and outer-scope inputs.
+
+    ``executable`` is ``None`` for a branch that cannot run at the shapes the model was
+    compiled for (``unrunnable`` says why): with ``input_shapes`` fixed, Silero VAD's 8 kHz
+    branch gets 512 samples, and its LSTM an input of the wrong rank.  onnxruntime fails on
+    that branch only when it is taken; so does this, naming it.
+    """
 
     attribute: str
     formal: tuple[str, ...]
     outer: tuple[str, ...]
-    executable: Executable
+    executable: Executable | None
+    unrunnable: str = ""
 
 
 @dataclass(frozen=True)
@@ -53,7 +61,14 @@ class ControlGroupRunnable:
         return [env[name] for name in self.outputs]
 
 
-def _call(body: Body, env: dict[str, np.ndarray], formal: Sequence[np.ndarray] = ()) -> list[np.ndarray]:
+def _call(
+    node: ControlNode, body: Body, env: dict[str, np.ndarray], formal: Sequence[np.ndarray] = ()
+) -> list[np.ndarray]:
+    if body.executable is None:
+        raise InputError(
+            f"{node.op} {node.name!r} took its {body.attribute}, which cannot run at the input shapes the model "
+            f"was compiled for ({body.unrunnable}); compile with the shapes this call needs"
+        )
     feeds = dict(zip(body.formal, formal, strict=True))
     feeds.update((name, env[name]) for name in body.outer)
     results = body.executable.run(feeds)
@@ -62,7 +77,7 @@ def _call(body: Body, env: dict[str, np.ndarray], formal: Sequence[np.ndarray] =
 
 def _run_if(node: ControlNode, env: dict[str, np.ndarray]) -> list[np.ndarray]:
     branch = "then_branch" if bool(np.asarray(env[node.inputs[0]])) else "else_branch"
-    return _call(node.bodies[branch], env)
+    return _call(node, node.bodies[branch], env)
 
 
 def _run_loop(node: ControlNode, env: dict[str, np.ndarray]) -> list[np.ndarray]:
@@ -75,7 +90,7 @@ def _run_loop(node: ControlNode, env: dict[str, np.ndarray]) -> list[np.ndarray]
     iteration = 0
     while keep_going and (max_trips is None or iteration < max_trips):
         formal = [np.array(iteration, np.int64), np.array(keep_going), *carried]
-        results = _call(body, env, formal)
+        results = _call(node, body, env, formal)
         keep_going = bool(np.asarray(results[0]))
         carried = results[1 : 1 + len(initial)]
         step_scans = results[1 + len(initial) :]

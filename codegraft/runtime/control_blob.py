@@ -28,9 +28,11 @@ def control_blob(
     for node in nodes:
         bodies = {}
         for attribute, body in node.bodies.items():
-            data = save_body(body.executable)
+            data = save_body(body.executable) if body.executable is not None else b""
             bodies[attribute] = {"formal": list(body.formal), "outer": list(body.outer),
                                  "offset": offset, "size": len(data)}
+            if body.executable is None:
+                bodies[attribute]["unrunnable"] = body.unrunnable
             chunks.append(data)
             offset += len(data)
         program_nodes.append({"name": node.name, "op": node.op, "inputs": list(node.inputs),
@@ -48,9 +50,10 @@ def load_control_blob(blob: bytes, load_body: LoadBody) -> ControlGroupRunnable:
     for entry in program["nodes"]:
         bodies = {}
         for attribute, body in entry["bodies"].items():
+            unrunnable = str(body.get("unrunnable", ""))
             nested = data[body["offset"] : body["offset"] + body["size"]]
-            executable = load_body(nested, f"{entry['name']}.{attribute}")
-            bodies[attribute] = Body(attribute, tuple(body["formal"]), tuple(body["outer"]), executable)
+            executable = None if unrunnable else load_body(nested, f"{entry['name']}.{attribute}")
+            bodies[attribute] = Body(attribute, tuple(body["formal"]), tuple(body["outer"]), executable, unrunnable)
         nodes.append(ControlNode(entry["name"], entry["op"], tuple(entry["inputs"]), tuple(entry["outputs"]), bodies))
     return ControlGroupRunnable(nodes, program["inputs"], program["outputs"])
 
