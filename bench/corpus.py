@@ -301,12 +301,14 @@ class CorpusResult:
 
 
 def check(
-    model: CorpusModel, *, runs: int = 0, threads: int = 2, placement: str = "first", fixed_shapes: bool = False
+    model: CorpusModel, *, runs: int = 0, threads: int = 2, placement: str = "first", fixed_shapes: bool = False,
+    bind: tuple[str, ...] = (),
 ) -> CorpusResult:
     """Compile for ``c`` + ``openvino``, compare with onnxruntime; with ``runs``, time it
     against onnxruntime and OpenVINO alone (alternating, in rounds, medians).  ``placement``:
     ``"first"`` (the first target in order that takes a node) or ``"measured"`` (timed).
-    ``fixed_shapes``: compile for the sizes fed (``input_shapes``), as a deployment that knows them."""
+    ``fixed_shapes``: compile for the sizes fed (``input_shapes``), as a deployment that knows them;
+    ``bind``: inputs bound to the values fed (``input_values``), e.g. Silero's sample rate."""
     import codegraft as cg
     from codegraft.cli.bench import _onnxruntime_peer
     from codegraft.testing import run_onnxruntime
@@ -320,8 +322,9 @@ def check(
         # Measured placement times the candidates on these inputs (the sizes listed here).
         samples = (feeds,) if placement == "measured" else ()
         shapes = {name: array.shape for name, array in feeds.items()} if fixed_shapes else None
+        values = {name: feeds[name] for name in bind if name in feeds}
         exe = cg.compile(proto, targets=list(TARGETS), threads=threads, placement=placement, sample_inputs=samples,
-                         input_shapes=shapes)
+                         input_shapes=shapes, input_values=values)
         actual = exe.run(feeds)
     except Exception as exc:  # noqa: BLE001 - one model's failure is a row of the table
         failure = f"{type(exc).__name__}: {exc}"
@@ -428,6 +431,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="codegraft's placement: the first target that takes a node, or measured")  # fmt: skip
     parser.add_argument("--fixed-shapes", action="store_true",
                         help="compile for the sizes fed (input_shapes), as a deployment that knows them")  # fmt: skip
+    parser.add_argument("--bind", default="", help="inputs bound to the values fed (input_values), comma-separated: sr")
     args = parser.parse_args(argv)
     if args.fetch:
         fetch()
@@ -439,7 +443,7 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     for model in chosen:
         result = check(model, runs=args.runs, threads=args.threads, placement=args.placement,
-                       fixed_shapes=args.fixed_shapes)
+                       fixed_shapes=args.fixed_shapes, bind=tuple(n for n in args.bind.split(",") if n))
         status = result.failure or f"error {result.error:.1e} (onnxruntime's own {result.noise:.0e})"
         if result.fallbacks:
             status += f", fallbacks {result.fallbacks}"

@@ -3,7 +3,7 @@
 Run from the repository root::
 
     .venv/bin/python -m bench.corpus_vs [--targets c] [--only nudenet,ppocr] [--threads 2] [--repeat 60]
-        [--fixed-shapes]
+        [--fixed-shapes] [--bind sr]
 
 ``bench.corpus`` checks every model and times three engines in three rounds; this one times
 codegraft (compiled for ``--targets``, the host taking the rest) against onnxruntime with its
@@ -31,6 +31,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=60)
     parser.add_argument("--fixed-shapes", action="store_true",
                         help="compile for the sizes fed (input_shapes), as a deployment that knows them")  # fmt: skip
+    parser.add_argument("--bind", default="", help="inputs bound to the values fed (input_values), comma-separated: sr")
     args = parser.parse_args()
     import codegraft as cg
 
@@ -47,7 +48,8 @@ def main() -> None:
         proto = model.load()
         feeds = model.feeds(proto)
         shapes = {name: array.shape for name, array in feeds.items()} if args.fixed_shapes else None
-        exe = cg.compile(proto, targets=targets, threads=args.threads, input_shapes=shapes)
+        values = {name: feeds[name] for name in args.bind.split(",") if name in feeds}
+        exe = cg.compile(proto, targets=targets, threads=args.threads, input_shapes=shapes, input_values=values)
         session = ort_session(proto, args.threads)
         ours, theirs = median_pair(partial(exe.run, feeds), partial(session.run, None, feeds), args.repeat, block=5)
         print(f"| {model.name} | {ours:.3f} | {theirs:.3f} | {ours / theirs:.2f} |", flush=True)

@@ -51,7 +51,8 @@ def test_a_few_corpus_models_run_right(name: str) -> None:
 
 
 def test_silero_vad_at_fixed_shapes_is_one_c_partition_per_rate() -> None:
-    """The tracer's 24 shape Ifs fold away once the chunk size is fixed; the sample-rate If stays."""
+    """The tracer's 24 shape Ifs fold away once the chunk size is fixed; the sample-rate If stays
+    unless the rate is bound too."""
     import codegraft as cg
     from codegraft.errors import InputError
     from codegraft.testing import assert_close, run_onnxruntime
@@ -67,6 +68,13 @@ def test_silero_vad_at_fixed_shapes_is_one_c_partition_per_rate() -> None:
     # rank (onnxruntime fails there too); codegraft names the branch.
     with pytest.raises(InputError, match="'If_0' took its else_branch"):
         exe.run({**feeds, "sr": np.array(8000, np.int64)})
+    # The sample rate bound too: the whole model is one c partition.
+    bound = cg.compile(proto, targets=["c"], input_shapes={name: a.shape for name, a in feeds.items()},
+                       input_values={"sr": 16000})  # fmt: skip
+    assert [p.backend for p in bound.report().partitions] == ["c"]
+    assert_close(bound.run(feeds), run_onnxruntime(proto, feeds), rtol=1e-4, atol=1e-5)
+    with pytest.raises(InputError, match="input 'sr' is 8000, but the model was compiled with it bound to 16000"):
+        bound.run({**feeds, "sr": np.array(8000, np.int64)})
 
 
 @pytest.mark.heavy

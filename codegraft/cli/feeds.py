@@ -44,6 +44,31 @@ def parse_shapes(specs: Sequence[str]) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
+def parse_values(specs: Sequence[str]) -> dict[str, np.ndarray]:
+    """``["sr=16000", "ids=1,2"]`` -> ``{"sr": array(16000), "ids": array([1, 2])}`` (``--value``).
+
+    Integers stay integers, anything with a point or exponent is a float; the model's input
+    dtype is applied (and checked) at compile time.
+    """
+    values: dict[str, np.ndarray] = {}
+    for spec in specs:
+        name, sep, text = spec.partition("=")
+        if not sep or not name or not text.strip():
+            raise InputError(f"--value {spec!r}: expected name=16000 or name=1,2,3")
+        parts = [p.strip() for p in text.split(",")]
+        try:
+            numbers = [int(p) for p in parts]
+            array = np.array(numbers if len(parts) > 1 else numbers[0], np.int64)
+        except ValueError:
+            try:
+                floats = [float(p) for p in parts]
+            except ValueError:
+                raise InputError(f"--value {spec!r}: values must be numbers joined by ',', e.g. sr=16000") from None
+            array = np.array(floats if len(parts) > 1 else floats[0], np.float64)
+        values[name] = array
+    return values
+
+
 def model_input_specs(model: onnx.ModelProto) -> tuple[TensorSpec, ...]:
     """The graph inputs that are not initializers, as :class:`TensorSpec`."""
     from codegraft.core.dtypes import numpy_dtype_of_onnx

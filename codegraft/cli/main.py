@@ -172,17 +172,23 @@ def compile_command(
         typer.Option("--shape", help="name=1x512: compile for this input shape (free dimensions fixed, shape "
                      "arithmetic folded); a dimension's name fixed here holds in every input."),
     ] = None,
+    values: Annotated[
+        Optional[list[str]],  # noqa: UP045
+        typer.Option("--value", help="name=16000 (or name=1,2,3): bind this input to this value (what it decides "
+                     "folds away); the artifact refuses any other value."),
+    ] = None,
 ) -> None:
     """Compile MODEL for the targets and write one artifact file."""
     import codegraft as cg
-    from codegraft.cli.feeds import parse_shapes
+    from codegraft.cli.feeds import parse_shapes, parse_values
 
     input_shapes = parse_shapes(shapes or [])
+    input_values = parse_values(values or [])
     with _stage_bars(quiet) as progress:
         exe = cg.compile(
             str(model), targets=targets or [], min_partition_size=min_partition_size, precision=precision,
             placement=placement, strict=strict, export_onnx=onnx_out, progress=progress, cache=cache,
-            input_shapes=input_shapes,
+            input_shapes=input_shapes, input_values=input_values,
         )
     output = output if output is not None else pathlib.Path(model.stem + ".cgx")
     exe.save(output, signing_key=sign)

@@ -22,7 +22,7 @@ from codegraft.core.options import CompileOptions
 from codegraft.core.reference import values_inside
 from codegraft.core.stages import Progress, Stages
 from codegraft.errors import BackendError, ModelError, OptionError
-from codegraft.frontend.input_shapes import fix_input_shapes
+from codegraft.frontend.fixed_inputs import bind_input_values, fix_input_shapes
 from codegraft.frontend.model import ModelSource, import_model
 from codegraft.frontend.torch_export import DynamicShapes, export_module, is_torch_module
 from codegraft.passes import pipeline as passes_pipeline
@@ -84,7 +84,15 @@ def compile(  # noqa: A001 - the public name the README promises
     with stages.stage("import"):
         ir_model = import_model(model)
         shapes_note = fix_input_shapes(ir_model, options.input_shapes)
-    import_notes += (shapes_note,) if shapes_note else ()
+        input_specs = [_tensor_spec(v) for v in ir_model.graph.inputs]
+        values_note, bound = bind_input_values(ir_model, options.input_values)
+    import_notes += tuple(note for note in (shapes_note, values_note) if note)
+    if bound:  # the executable still takes them (and checks them); the graph has them as constants
+        input_specs = [replace(s, shape=bound[s.name].shape, bound=bound[s.name]) if s.name in bound else s
+                       for s in input_specs]  # fmt: skip
+        options = replace(options, sample_inputs=tuple(
+            {name: a for name, a in sample.items() if name not in bound} for sample in options.sample_inputs
+        ))  # fmt: skip
     pass_reports = run_common_passes(ir_model, options, stages)
     if options.precision == "int8":
         with stages.stage("quantize"):
@@ -127,7 +135,9 @@ def compile(  # noqa: A001 - the public name the README promises
             step, runnable, part_report = build_control_step(
                 ir_model, annotation, part, host, options,
                 # a body's inputs are its own: the model's input shapes reach it as folded constants
-                lambda proto, name: compile(proto, targets=backends, options=replace(options, input_shapes=())),
+                lambda proto, name: compile(
+                    proto, targets=backends, options=replace(options, input_shapes=(), input_values=())
+                ),
             )
         else:
             step, runnable, part_report = build_step(
@@ -154,7 +164,7 @@ def compile(  # noqa: A001 - the public name the README promises
     if precision_note:
         report = replace(report, notes=(*report.notes, precision_note))
     return Executable(
-        inputs=[_tensor_spec(v) for v in ir_model.graph.inputs],
+        inputs=input_specs,
         outputs=[v.name or "" for v in ir_model.graph.outputs],
         steps=steps,
         runnables=runnables,

@@ -26,7 +26,10 @@ class CompileOptions:
     ``threads``: intra-op threads of the host (0: all cores).
     ``input_shapes``: sizes for the inputs' free dimensions, ``{"x": (1, 3, 224, 224)}`` (a
     dimension's name fixed once holds in every input), so shape arithmetic folds away before
-    partitioning (:mod:`codegraft.frontend.input_shapes`); the executable takes these shapes.
+    partitioning (:mod:`codegraft.frontend.fixed_inputs`); the executable takes these shapes.
+    ``input_values``: values of inputs a deployment never changes, ``{"sr": 16000}`` (at most
+    :data:`MAX_BOUND_ELEMENTS` elements each), bound as constants before the passes, so what
+    they decide folds away; the executable still takes them and refuses any other value.
     ``cache``: reuse partitions compiled before, from ``$CODEGRAFT_CACHE_DIR/compiled``, for
     backends that opt in (``False``, or ``CODEGRAFT_COMPILE_CACHE=0``: compile every one afresh).
 
@@ -45,9 +48,11 @@ class CompileOptions:
     sample_inputs: tuple[dict[str, np.ndarray], ...] = field(default=())
     cache: bool = True
     input_shapes: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    input_values: tuple[tuple[str, np.ndarray], ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "input_shapes", input_shapes_option(self.input_shapes))
+        object.__setattr__(self, "input_values", input_values_option(self.input_values))
         check_choice("precision", self.precision, PRECISIONS)
         check_choice("placement", self.placement, PLACEMENTS)
         check_at_least("min_partition_size", self.min_partition_size, 1)
@@ -97,3 +102,39 @@ def input_shapes_option(shapes: InputShapes | Sequence[tuple[str, Sequence[int]]
             f"input_shapes must map input names to shapes, e.g. {{'x': (1, 3, 224, 224)}}; got {shapes!r}"
         ) from None
     return tuple(sorted(checked))
+
+
+MAX_BOUND_ELEMENTS = 64  # a bound input is a mode or a size (a sample rate, a flag), not data
+
+
+def input_values_option(values: Mapping[str, object] | Sequence[tuple[str, object]] | None) -> tuple[
+    tuple[str, np.ndarray], ...
+]:
+    """``{"sr": 16000}`` (or its pairs) as sorted ``(name, array)`` pairs, each a small numeric array.
+
+    >>> input_values_option({"sr": 16000})
+    (('sr', array(16000)),)
+    """
+    if values is None or (isinstance(values, Sequence | Mapping) and len(values) == 0):
+        return ()
+    if not isinstance(values, Mapping | Sequence) or isinstance(values, str | bytes):
+        raise OptionError(f"input_values must map input names to values, e.g. {{'sr': 16000}}; got {values!r}")
+    pairs = values.items() if isinstance(values, Mapping) else values
+    checked = []
+    for pair in pairs:
+        if not isinstance(pair, tuple) or len(pair) != 2:
+            raise OptionError(f"input_values must map input names to values, e.g. {{'sr': 16000}}; got {values!r}")
+        name, value = pair
+        try:
+            array = np.array(value)
+        except (ValueError, TypeError):
+            array = np.array(None, dtype=object)
+        if array.dtype.kind not in "biuf":
+            raise OptionError(f"input_values[{name!r}] must be a number or an array of numbers, got {value!r}")
+        if array.size > MAX_BOUND_ELEMENTS:
+            raise OptionError(
+                f"input_values[{name!r}] has {array.size} elements; at most {MAX_BOUND_ELEMENTS} can be bound "
+                "(a mode or a size, not data)"
+            )
+        checked.append((str(name), array))
+    return tuple(sorted(checked, key=lambda item: item[0]))

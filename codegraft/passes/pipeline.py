@@ -138,7 +138,7 @@ def run_common_passes(
     for round_ in range(2, MAX_FOLD_ROUNDS + 1):
         if not _another_round(run):
             break
-        run.round, run.fold_modified = round_, False  # an idle fold this round leaves it False
+        run.round, run.fold_modified, run.inlined_ifs = round_, False, False  # an idle fold leaves them so
         for name in _ROUND_PASSES:
             if getattr(options, name):
                 record = _run_one(name, run)
@@ -158,16 +158,19 @@ def run_common_passes(
 # whose inlined branch holds more of the same (Silero VAD's tracer-written squeezes and
 # paddings: 25 If nodes, folded in three rounds once the input shapes are fixed).
 MAX_FOLD_ROUNDS = 4
-_ROUND_PASSES = ("shape_inference", "identity", "fold_constants", "dce")
+# identity after the fold: an inlined ``else: x`` branch is an Identity
+_ROUND_PASSES = ("shape_inference", "fold_constants", "identity", "dce")
 _SHAPE_READERS = ("Shape", "Size", "If")
 
 
 def _another_round(run: _Run) -> bool:
-    """Whether shape inference may now let the folder do more: the last fold changed the
-    graph and shape arithmetic (Shape, Size) or an If is still there to fold."""
+    """Whether another round may do more: the last fold inlined an If, or it changed the graph
+    and shape arithmetic (Shape, Size) or an If is still there to fold."""
     options = run.options
     if not (options.shape_inference and options.fold_constants):
         return False
+    if run.inlined_ifs:  # their branches may hold more to fold, and an Identity to remove
+        return True
     if not run.fold_modified:
         return False
     nodes = run.model.graph if run.provable else ir.traversal.RecursiveGraphIterator(run.model.graph)
@@ -184,6 +187,7 @@ class _Run:
     _facts: _nothing_to_do.Facts | None = None  # the model's, until a pass changes it
     round: int = 1  # past the first, folding infers each node's shapes as it goes
     fold_modified: bool = False  # the last fold changed the model (a node count may not show it)
+    inlined_ifs: bool = False  # the last fold replaced an If by one of its branches
 
     @property
     def facts(self) -> _nothing_to_do.Facts:
@@ -391,7 +395,9 @@ def _fold_constants(run: _Run) -> str:
         if not materialised:
             break
     run.fold_modified = modified
-    _forget_shapes_after(model, ifs - _if_nodes(model))
+    inlined = ifs - _if_nodes(model)
+    _forget_shapes_after(model, inlined)
+    run.inlined_ifs = bool(inlined)
     folded = len(_folded_values(model) - before)
     return (
         f"{folded} values folded into constants, {filled} ConstantOfShape fills materialised "

@@ -153,7 +153,8 @@ def artifact_bytes(exe: Stored) -> bytes:
     header = {
         "format_version": FORMAT_VERSION,
         "codegraft_version": __version__,
-        "inputs": [{"name": s.name, "dtype": s.dtype, "shape": None if s.shape is None else list(s.shape)}
+        "inputs": [{"name": s.name, "dtype": s.dtype, "shape": None if s.shape is None else list(s.shape),
+                    **({} if s.bound is None else {"bound": s.bound.reshape(-1).tolist()})}
                    for s in exe.inputs],
         "outputs": list(exe.outputs),
         "steps": steps,

@@ -84,6 +84,20 @@ class _Checker:
         return int(size)
 
 
+def _check_bound(check: _Checker, spec: dict[str, Any], path: str) -> None:
+    """A bound input (``input_values``): numbers, as many as its fixed shape holds, of a numeric dtype."""
+    bound, shape = spec["bound"], spec.get("shape")
+    check.typed(bound, f"{path}.bound", list)
+    if not all(isinstance(v, int | float) for v in bound):  # bool is an int: a bound flag
+        raise check.fail(f"{path}.bound", "must be a list of numbers")
+    if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) for d in shape):
+        raise check.fail(f"{path}.shape", "must be fixed sizes for a bound input")
+    if int(np.prod(shape, dtype=np.int64)) != len(bound):
+        raise check.fail(f"{path}.bound", f"holds {len(bound)} values; its shape {shape} holds {int(np.prod(shape))}")
+    if not spec["dtype"] or np.dtype(spec["dtype"]).kind not in "biuf":
+        raise check.fail(f"{path}.dtype", "must be numeric for a bound input")
+
+
 def validate_header(header: Any, *, payload_size: int, where: str, control_backend: str) -> None:
     """Raise :class:`ArtifactError` naming the first field that is missing, mistyped or inconsistent."""
     check = _Checker(where, payload_size)
@@ -101,6 +115,8 @@ def validate_header(header: Any, *, payload_size: int, where: str, control_backe
                     isinstance(dim, int) and not isinstance(dim, bool) and dim >= 0
                 ):
                     raise check.fail(f"{path}.shape[{axis}]", f"must be a size, a name or null, not {dim!r}")
+        if "bound" in spec:
+            _check_bound(check, spec, path)
         _add(check, available, spec["name"], path)
     for index, constant in enumerate(header["constants"]):
         path = f"constants[{index}]"

@@ -323,6 +323,11 @@ class Executable:
                 )
             if spec.shape is not None:
                 check_shape(spec, array.shape, bound)
+            if spec.bound is not None and not np.array_equal(array, spec.bound):
+                raise InputError(
+                    f"input {spec.name!r} is {array.tolist()}, but the model was compiled with it bound to "
+                    f"{spec.bound.tolist()} (input_values); compile again to run it with another value"
+                )
             env[spec.name] = array
         return env
 

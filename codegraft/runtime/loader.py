@@ -12,7 +12,9 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Sequence
+from typing import Any
 
+import numpy as np
 import onnx
 import onnx_ir as ir
 
@@ -86,7 +88,7 @@ def executable_from_bytes(
             steps.append(step)
             runnables.append(_runnable(step, backend, host, strict, list(resolved.values())))
         constants = {c["name"]: decode_constant(c, payload, where) for c in header["constants"]}
-        inputs = [TensorSpec(i["name"], i["dtype"], None if i["shape"] is None else tuple(i["shape"]))
+        inputs = [TensorSpec(i["name"], i["dtype"], None if i["shape"] is None else tuple(i["shape"]), _bound(i))
                   for i in header["inputs"]]
         report = Report.from_json(json.dumps(header["report"]))
         outputs = list(header["outputs"])
@@ -141,3 +143,10 @@ def _runnable(step: Step, backend: Backend | None, host: Backend, strict: bool, 
 
 
 __all__ = ["executable_from_bytes", "load_executable"]
+
+
+def _bound(spec: dict[str, Any]) -> np.ndarray | None:
+    """An input's bound value (``input_values``), in its dtype and shape; checked by the schema."""
+    if "bound" not in spec:
+        return None
+    return np.array(spec["bound"], dtype=spec["dtype"]).reshape(tuple(spec["shape"]))

@@ -5,7 +5,9 @@ Plain data, shared by the executable that runs steps and the artifact that store
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+import numpy as np
 
 from codegraft.backend import Composite
 
@@ -14,17 +16,23 @@ Dim = int | str | None
 
 @dataclass(frozen=True)
 class TensorSpec:
-    """A model input: its name, numpy dtype name and shape (``str``/``None`` dims are free)."""
+    """A model input: its name, numpy dtype name and shape (``str``/``None`` dims are free).
+
+    ``bound``: the value it was bound to at compile time (``input_values``); it must be fed
+    that value.
+    """
 
     name: str
     dtype: str
     shape: tuple[Dim, ...] | None
+    bound: np.ndarray | None = field(default=None, compare=False)
 
     def describe(self) -> str:
         dtype = self.dtype or "any"
         if self.shape is None:
             return f"{dtype}[?]"
-        return f"{dtype}[{', '.join('?' if d is None else str(d) for d in self.shape)}]"
+        described = f"{dtype}[{', '.join('?' if d is None else str(d) for d in self.shape)}]"
+        return described if self.bound is None else f"{described} = {self.bound.tolist()}"
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from onnx import TensorProto, helper, numpy_helper
 import codegraft as cg
 from codegraft.core.options import CompileOptions
 from codegraft.errors import InputError, OptionError
-from codegraft.frontend.input_shapes import fix_input_shapes
+from codegraft.frontend.fixed_inputs import fix_input_shapes
 from codegraft.testing import SubsetBackend, assert_close, run_onnxruntime
 
 _INT = TensorProto.INT64
@@ -196,3 +196,84 @@ def test_the_command_line_compiles_for_a_shape(tmp_path: pathlib.Path) -> None:
     assert result.exit_code == 2
     assert "input_shapes names 'y', which is not an input of the model" in result.output
     assert "Traceback" not in result.output
+
+
+# --- input_values: inputs bound to a value ------------------------------------------------
+
+
+def test_a_bound_input_folds_its_if_away_and_refuses_another_value(tmp_path: pathlib.Path) -> None:
+    model = _traced_model(invalid_else=True)
+    x = np.random.default_rng(2).standard_normal((1, 5)).astype(np.float32)
+    exe = cg.compile(model, targets=[_ELEMENTWISE], input_shapes={"x": (1, 5)}, input_values={"flag": True})
+    assert not _ifs(exe), "the outer If (on flag) and the shape Ifs are gone"
+    assert {p.backend for p in exe.report().partitions} == {"acc"}
+    assert any(note == "inputs bound: flag=True" for note in exe.report().notes)
+    assert exe.inputs[1].describe() == "bool[] = True"
+    exe.save(tmp_path / "m.cgx")
+    loaded = cg.load_executable(tmp_path / "m.cgx", backends=[_ELEMENTWISE])
+    expected = run_onnxruntime(model, {"x": x, "flag": np.array(True)})
+    for runner in (exe, loaded):
+        assert_close(runner.run({"x": x, "flag": np.array(True)}), expected)
+        assert_close(runner.run(x, True), expected)  # positionally too: the input is still there
+        with pytest.raises(InputError, match=r"input 'flag' is False, but the model was compiled with it bound"):
+            runner.run({"x": x, "flag": np.array(False)})
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"nope": 1}, r"input_values names 'nope', which is not an input of the model"),
+        ({"flag": "yes"}, r"input_values\['flag'\] must be a number or an array of numbers"),
+        ({"flag": np.zeros(65)}, r"input_values\['flag'\] has 65 elements; at most 64 can be bound"),
+        ({"flag": 2}, r"input_values\['flag'\]: 2 is not a bool value"),
+        ({"flag": [True, False]}, r"input_values\['flag'\] has shape \[2\]; the model declares \[\]"),
+        ("flag=1", r"input_values must map input names to values"),
+    ],
+)
+def test_bad_input_values_name_what_is_wrong(values: object, message: str) -> None:
+    with pytest.raises(OptionError, match=message):
+        cg.compile(_traced_model(), targets=[_ELEMENTWISE], input_values=values)
+
+
+def test_a_bound_value_takes_the_inputs_dtype_and_fixed_shape() -> None:
+    graph = helper.make_graph(
+        [helper.make_node("Mul", ["x", "k"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2]),
+         helper.make_tensor_value_info("k", TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    exe = cg.compile(model, input_values={"k": 0.1})  # a float64 scalar: float32, shape [1]
+    assert exe.inputs[1].bound is not None and exe.inputs[1].bound.dtype == np.float32
+    assert exe.inputs[1].shape == (1,)
+    x = np.array([1.0, 2.0], np.float32)
+    assert_close(exe.run({"x": x, "k": np.array([0.1], np.float32)}), {"y": x * np.float32(0.1)})
+
+
+def test_the_artifact_refuses_a_bound_value_that_does_not_fit_its_shape(tmp_path: pathlib.Path) -> None:
+    from codegraft.errors import ArtifactError
+    from codegraft.runtime.artifact_schema import validate_header
+
+    header = {"format_version": 1, "codegraft_version": "x", "outputs": [], "steps": [], "constants": [],
+              "native_code": False, "report": {},
+              "inputs": [{"name": "sr", "dtype": "int64", "shape": [], "bound": [1, 2]}]}
+    with pytest.raises(ArtifactError, match=r"inputs\[0\]\.bound.*holds 2 values; its shape \[\] holds 1"):
+        validate_header(header, payload_size=0, where="m.cgx", control_backend="codegraft.control")
+
+
+def test_the_command_line_binds_a_value(tmp_path: pathlib.Path) -> None:
+    from typer.testing import CliRunner
+
+    from codegraft.cli.main import app
+
+    model = tmp_path / "traced.onnx"
+    onnx.save(_traced_model(), model)
+    artifact = tmp_path / "traced.cgx"
+    runner = CliRunner()
+    result = runner.invoke(app, ["compile", str(model), "--shape", "x=1x5", "--value", "flag=1", "-o", str(artifact),
+                                 "-q"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    loaded = cg.load_executable(artifact)
+    assert loaded.inputs[1].bound is not None and bool(loaded.inputs[1].bound) is True
+    result = runner.invoke(app, ["compile", str(model), "--value", "flag=yes", "-o", str(artifact), "-q"])
+    assert result.exit_code == 2 and "--value 'flag=yes': values must be numbers" in result.output

@@ -1,4 +1,6 @@
-"""Fixing a model's free input dimensions at compile time (``compile(..., input_shapes=...)``).
+"""Fixing a model's free input dimensions and binding input values at compile time.
+
+``compile(..., input_shapes=...)`` and ``compile(..., input_values=...)``.
 
 Exporters leave dimensions free (``batch``, ``samples``, or unnamed), and a graph whose
 shapes are unknown keeps all the shape arithmetic that torch's tracer writes around them:
@@ -22,9 +24,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
 import onnx_ir as ir
 
+from codegraft.core.dtypes import numpy_dtype
 from codegraft.errors import OptionError
+
+
+def _input(model: ir.Model, name: str, option: str) -> ir.Value:
+    for value in model.graph.inputs:
+        if value.name == name:
+            return value
+    known = ", ".join(repr(v.name) for v in model.graph.inputs) or "none"
+    raise OptionError(f"{option} names {name!r}, which is not an input of the model (its inputs: {known})")
 
 
 def fix_input_shapes(model: ir.Model, shapes: Sequence[tuple[str, tuple[int, ...]]]) -> str:
@@ -41,14 +53,9 @@ def fix_input_shapes(model: ir.Model, shapes: Sequence[tuple[str, tuple[int, ...
     """
     if not shapes:
         return ""
-    inputs = {v.name: v for v in model.graph.inputs}
     named: dict[str, int] = {}
     for name, dims in shapes:
-        value = inputs.get(name)
-        if value is None:
-            known = ", ".join(repr(n) for n in inputs) or "none"
-            raise OptionError(f"input_shapes names {name!r}, which is not an input of the model (its inputs: {known})")
-        declared = value.shape
+        declared = _input(model, name, "input_shapes").shape
         if declared is None:
             continue
         if len(declared) != len(dims):
@@ -87,3 +94,51 @@ def _name_of(dim: int | ir.SymbolicDim) -> str | None:
 
 def _spelled(shape: ir.Shape) -> str:
     return "[" + ", ".join(str(d) if isinstance(d, int) else (d.value or "?") for d in shape) + "]"
+
+
+def bind_input_values(model: ir.Model, values: Sequence[tuple[str, np.ndarray]]) -> tuple[str, dict[str, np.ndarray]]:
+    """Turn the named inputs of ``model`` into constants of these values (in place).
+
+    Returns a note for the report and each bound value in its input's dtype.  A value must
+    fit the input's dtype exactly and its declared shape; else :class:`OptionError`.
+    The passes then fold what the value decides (Silero VAD's ``If(sr == 16000)``), as TVM
+    binds parameters by name and TensorRT specialises on shape-input values.
+
+    >>> sr = ir.Value(name="sr", shape=ir.Shape([]), type=ir.TensorType(ir.DataType.INT64))
+    >>> m = ir.Model(ir.Graph([sr], [sr], nodes=[]), ir_version=10)
+    >>> bind_input_values(m, [("sr", np.array(16000))])
+    ('inputs bound: sr=16000', {'sr': array(16000)})
+    >>> len(m.graph.inputs), m.graph.initializers["sr"].const_value.numpy()
+    (0, array(16000))
+    """
+    bound: dict[str, np.ndarray] = {}
+    for name, value in values:
+        target = _input(model, name, "input_values")
+        dtype = numpy_dtype(target.dtype) if target.dtype is not None else value.dtype
+        with np.errstate(all="ignore"):
+            cast = value.astype(dtype)
+        rounded = np.dtype(dtype).kind == "f" and value.dtype.kind == "f"  # 0.1 as float32 is a rounding, not a misfit
+        if not rounded and not np.array_equal(cast, value):
+            raise OptionError(f"input_values[{name!r}]: {value.tolist()} is not a {np.dtype(dtype).name} value")
+        declared = target.shape
+        fixed = [d for d in declared if isinstance(d, int)] if declared is not None else []
+        if declared is not None and len(fixed) == len(declared) and cast.size == int(np.prod(fixed, dtype=np.int64)):
+            cast = cast.reshape(tuple(fixed))  # 16000 for a [1] input, say
+        if declared is not None and (
+            len(declared) != cast.ndim
+            or any(isinstance(d, int) and d != n for d, n in zip(declared, cast.shape, strict=True))
+        ):
+            raise OptionError(
+                f"input_values[{name!r}] has shape {list(cast.shape)}; the model declares {_spelled(declared)}"
+            )
+        bound[name] = cast
+    for name, array in bound.items():
+        target = _input(model, name, "input_values")
+        # NOTE: pop, not del or remove: onnx-ir 1.1 leaves a value removed by slice still
+        # marked as a graph input, and register_initializer refuses it then.
+        model.graph.inputs.pop(list(model.graph.inputs).index(target))
+        target.shape = ir.Shape(array.shape)
+        target.const_value = ir.tensor(array, name=name)
+        model.graph.register_initializer(target)
+    note = ", ".join(f"{name}={array.tolist()}" for name, array in bound.items())
+    return (f"inputs bound: {note}" if note else ""), bound
