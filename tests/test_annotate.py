@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import onnx_ir as ir
 from onnx import TensorProto, helper, numpy_helper
 
@@ -79,5 +80,51 @@ def test_quantized_unit_is_never_split() -> None:
     whole = SubsetBackend("whole", {"Conv", "DequantizeLinear", "QuantizeLinear"})
     exe = cg.compile(model, targets=[whole], passes=())
     assert {n.backend for n in exe.report().nodes} == {"whole"}
+    feeds = random_feeds(model)
+    assert_close(exe.run(feeds), run_onnxruntime(model, feeds))
+
+
+def _scale_arithmetic_model() -> onnx.ModelProto:
+    """A scale the host computes (ReduceMin), then Mul and Div by constants, Floor (host's);
+    beside it ReduceMax(x) - 1 from an acc node, which scales x (all acc's)."""
+    nodes = [
+        helper.make_node("ReduceMin", ["x"], ["s"], keepdims=0),  # the host's: acc lacks it
+        helper.make_node("Mul", ["s", "k"], ["sk"]),
+        helper.make_node("Div", ["bias", "sk"], ["scaled_bias"]),
+        helper.make_node("Floor", ["scaled_bias"], ["rounded"]),  # the host's
+        helper.make_node("ReduceMax", ["x"], ["m"], keepdims=0),
+        helper.make_node("Sub", ["m", "one"], ["bound"]),
+        helper.make_node("Mul", ["x", "bound"], ["xb"]),
+        helper.make_node("Relu", ["xb"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 64]),
+         helper.make_tensor_value_info("rounded", TensorProto.FLOAT, [24])],
+        initializer=[numpy_helper.from_array(np.array(3.0, np.float32), "k"),
+                     numpy_helper.from_array(np.arange(1, 25, dtype=np.float32), "bias"),
+                     numpy_helper.from_array(np.array(1.0, np.float32), "one")],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_arithmetic_on_host_scalars_stays_on_the_host() -> None:
+    model = _scale_arithmetic_model()
+    acc = SubsetBackend("acc", {"ReduceMax", "Mul", "Div", "Sub", "Relu"})
+    inferred = onnx.shape_inference.infer_shapes(model)  # as compile's passes would have
+    annotation = annotate(ir.from_proto(inferred).graph, [acc], host="onnxruntime")
+    placed = [(info.node.op_type, annotation.units[annotation.unit_of_node[i]].backend)
+              for i, info in enumerate(annotation.infos)]  # fmt: skip
+    # Mul and Div compute on the host's scalar (and constants): host.  The acc's own scalar
+    # (ReduceMax(x) - 1) and what reads x stay on acc.
+    assert placed == [
+        ("ReduceMin", "onnxruntime"), ("Mul", "onnxruntime"), ("Div", "onnxruntime"), ("Floor", "onnxruntime"),
+        ("ReduceMax", "acc"), ("Sub", "acc"), ("Mul", "acc"), ("Relu", "acc"),
+    ]
+    reasons = [d.reason for i, info in enumerate(annotation.infos) if info.node.op_type == "Div"
+               for d in annotation.declines[i]]  # fmt: skip
+    assert reasons == ["Div: float arithmetic on host-computed scalars stays on the host (a crossing costs more)"]
+    exe = cg.compile(model, targets=[acc])
+    assert [p.backend for p in exe.report().partitions] == ["onnxruntime", "acc"]  # was 4, alternating
     feeds = random_feeds(model)
     assert_close(exe.run(feeds), run_onnxruntime(model, feeds))

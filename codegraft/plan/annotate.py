@@ -26,6 +26,12 @@ if TYPE_CHECKING:
     from codegraft.patterns import Match
 
 CONTROL_FLOW_REASON = "control flow runs on the host with its bodies"
+# Arithmetic on host-computed scalars (scales, bounds, counts) goes back to the host when what
+# it makes is this small: the host computes it in well under a microsecond, a crossing to a
+# target costs tens.
+SCALAR_ELEMENTS = 16
+SMALL_VALUE_ELEMENTS = 4096
+_FLOATS = frozenset({ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.BFLOAT16, ir.DataType.DOUBLE})
 QDQ_OPS = frozenset({"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear"})
 
 
@@ -156,6 +162,7 @@ def annotate(
                 progress(asked * count + i + 1)
 
     quantized_members = _keep_quantized_units_whole(graph, index_of, claimed, composite_of, declines, host)
+    _leave_small_arithmetic_to_the_host(infos, index_of, claimed, composite_of, quantized_members, declines, host)
 
     units: list[Unit] = []
     unit_of_node = [-1] * count
@@ -273,3 +280,65 @@ def _keep_quantized_units_whole(
         for i in members:
             members_of[i] = members
     return members_of
+
+
+def _leave_small_arithmetic_to_the_host(
+    infos: Sequence[NodeInfo],
+    index_of: dict[ir.Node, int],
+    claimed: list[str | None],
+    composite_of: list[Composite | None],
+    quantized_members: dict[int, tuple[int, ...]],
+    declines: list[list[NodeDecline]],
+    host: str,
+) -> None:
+    """Float arithmetic on scalars the host computed stays on the host.
+
+    A dynamically quantized model computes each layer's scales on the host
+    (``DynamicQuantizeLinear``, then ``Mul``/``Div`` by the weight's scales, ``Floor``,
+    ``Cast``); a target taking the ``Mul`` and ``Div`` cut ddddocr's int8 model into 88
+    partitions, each crossing dearer than the arithmetic.  As onnxruntime keeps such nodes on
+    the CPU (its "CPU-preferred nodes"), a target's node goes back to the host when each value
+    it computes on is a scalar-like host value (at most :data:`SCALAR_ELEMENTS` elements,
+    from a host node or a graph input), whatever constants it combines them with, and each of
+    its outputs is float with at most :data:`SMALL_VALUE_ELEMENTS` elements.  That never adds a
+    crossing (its inputs are on the host already), and graph order being topological, a
+    chain of them goes back whole.  Activations are larger than scalars, so no more than the
+    scalar arithmetic follows; a scalar a target's own node computed (``ReduceMax(x) - 80``)
+    stays with it.
+    """
+    for i, info in enumerate(infos):
+        target = claimed[i]
+        if target in (None, host) or composite_of[i] is not None or i in quantized_members:
+            continue
+        node = info.node
+        outputs = [v for v in node.outputs if v is not None]
+        if not outputs or not all(v.dtype in _FLOATS and _elements(v) <= SMALL_VALUE_ELEMENTS for v in outputs):
+            continue
+        computed = [v for v in info.reads if v.const_value is None]
+        if not computed or not all(_elements(v) <= SCALAR_ELEMENTS and _from_host(v, index_of, claimed, host)
+                                   for v in computed):  # fmt: skip
+            continue
+        claimed[i] = host
+        declines[i].append(NodeDecline(
+            str(target), f"{node.op_type}: float arithmetic on host-computed scalars stays on the host "
+            "(a crossing costs more)",
+        ))  # fmt: skip
+
+
+def _elements(value: ir.Value) -> int:
+    """Elements of a value of static shape; a large number when unknown."""
+    shape = value.shape
+    if shape is None or not all(isinstance(d, int) for d in shape):
+        return 1 << 62
+    count = 1
+    for d in shape:
+        count *= d if isinstance(d, int) else 1 << 62
+    return count
+
+
+def _from_host(value: ir.Value, index_of: dict[ir.Node, int], claimed: list[str | None], host: str) -> bool:
+    producer = value.producer()
+    if producer is None:  # a graph input
+        return True
+    index = index_of.get(producer)
+    return index is not None and claimed[index] in (None, host)
