@@ -298,11 +298,11 @@ def _leave_small_arithmetic_to_the_host(
     ``Cast``); a target taking the ``Mul`` and ``Div`` cut ddddocr's int8 model into 88
     partitions, each crossing dearer than the arithmetic.  As onnxruntime keeps such nodes on
     the CPU (its "CPU-preferred nodes"), a target's node goes back to the host when each value
-    it computes on is a scalar-like host value (at most :data:`SCALAR_ELEMENTS` elements,
-    from a host node or a graph input), whatever constants it combines them with, and each of
-    its outputs is float with at most :data:`SMALL_VALUE_ELEMENTS` elements.  That never adds a
-    crossing (its inputs are on the host already), and graph order being topological, a
-    chain of them goes back whole.  Activations are larger than scalars, so no more than the
+    it computes on is a scalar-like value a host node computed (at most :data:`SCALAR_ELEMENTS`
+    elements; a graph input is data, not such arithmetic), whatever constants it combines
+    them with, and each of its outputs is float with at most :data:`SMALL_VALUE_ELEMENTS`
+    elements.  That never adds a crossing (its inputs are on the host already), and graph
+    order being topological, a chain of them goes back whole.  Activations are larger than scalars, so no more than the
     scalar arithmetic follows; a scalar a target's own node computed (``ReduceMax(x) - 80``)
     stays with it.
     """
@@ -338,7 +338,7 @@ def _elements(value: ir.Value) -> int:
 
 def _from_host(value: ir.Value, index_of: dict[ir.Node, int], claimed: list[str | None], host: str) -> bool:
     producer = value.producer()
-    if producer is None:  # a graph input
-        return True
+    if producer is None:  # a graph input: the user's data (a tabular model's 10 features), not arithmetic
+        return False
     index = index_of.get(producer)
     return index is not None and claimed[index] in (None, host)
