@@ -135,6 +135,7 @@ class Executable:
         self._report = report
         self._backends = dict(backends)
         self._input_by_name = {spec.name: spec for spec in self.inputs}
+        self._expected = tuple(_Expected.of(spec) for spec in self.inputs)
         self._drop_after = _last_uses(self.steps, set(self.outputs))
         for runnable in self._runnables:
             if isinstance(runnable, ShapeSpecialisingRunnable):
@@ -299,6 +300,30 @@ class Executable:
             log.debug("%s; running it on %s at input shapes %s", first_line, host, where)
 
     def _validated(self, feeds: Mapping[str, object]) -> dict[str, np.ndarray]:
+        # The common call (numpy arrays of the right dtype, shape and bound value, nothing
+        # extra) is checked in a few comparisons per input; anything else takes the full path,
+        # which names what is wrong.  A model of ~50 us spent 17 of them here.
+        if isinstance(feeds, dict) and len(feeds) == len(self._expected):
+            env: dict[str, np.ndarray] = {}
+            for expected in self._expected:
+                array = feeds.get(expected.name)
+                if type(array) is not np.ndarray or not expected.fits(array):
+                    break
+                env[expected.name] = array
+            else:
+                if self._named_dims_agree(env):
+                    return env
+        return self._validated_slowly(feeds)
+
+    def _named_dims_agree(self, env: dict[str, np.ndarray]) -> bool:
+        bound: dict[str, int] = {}
+        for expected in self._expected:
+            for axis, name in expected.named:
+                if bound.setdefault(name, env[expected.name].shape[axis]) != env[expected.name].shape[axis]:
+                    return False
+        return True
+
+    def _validated_slowly(self, feeds: Mapping[str, object]) -> dict[str, np.ndarray]:
         if not isinstance(feeds, Mapping):
             raise InputError(f"feeds must be a mapping of input name to array, got {type(feeds).__name__}")
         unknown = sorted(set(feeds) - set(self._input_by_name))
@@ -395,6 +420,38 @@ def check_shape(spec: TensorSpec, shape: tuple[int, ...], bound: dict[str, tuple
                     f"input {spec.name!r} axis {axis} is {want}={got}, but input {seen[1]!r} "
                     f"set {want}={seen[0]}"
                 )
+
+
+@dataclass(frozen=True)
+class _Expected:
+    """What :meth:`Executable._validated`'s fast path compares an input with."""
+
+    name: str
+    dtype: np.dtype | None
+    rank: int | None
+    fixed: tuple[tuple[int, int], ...]  # (axis, size)
+    named: tuple[tuple[int, str], ...]  # (axis, dimension name)
+    bound: list[object] | None  # the bound value as a nested list (a cheap comparison)
+
+    @classmethod
+    def of(cls, spec: TensorSpec) -> _Expected:
+        shape = spec.shape
+        return cls(
+            spec.name,
+            np.dtype(spec.dtype) if spec.dtype else None,
+            None if shape is None else len(shape),
+            () if shape is None else tuple((a, d) for a, d in enumerate(shape) if isinstance(d, int)),
+            () if shape is None else tuple((a, d) for a, d in enumerate(shape) if isinstance(d, str)),
+            None if spec.bound is None else spec.bound.tolist(),
+        )
+
+    def fits(self, array: np.ndarray) -> bool:
+        if self.dtype is not None and array.dtype != self.dtype:
+            return False
+        shape = array.shape
+        if self.rank is not None and (len(shape) != self.rank or any(shape[a] != d for a, d in self.fixed)):
+            return False
+        return self.bound is None or (array.size <= 64 and array.tolist() == self.bound)
 
 
 def _last_uses(steps: Sequence[Step], keep: set[str]) -> list[tuple[str, ...]]:
