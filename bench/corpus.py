@@ -121,6 +121,9 @@ def _dims(**by_input: tuple[int, ...]) -> dict[str, int]:
 _SR16K = {"sr": ("int64", 16000)}
 _SILERO = _dims(input=(1, 512), state=(2, 1, 128))
 _RIVAGAN = _dims(frame=(1, 3, 1, 64, 64), data=(1, 32))
+_ASR = _dims(waveforms=(1, 16000))
+_ASR_LENS = {"waveforms_lens": ("int64", [16000])}
+_ASR_DATA = "onnx_asr/preprocessors/data/"
 MODELS: tuple[CorpusModel, ...] = (
     # OCR: text detection, recognition, direction; captcha OCR (LSTM, and dynamic int8).
     CorpusModel("ppocrv4_det", "OCR", "rapidocr-onnxruntime==1.3.24",
@@ -162,6 +165,15 @@ MODELS: tuple[CorpusModel, ...] = (
                 "faster_whisper/assets/silero_encoder_v5.onnx", _dims(input=(4, 576))),
     # Wake words (openWakeWord): its mel-spectrogram front end (STFT as convolutions), the speech
     # embedding CNN, and an LSTM wake-word head.
+    # ASR front ends (onnx-asr): log-mel features as NeMo, Kaldi (fbank) and Whisper compute
+    # them, the STFT as a convolution, and a 44.1 -> 16 kHz resampler; the waveforms' lengths
+    # are an int64 input that masks the frames past them.
+    CorpusModel("asr_nemo80", "ASR front end", "onnx-asr==0.12.0", _ASR_DATA + "nemo80_conv.onnx", _ASR, _ASR_LENS),
+    CorpusModel("asr_kaldi", "ASR front end", "onnx-asr==0.12.0", _ASR_DATA + "kaldi_conv.onnx", _ASR, _ASR_LENS),
+    CorpusModel("asr_whisper80", "ASR front end", "onnx-asr==0.12.0", _ASR_DATA + "whisper80_conv.onnx", _ASR,
+                _ASR_LENS),
+    CorpusModel("asr_resample_44_16", "ASR front end", "onnx-asr==0.12.0", _ASR_DATA + "resample_44_16.onnx", _ASR,
+                _ASR_LENS),
     CorpusModel("oww_melspectrogram", "wake word", "openwakeword==0.4.0",
                 "openwakeword/resources/models/melspectrogram.onnx", _dims(input=(1, 16000))),
     CorpusModel("oww_embedding", "wake word", "openwakeword==0.4.0",
