@@ -26,10 +26,10 @@ if TYPE_CHECKING:
     from codegraft.patterns import Match
 
 CONTROL_FLOW_REASON = "control flow runs on the host with its bodies"
-# Arithmetic on host-computed scalars (scales, bounds, counts) goes back to the host when what
-# it makes is this small: the host computes it in well under a microsecond, a crossing to a
-# target costs tens.
-SCALAR_ELEMENTS = 16
+# Arithmetic on host-computed scalars (scales, bounds, counts: one element, so activations,
+# however small, never cascade back) goes back to the host when what it makes is this small:
+# the host computes it in well under a microsecond, a crossing to a target costs tens.
+SCALAR_ELEMENTS = 1
 SMALL_VALUE_ELEMENTS = 4096
 _FLOATS = frozenset({ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.BFLOAT16, ir.DataType.DOUBLE})
 QDQ_OPS = frozenset({"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear"})
@@ -298,8 +298,9 @@ def _leave_small_arithmetic_to_the_host(
     ``Cast``); a target taking the ``Mul`` and ``Div`` cut ddddocr's int8 model into 88
     partitions, each crossing dearer than the arithmetic.  As onnxruntime keeps such nodes on
     the CPU (its "CPU-preferred nodes"), a target's node goes back to the host when each value
-    it computes on is a scalar-like value a host node computed (at most :data:`SCALAR_ELEMENTS`
-    elements; a graph input is data, not such arithmetic), whatever constants it combines
+    it computes on is a scalar a host node computed (:data:`SCALAR_ELEMENTS`: a 16-value
+    activation after a host op must not send the rest of a small model back with it; a
+    graph input is data, not such arithmetic), whatever constants it combines
     them with, and each of its outputs is float with at most :data:`SMALL_VALUE_ELEMENTS`
     elements.  That never adds a crossing (its inputs are on the host already), and graph
     order being topological, a chain of them goes back whole.  Activations are larger than scalars, so no more than the

@@ -41,10 +41,15 @@ def partition_units(
 
     ``backends[u]`` is the backend chosen for unit ``u``; ``predecessors[u]`` the units whose
     outputs ``u`` reads.  ``preference`` orders backends when several could open the next
-    partition (the host always goes first).
+    partition (the host goes first, except for its units that only the host reads from).
 
     >>> partition_units(["a", "h", "a"], [[], [0], [1]], host="h")
     [Group(backend='a', units=(0,)), Group(backend='h', units=(1,)), Group(backend='a', units=(2,))]
+
+    Host units that lead to no other backend wait for the host's next partition:
+
+    >>> partition_units(["h", "a", "h"], [[], [], [0, 1]], host="h")
+    [Group(backend='a', units=(1,)), Group(backend='h', units=(0, 2))]
     """
     count = len(backends)
     successors: list[list[int]] = [[] for _ in range(count)]
@@ -54,34 +59,69 @@ def partition_units(
             successors[pred].append(unit)
             pending[unit] += 1
 
-    rank = {host: -1}
+    rank = {host: -1, _LATER: 1 << 30}  # later: after every backend, named in preference or not
     for index, name in enumerate(preference):
         rank.setdefault(name, index)
+    # Host units from which no path leads to another backend can wait: opened first, the host
+    # would otherwise take them into a partition of their own, and the host units after the
+    # accelerator's work into another (onnx-asr's resampler computed its output lengths on the
+    # host, convolved on c, then masked by those lengths on the host: 3 partitions, now 2).
+    later = _host_only_downstream(backends, successors, pending, host)
+    key = [(_LATER if later[unit] else backends[unit]) for unit in range(count)]
     ready: dict[str, deque[int]] = {}
     for unit in range(count):
         if pending[unit] == 0:
-            ready.setdefault(backends[unit], deque()).append(unit)
+            ready.setdefault(key[unit], deque()).append(unit)
 
     groups: list[Group] = []
     while True:
-        current = _next_backend(ready, rank)
-        if current is None:
+        chosen = _next_backend(ready, rank)
+        if chosen is None:
             break
-        queue = ready[current]
+        current = host if chosen == _LATER else chosen
+        queues = [ready.setdefault(current, deque())]
+        if current == host:
+            queues.append(ready.setdefault(_LATER, deque()))
         members: list[int] = []
-        while queue:
-            unit = queue.popleft()
-            members.append(unit)
-            for succ in successors[unit]:
-                pending[succ] -= 1
-                if pending[succ] == 0:
-                    ready.setdefault(backends[succ], deque()).append(succ)
+        while any(queues):
+            for queue in queues:
+                while queue:
+                    unit = queue.popleft()
+                    members.append(unit)
+                    for succ in successors[unit]:
+                        pending[succ] -= 1
+                        if pending[succ] == 0:
+                            ready.setdefault(key[succ], deque()).append(succ)
         groups.append(Group(current, tuple(members)))
 
     placed = sum(len(g.units) for g in groups)
     if placed != count:
         raise ValueError(f"the graph has a cycle: {count - placed} units could not be ordered")
     return groups
+
+
+_LATER = "\0host, later"  # the ready queue of host units that only the host reads from (not a backend name)
+
+
+def _host_only_downstream(
+    backends: Sequence[str], successors: Sequence[Sequence[int]], pending: Sequence[int], host: str
+) -> list[bool]:
+    """Per unit: it is the host's and every path from it stays on the host."""
+    count = len(backends)
+    order: list[int] = []
+    waiting = list(pending)
+    queue = deque(unit for unit in range(count) if waiting[unit] == 0)
+    while queue:
+        unit = queue.popleft()
+        order.append(unit)
+        for succ in successors[unit]:
+            waiting[succ] -= 1
+            if waiting[succ] == 0:
+                queue.append(succ)
+    later = [False] * count
+    for unit in reversed(order):  # successors first
+        later[unit] = backends[unit] == host and all(later[succ] for succ in successors[unit])
+    return later
 
 
 def _next_backend(ready: dict[str, deque[int]], rank: dict[str, int]) -> str | None:
