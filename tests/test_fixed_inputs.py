@@ -277,3 +277,13 @@ def test_the_command_line_binds_a_value(tmp_path: pathlib.Path) -> None:
     assert loaded.inputs[1].bound is not None and bool(loaded.inputs[1].bound) is True
     result = runner.invoke(app, ["compile", str(model), "--value", "flag=yes", "-o", str(artifact), "-q"])
     assert result.exit_code == 2 and "--value 'flag=yes': values must be numbers" in result.output
+
+
+def test_the_report_says_when_fixed_shapes_or_values_could_fold_if_nodes() -> None:
+    free = cg.compile(_traced_model(), targets=[_ELEMENTWISE])
+    hint = next(note for note in free.report().notes if "If node" in note)
+    assert hint.startswith("3 If nodes remain") and "free here: x [batch, samples]" in hint
+    shaped = cg.compile(_traced_model(), targets=[_ELEMENTWISE], input_shapes={"x": (1, 5)})
+    assert any(n.startswith("1 If node remains") and "free here" not in n for n in shaped.report().notes)
+    bound = cg.compile(_traced_model(), targets=[_ELEMENTWISE], input_shapes={"x": (1, 5)}, input_values={"flag": 1})
+    assert not any("If node" in note for note in bound.report().notes)

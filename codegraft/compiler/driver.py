@@ -22,7 +22,7 @@ from codegraft.core.options import CompileOptions
 from codegraft.core.reference import values_inside
 from codegraft.core.stages import Progress, Stages
 from codegraft.errors import BackendError, ModelError, OptionError
-from codegraft.frontend.fixed_inputs import bind_input_values, fix_input_shapes
+from codegraft.frontend.fixed_inputs import bind_input_values, control_flow_hint, fix_input_shapes
 from codegraft.frontend.model import ModelSource, import_model
 from codegraft.frontend.torch_export import DynamicShapes, export_module, is_torch_module
 from codegraft.passes import pipeline as passes_pipeline
@@ -94,6 +94,8 @@ def compile(  # noqa: A001 - the public name the README promises
             {name: a for name, a in sample.items() if name not in bound} for sample in options.sample_inputs
         ))  # fmt: skip
     pass_reports = run_common_passes(ir_model, options, stages)
+    hint = control_flow_hint(ir_model, shapes_fixed=bool(options.input_shapes), values_bound=bool(bound))
+    import_notes += (hint,) if hint else ()
     if options.precision == "int8":
         with stages.stage("quantize"):
             ir_model, quantize_report = _quantize(ir_model, options)

@@ -142,3 +142,41 @@ def bind_input_values(model: ir.Model, values: Sequence[tuple[str, np.ndarray]])
         model.graph.register_initializer(target)
     note = ", ".join(f"{name}={array.tolist()}" for name, array in bound.items())
     return (f"inputs bound: {note}" if note else ""), bound
+
+
+def control_flow_hint(model: ir.Model, *, shapes_fixed: bool, values_bound: bool) -> str:
+    """A report note when If nodes remain that fixed shapes or bound values might fold, or ``""``.
+
+    Each If runs its branch through codegraft's runtime on every call, and torch's tracer
+    writes one around many a ``squeeze`` and ``pad``; a deployer who knows the input sizes
+    (or a sample rate that never changes) can have them folded away.
+
+    >>> x = ir.Value(name="x", shape=ir.Shape(["n"]), type=ir.TensorType(ir.DataType.BOOL))
+    >>> def branch(name):
+    ...     node = ir.Node("", "Not", [x], num_outputs=1)
+    ...     return ir.AttrGraph(name, ir.Graph([], node.outputs, nodes=[node]))
+    >>> node = ir.Node("", "If", [x], attributes=[branch("then_branch"), branch("else_branch")], num_outputs=1)
+    >>> hint = control_flow_hint(ir.Model(ir.Graph([x], node.outputs, nodes=[node]), ir_version=10),
+    ...                          shapes_fixed=False, values_bound=False)
+    >>> hint[:20], "(free here: x [n])" in hint, hint[-30:]
+    ('1 If node remains (e', True, ' (--shape / --value) fold them')
+    """
+    ifs = sum(1 for node in ir.traversal.RecursiveGraphIterator(model.graph) if node.op_type == "If")
+    if not ifs:
+        return ""
+    free = [
+        f"{v.name} {_spelled(v.shape) if v.shape is not None else '[?]'}" for v in model.graph.inputs
+        if v.shape is None or not all(isinstance(d, int) for d in v.shape)
+    ]
+    asks = []
+    if free and not shapes_fixed:
+        asks.append(f"on input sizes (free here: {', '.join(free)})")
+    if model.graph.inputs and not values_bound:
+        asks.append("on inputs that never change")
+    if not asks:
+        return ""
+    nodes = "If node remains" if ifs == 1 else "If nodes remain"
+    return (
+        f"{ifs} {nodes} (each call runs a branch through codegraft's runtime): where conditions depend "
+        f"{' or '.join(asks)}, input_shapes= / input_values= (--shape / --value) fold them"
+    )
