@@ -109,3 +109,30 @@ def test_runtime_indices_conditions_and_casts_are_declined_with_the_reason() -> 
     assert not answer and "indices must be a constant or computed from shapes" in answer.reason
     cast = helper.make_node("Cast", ["x"], ["y"], to=7)
     assert "a cast to int64 is not supported" in verdict([cast], {"x": (3,)})
+
+
+def test_a_run_time_mask_and_casts_from_integers_run_on_c() -> None:
+    """Where by a bool mask the host computed (a length mask, an attention mask) and Cast from
+    int64/bool to float32: the partition's entry converts them as ONNX's Cast does."""
+    import codegraft as cg
+    from codegraft.testing import assert_close, run_onnxruntime
+
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"]),
+        helper.make_node("Less", ["frames", "lens"], ["keep"]),  # the host's: int64 in, bool out
+        helper.make_node("Where", ["keep", "r", "zero"], ["masked"]),
+        helper.make_node("Cast", ["ids"], ["idf"], to=1),  # int64 -> float32, 2**24 + 1 rounds as Cast rounds
+        helper.make_node("Cast", ["keep"], ["keepf"], to=1),
+        helper.make_node("Add", ["masked", "idf"], ["s"]),
+        helper.make_node("Mul", ["s", "keepf"], ["y"]),
+    ]
+    model = make_model(nodes, {"x": (2, 6)}, ["y"], {"zero": np.array(0, np.float32),
+                                                     "frames": np.arange(6, dtype=I64)})  # fmt: skip
+    model.graph.input.extend([helper.make_tensor_value_info("lens", 7, [2, 1]),
+                              helper.make_tensor_value_info("ids", 7, [2, 6])])  # fmt: skip
+    feeds = {"x": rand(2, 6), "lens": np.array([[4], [6]], I64),
+             "ids": np.array([[1, -3, 2**24 + 1, 7, 0, 5], [9, 8, 7, 6, 5, 2**40 + 3]], I64)}  # fmt: skip
+    exe = cg.compile(model, targets=["c"])
+    on_c = {n.op_type for n in exe.report().nodes if n.backend == "c"}
+    assert on_c == {"Relu", "Where", "Cast", "Add", "Mul"}, exe.report()
+    assert_close(exe.run(feeds), run_onnxruntime(model, feeds), rtol=0, atol=0)

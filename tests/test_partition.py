@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from codegraft.plan.partition import Group, demote_small_groups, partition_units
+from codegraft.plan.partition import Group, demote_small_groups, merge_independent_groups, partition_units
 
 
 def _check(groups: list[Group], backends: list[str], preds: list[list[int]]) -> None:
@@ -38,6 +38,35 @@ def test_random_dags_partition_without_cycles(dag: tuple[list[str], list[list[in
     backends, preds = dag
     groups = partition_units(backends, preds, host="host", preference=["a", "b"])
     _check(groups, backends, preds)
+
+
+@given(random_dags())
+def test_merging_groups_keeps_them_cycle_free_and_never_adds_one(dag: tuple[list[str], list[list[int]]]) -> None:
+    backends, preds = dag
+    groups = partition_units(backends, preds, host="host", preference=["a", "b"])
+    merged = merge_independent_groups(groups, preds)
+    _check(merged, backends, preds)
+    assert len(merged) <= len(groups)
+    # no pair left that could merge: the function's own check finds nothing more
+    assert merge_independent_groups(merged, preds) == merged
+
+
+def test_host_work_only_the_host_reads_waits_for_the_hosts_next_partition() -> None:
+    # lengths (h0) -> mask (h2, after a1's convolution): h0 joins h2 instead of opening first
+    backends, preds = ["host", "a", "host"], [[], [], [0, 1]]
+    groups = partition_units(backends, preds, host="host")
+    _check(groups, backends, preds)
+    assert groups == [Group("a", (1,)), Group("host", (0, 2))]
+
+
+def test_groups_of_one_backend_merge_where_nothing_between_needs_the_first() -> None:
+    # h0 -> h2 -> a3, a1 -> h2: h0 leads to a3 (so it opens first) but a1 does not need it
+    backends, preds = ["host", "a", "host", "a"], [[], [], [0, 1], [1, 2]]
+    groups = partition_units(backends, preds, host="host")
+    assert [g.backend for g in groups] == ["host", "a", "host", "a"]
+    merged = merge_independent_groups(groups, preds)
+    _check(merged, backends, preds)
+    assert merged == [Group("a", (1,)), Group("host", (0, 2)), Group("a", (3,))]
 
 
 def test_diamond_with_host_in_one_branch_splits_into_three() -> None:

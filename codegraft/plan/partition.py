@@ -100,6 +100,59 @@ def partition_units(
     return groups
 
 
+MERGE_MAX_GROUPS = 512  # beyond, merging is left out: each merge re-indexes every group
+
+
+def merge_independent_groups(
+    groups: Sequence[Group], predecessors: Sequence[Sequence[int]], *, exempt: Collection[str] = ()
+) -> list[Group]:
+    """Merge two groups of one backend when nothing between them reads the first (it can run
+    later) or the second reads nothing between them (it can run earlier).
+
+    Opening the host first leaves such pairs where host work waits on an accelerator's on one
+    side and not on the other: onnx-asr's resampler computed its output lengths on the host,
+    convolved on ``c``, compared frame numbers with the lengths on the host and masked on
+    ``c`` (4 partitions; the lengths join the comparison: 3).  As TVM's MergeCompilerRegions,
+    a merge is made only where it closes no cycle; groups of an ``exempt`` backend, and graphs
+    of more than :data:`MERGE_MAX_GROUPS` groups, are left as they are.
+
+    >>> merge_independent_groups([Group("h", (0,)), Group("a", (1,)), Group("h", (2,)), Group("a", (3,))],
+    ...                          [[], [], [0, 1], [1, 2]])
+    [Group(backend='a', units=(1,)), Group(backend='h', units=(0, 2)), Group(backend='a', units=(3,))]
+    """
+    merged = list(groups)
+    if len(merged) > MERGE_MAX_GROUPS:
+        return merged
+    while True:
+        group_of = {unit: index for index, group in enumerate(merged) for unit in group.units}
+        reads = [{group_of[p] for u in group.units for p in predecessors[u]} - {index}
+                 for index, group in enumerate(merged)]  # fmt: skip
+        readers: list[set[int]] = [set() for _ in merged]
+        for index, read in enumerate(reads):
+            for source in read:
+                readers[source].add(index)
+        last: dict[str, int] = {}
+        for later, group in enumerate(merged):
+            earlier = last.get(group.backend)
+            last[group.backend] = later
+            if earlier is None or group.backend in exempt:
+                continue
+            # Groups are in topological order: a path from one of the pair into the groups
+            # between them must take its first step there, so first steps decide.
+            between = range(earlier + 1, later)
+            units = merged[earlier].units + group.units
+            if not any(i in between for i in readers[earlier]):  # the first can wait
+                merged[later] = Group(group.backend, units)
+                del merged[earlier]
+                break
+            if not any(i in between for i in reads[later]):  # the second can come earlier
+                merged[earlier] = Group(group.backend, units)
+                del merged[later]
+                break
+        else:
+            return merged
+
+
 _LATER = "\0host, later"  # the ready queue of host units that only the host reads from (not a backend name)
 
 

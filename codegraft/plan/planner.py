@@ -23,7 +23,7 @@ from codegraft.core.stages import Stages
 from codegraft.plan.annotate import Annotation, annotate
 from codegraft.plan.control import mark_control_units
 from codegraft.plan.extract import Plan, plan_partitions
-from codegraft.plan.partition import Group, demote_small_groups, partition_units
+from codegraft.plan.partition import Group, demote_small_groups, merge_independent_groups, partition_units
 from codegraft.report.report import NodeReport, PlacementReport
 
 Placer = Callable[
@@ -120,6 +120,7 @@ def group_units(
     sizes = [len(unit.nodes) for unit in annotation.units]
     while True:
         groups = partition_units(unit_backends, preds, host=host, preference=preference)
+        groups = merge_independent_groups(groups, preds, exempt={CONTROL_BACKEND})
         if min_partition_size <= 1 or not demote_small_groups(
             groups, unit_backends, host=host, min_nodes=min_partition_size, unit_sizes=sizes,
             exempt={CONTROL_BACKEND},

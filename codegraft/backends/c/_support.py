@@ -56,15 +56,25 @@ _FLOAT = ir.DataType.FLOAT
 _NO_INPUTS: frozenset[int] = frozenset()
 
 
+# What a partition's entry converts to float32 exactly as ONNX's Cast does (an int64 beyond
+# 2**24 rounds as Cast rounds it): the values an op's ``converted`` inputs may hold.
+CONVERTED_DTYPES = frozenset({
+    ir.DataType.BOOL, ir.DataType.INT8, ir.DataType.UINT8, ir.DataType.INT16, ir.DataType.UINT16,
+    ir.DataType.INT32, ir.DataType.UINT32, ir.DataType.INT64, ir.DataType.UINT64,
+})  # fmt: skip
+
+
 def float_data(node: ir.Node) -> str:
-    """Why a data input or a used output of ``node`` is not float32, or ``""`` (shape/axes inputs are skipped)."""
+    """Why a data input or a used output of ``node`` is not float32, or ``""`` (shape/axes inputs are
+    skipped, and a ``converted`` input may be bool or an integer)."""
     entry = ONNX_OPS.get(node.op_type)
     skip = entry.non_data if entry is not None else _NO_INPUTS
+    converted = entry.converted if entry is not None else _NO_INPUTS
     for index, value in enumerate(node.inputs):
         if value is None or index in skip:
             continue
         dtype = value.dtype
-        if dtype is not None and dtype != _FLOAT:
+        if dtype is not None and dtype != _FLOAT and not (index in converted and dtype in CONVERTED_DTYPES):
             return f"input {index} is {dtype.name.lower()}, only float32 is supported"
     for index, value in enumerate(node.outputs):
         dtype = value.dtype

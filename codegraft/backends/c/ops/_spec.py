@@ -36,7 +36,10 @@ class OnnxOp:
     """One ONNX op type the backend takes: why a node may not be taken, and what it becomes.
 
     ``non_data``: inputs that are shapes, axes, indices or flags rather than float data (the
-    common float32 check skips them); ``nhwc``: also taken in the ``codegraft.nhwc`` domain.
+    common float32 check skips them); ``converted``: inputs that may be bool or integer at run
+    time, which reach the kernels as float32 (the partition's entry converts them as ONNX's
+    Cast to float does; Where's condition, a Cast's input); ``nhwc``: also taken in the
+    ``codegraft.nhwc`` domain.
 
     Example::
 
@@ -48,6 +51,7 @@ class OnnxOp:
     lower: Lowering
     check: Check = accept
     non_data: frozenset[int] = frozenset()
+    converted: frozenset[int] = frozenset()
     nhwc: bool = False
 
 

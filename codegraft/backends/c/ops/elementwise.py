@@ -27,8 +27,8 @@ from codegraft.backends.c._lowerer import Lowerer
 from codegraft.backends.c._node import (
     attr_float,
     attr_str,
+    compile_time,
     is_constant,
-    known_at_compile_time,
     opset_of,
     present,
 )
@@ -205,9 +205,12 @@ def _variadic(lw: Lowerer, node: ir.Node) -> None:
 
 
 def _where(lw: Lowerer, node: ir.Node) -> None:
-    condition = lw.known(node.inputs[0], "condition")
+    condition = node.inputs[0]
     x, y = lw.tensor(node.inputs[1]), lw.tensor(node.inputs[2])
-    mask = lw.const(condition.astype(np.float32))
+    if condition is not None and compile_time(condition):
+        mask = lw.const(lw.known(condition, "condition").astype(np.float32))
+    else:  # a run-time mask (a length mask, an attention mask): 0/1 floats from the entry
+        mask = lw.tensor(condition)
     lw.bind(node.outputs[0], lw.elementwise("where", [mask, x, y]))
 
 
@@ -217,7 +220,7 @@ ONNX = (
     OnnxOp("Clip", _clip, check_clip),
     *(OnnxOp(op_type, _binary) for op_type in _BINARY_KIND),
     *(OnnxOp(op_type, _variadic) for op_type in _VARIADIC_KIND),
-    OnnxOp("Where", _where, known_at_compile_time(0, "condition"), non_data=frozenset({0})),
+    OnnxOp("Where", _where, converted=frozenset({0})),
 )
 
 

@@ -157,7 +157,7 @@ ONNX = (
     OnnxOp("Unsqueeze", _unsqueeze, check_axes_input, non_data=frozenset({1})),
     OnnxOp("Identity", _identity),
     OnnxOp("Dropout", _identity, check_dropout, non_data=frozenset({1, 2})),
-    OnnxOp("Cast", _cast, _check_cast),
+    OnnxOp("Cast", _cast, _check_cast, converted=frozenset({0})),
     OnnxOp("Constant", _constant, _check_constant),
     OnnxOp("Expand", _expand, known_at_compile_time(1, "shape"), non_data=frozenset({1})),
 )
