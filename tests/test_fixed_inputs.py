@@ -287,3 +287,25 @@ def test_the_report_says_when_fixed_shapes_or_values_could_fold_if_nodes() -> No
     assert any(n.startswith("1 If node remains") and "free here" not in n for n in shaped.report().notes)
     bound = cg.compile(_traced_model(), targets=[_ELEMENTWISE], input_shapes={"x": (1, 5)}, input_values={"flag": 1})
     assert not any("If node" in note for note in bound.report().notes)
+
+
+def test_inspect_shows_the_partitions_at_fixed_shapes_and_values(tmp_path: pathlib.Path) -> None:
+    from typer.testing import CliRunner
+
+    from codegraft.cli.main import app
+
+    model = tmp_path / "traced.onnx"
+    onnx.save(_traced_model(), model)
+    runner = CliRunner()
+    free = runner.invoke(app, ["inspect", str(model), "-t", "c", "--json", "-q"])
+    fixed = runner.invoke(app, ["inspect", str(model), "-t", "c", "--json", "-q", "--shape", "x=1x5",
+                                "--value", "flag=1"])  # fmt: skip
+    assert free.exit_code == 0 and fixed.exit_code == 0, free.output + fixed.output
+    import json
+
+    def backends(result) -> list[str]:  # type: ignore[no-untyped-def]
+        data = json.loads(result.stdout[: result.stdout.rindex("}") + 1])
+        return [p["backend"] for p in data["partitions"]]
+
+    assert "codegraft.control" in backends(free)
+    assert backends(fixed) == ["c"]

@@ -41,6 +41,16 @@ ShapesOption = Annotated[
     typer.Option("--shape", help="name=1x3x224x224: the shape of a random input; other inputs' free dimensions "
                  "take the sizes it names (batch), else 1."),
 ]
+FixShapesOption = Annotated[
+    Optional[list[str]],  # noqa: UP045
+    typer.Option("--shape", help="name=1x512: compile for this input shape (free dimensions fixed, shape "
+                 "arithmetic folded); a dimension's name fixed here holds in every input."),
+]
+BindValuesOption = Annotated[
+    Optional[list[str]],  # noqa: UP045
+    typer.Option("--value", help="name=16000 (or name=1,2,3): bind this input to this value (what it decides "
+                 "folds away); the artifact refuses any other value."),
+]
 LoadInputsOption = Annotated[
     Optional[pathlib.Path],  # noqa: UP045
     typer.Option("--load-inputs", help="An .npz of inputs by name (from --save-inputs)."),
@@ -167,16 +177,8 @@ def compile_command(
     cache: Annotated[
         bool, typer.Option("--cache/--no-cache", help="Reuse partitions compiled before (see 'codegraft cache')."),
     ] = True,
-    shapes: Annotated[
-        Optional[list[str]],  # noqa: UP045
-        typer.Option("--shape", help="name=1x512: compile for this input shape (free dimensions fixed, shape "
-                     "arithmetic folded); a dimension's name fixed here holds in every input."),
-    ] = None,
-    values: Annotated[
-        Optional[list[str]],  # noqa: UP045
-        typer.Option("--value", help="name=16000 (or name=1,2,3): bind this input to this value (what it decides "
-                     "folds away); the artifact refuses any other value."),
-    ] = None,
+    shapes: FixShapesOption = None,
+    values: BindValuesOption = None,
 ) -> None:
     """Compile MODEL for the targets and write one artifact file."""
     import codegraft as cg
@@ -325,14 +327,18 @@ def inspect_command(
     ] = None,
     min_partition_size: Annotated[int, typer.Option(help="Smaller accelerator partitions go to the host.")] = 1,
     quiet: QuietOption = False,
+    shapes: FixShapesOption = None,
+    values: BindValuesOption = None,
 ) -> None:
     """Show where each node would run and why, without compiling."""
+    from codegraft.cli.feeds import parse_shapes, parse_values
     from codegraft.compiler.inspect import inspect_model
 
     with _holding_a_whole_model():
         with _stage_bars(quiet) as progress:
             inspection = inspect_model(
-                str(model), targets or [], min_partition_size=min_partition_size, progress=progress
+                str(model), targets or [], min_partition_size=min_partition_size, progress=progress,
+                input_shapes=parse_shapes(shapes or []), input_values=parse_values(values or []),
             )
         report = inspection.report
         if as_json:

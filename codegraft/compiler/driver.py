@@ -83,19 +83,9 @@ def compile(  # noqa: A001 - the public name the README promises
         model, import_notes = exported.proto, (exported.note,)
     with stages.stage("import"):
         ir_model = import_model(model)
-        shapes_note = fix_input_shapes(ir_model, options.input_shapes)
-        input_specs = [_tensor_spec(v) for v in ir_model.graph.inputs]
-        values_note, bound = bind_input_values(ir_model, options.input_values)
-    import_notes += tuple(note for note in (shapes_note, values_note) if note)
-    if bound:  # the executable still takes them (and checks them); the graph has them as constants
-        input_specs = [replace(s, shape=bound[s.name].shape, bound=bound[s.name]) if s.name in bound else s
-                       for s in input_specs]  # fmt: skip
-        options = replace(options, sample_inputs=tuple(
-            {name: a for name, a in sample.items() if name not in bound} for sample in options.sample_inputs
-        ))  # fmt: skip
+        input_specs, options, fixed_notes = apply_fixed_inputs(ir_model, options)
     pass_reports = run_common_passes(ir_model, options, stages)
-    hint = control_flow_hint(ir_model, shapes_fixed=bool(options.input_shapes), values_bound=bool(bound))
-    import_notes += (hint,) if hint else ()
+    import_notes += fixed_notes + hint_after_passes(ir_model, options)
     if options.precision == "int8":
         with stages.stage("quantize"):
             ir_model, quantize_report = _quantize(ir_model, options)
@@ -176,6 +166,34 @@ def compile(  # noqa: A001 - the public name the README promises
         host_fallbacks=host_fallbacks,
         strict=options.strict,
     )
+
+
+def apply_fixed_inputs(
+    ir_model: ir.Model, options: CompileOptions
+) -> tuple[list[TensorSpec], CompileOptions, tuple[str, ...]]:
+    """``input_shapes`` and ``input_values`` applied to the imported model (in place).
+
+    Returns the executable's input specs (a bound input keeps its place, with its value),
+    the options with bound inputs dropped from ``sample_inputs``, and the report's notes.
+    """
+    shapes_note = fix_input_shapes(ir_model, options.input_shapes)
+    specs = [_tensor_spec(v) for v in ir_model.graph.inputs]
+    values_note, bound = bind_input_values(ir_model, options.input_values)
+    if bound:  # the executable still takes them (and checks them); the graph has them as constants
+        specs = [replace(s, shape=bound[s.name].shape, bound=bound[s.name]) if s.name in bound else s
+                 for s in specs]  # fmt: skip
+        options = replace(options, sample_inputs=tuple(
+            {name: a for name, a in sample.items() if name not in bound} for sample in options.sample_inputs
+        ))  # fmt: skip
+    return specs, options, tuple(note for note in (shapes_note, values_note) if note)
+
+
+def hint_after_passes(ir_model: ir.Model, options: CompileOptions) -> tuple[str, ...]:
+    """The report's note on If nodes that fixed shapes or bound values might fold, if any."""
+    hint = control_flow_hint(
+        ir_model, shapes_fixed=bool(options.input_shapes), values_bound=bool(options.input_values)
+    )
+    return (hint,) if hint else ()
 
 
 def _host_fallback(ir_model: ir.Model, annotation: Annotation, part: PartitionPlan, host: Backend) -> HostFallback:

@@ -3,16 +3,23 @@
 from __future__ import annotations
 
 import pathlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import onnx
 import onnx_ir as ir
 
 from codegraft.backends.onnxruntime import OnnxRuntimeBackend
-from codegraft.compiler.driver import Target, resolve_targets, run_common_passes, stage_reports
+from codegraft.compiler.driver import (
+    Target,
+    apply_fixed_inputs,
+    hint_after_passes,
+    resolve_targets,
+    run_common_passes,
+    stage_reports,
+)
 from codegraft.core.gcpause import without_gc
-from codegraft.core.options import CompileOptions
+from codegraft.core.options import CompileOptions, InputShapes, input_shapes_option, input_values_option
 from codegraft.core.stages import Progress, Stages
 from codegraft.frontend.model import ModelSource, import_model
 from codegraft.plan.annotate import Annotation
@@ -39,19 +46,30 @@ class Inspection:
 
 @without_gc
 def inspect_model(
-    model: ModelSource, targets: Sequence[Target], *, min_partition_size: int = 1, progress: Progress | None = None
+    model: ModelSource,
+    targets: Sequence[Target],
+    *,
+    min_partition_size: int = 1,
+    progress: Progress | None = None,
+    input_shapes: InputShapes | None = None,
+    input_values: Mapping[str, object] | None = None,
 ) -> Inspection:
     """Where each node would run and why; no backend compiles anything.
 
-    ``progress(stage, done, total)`` hears each stage as :func:`codegraft.compile`'s does.
+    ``progress(stage, done, total)`` hears each stage as :func:`codegraft.compile`'s does;
+    ``input_shapes`` and ``input_values`` as :func:`codegraft.compile` takes them.
     """
     stages = Stages(progress)
     host = OnnxRuntimeBackend()
     backends = resolve_targets(targets)
+    options = CompileOptions(min_partition_size=min_partition_size, input_shapes=input_shapes_option(input_shapes),
+                             input_values=input_values_option(input_values))  # fmt: skip
     with stages.stage("import"):
         ir_model = import_model(model)
-    passes = run_common_passes(ir_model, CompileOptions(), stages)
-    planned = plan(ir_model, backends, host, CompileOptions(min_partition_size=min_partition_size), stages=stages)
+        _, options, notes = apply_fixed_inputs(ir_model, options)
+    passes = run_common_passes(ir_model, options, stages)
+    notes += hint_after_passes(ir_model, options)
+    planned = plan(ir_model, backends, host, options, stages=stages)
     with stages.stage("report"):
         nodes = planned.node_reports()
         partitions = tuple(
@@ -59,7 +77,7 @@ def inspect_model(
             for p in planned.plan.partitions
         )
     report = Report(tuple(b.name for b in backends), host.name, tuple(nodes), partitions, passes,
-                    stages=stage_reports(stages))
+                    stages=stage_reports(stages), notes=notes)
     return Inspection(report, ir_model, planned.annotation, planned.plan)
 
 
