@@ -309,3 +309,19 @@ def test_inspect_shows_the_partitions_at_fixed_shapes_and_values(tmp_path: pathl
 
     assert "codegraft.control" in backends(free)
     assert backends(fixed) == ["c"]
+
+
+def test_only_an_artifact_with_a_bound_input_takes_the_new_format_version(tmp_path: pathlib.Path) -> None:
+    import struct
+
+    from codegraft.runtime.artifact import MAGIC
+
+    def version(exe: cg.Executable, name: str) -> int:
+        exe.save(tmp_path / name)
+        return int(struct.unpack_from("<I", (tmp_path / name).read_bytes(), len(MAGIC))[0])
+
+    shaped = cg.compile(_traced_model(), targets=[_ELEMENTWISE], input_shapes={"x": (1, 5)})
+    bound = cg.compile(_traced_model(), targets=[_ELEMENTWISE], input_values={"flag": True})
+    # version 1 stays readable by every codegraft; a reader that would ignore a binding refuses 2
+    assert (version(shaped, "a.cgx"), version(bound, "b.cgx")) == (1, 2)
+    assert cg.load_executable(tmp_path / "b.cgx", backends=[_ELEMENTWISE]).inputs[1].bound is not None

@@ -5,7 +5,7 @@
 Layout (all integers little-endian)::
 
     magic        b"CODEGRAFT\\x00CGX\\n"              (14 bytes)
-    version      u32                                 (FORMAT_VERSION)
+    version      u32                                 (1, or FORMAT_VERSION with a bound input)
     header_size  u64
     header       JSON, UTF-8: inputs, outputs, steps, constants, report, and for every
                  payload its offset, size and SHA-256
@@ -40,7 +40,11 @@ from codegraft.runtime.signature import KeySource, sign_artifact
 from codegraft.runtime.step import Step, TensorSpec
 
 MAGIC = b"CODEGRAFT\x00CGX\n"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+# Version 2 adds inputs bound to a value (``input_values``).  An artifact without one is still
+# written as version 1, which every codegraft reads; one with one is version 2, which a
+# codegraft that would ignore the binding (and run any value fed) refuses by its version.
+READABLE_VERSIONS = (1, 2)
 _PREFIX = struct.Struct("<IQ")
 _DIGEST_SIZE = 32
 
@@ -150,8 +154,9 @@ def artifact_bytes(exe: Stored) -> bytes:
         constants.append(
             {"name": name, "dtype": data.dtype.name, "shape": list(data.shape), **payload.add(little.tobytes())}
         )
+    version = FORMAT_VERSION if any(s.bound is not None for s in exe.inputs) else 1
     header = {
-        "format_version": FORMAT_VERSION,
+        "format_version": version,
         "codegraft_version": __version__,
         "inputs": [{"name": s.name, "dtype": s.dtype, "shape": None if s.shape is None else list(s.shape),
                     **({} if s.bound is None else {"bound": s.bound.reshape(-1).tolist()})}
@@ -163,7 +168,7 @@ def artifact_bytes(exe: Stored) -> bytes:
         "report": json.loads(exe.report().to_json()),
     }
     header_bytes = json.dumps(header).encode()
-    body = b"".join([MAGIC, _PREFIX.pack(FORMAT_VERSION, len(header_bytes)), header_bytes, *payload.chunks])
+    body = b"".join([MAGIC, _PREFIX.pack(version, len(header_bytes)), header_bytes, *payload.chunks])
     return body + hashlib.sha256(body).digest()
 
 
@@ -196,9 +201,10 @@ def parse(data: bytes, where: str) -> tuple[Mapping[str, Any], memoryview]:
     if len(data) < minimum:
         raise ArtifactError(f"{where} is truncated ({len(data)} bytes)")
     version, header_size = _PREFIX.unpack_from(data, len(MAGIC))
-    if version != FORMAT_VERSION:
+    if version not in READABLE_VERSIONS:
         raise ArtifactError(
-            f"{where} has artifact format version {version}; this codegraft reads version {FORMAT_VERSION}"
+            f"{where} has artifact format version {version}; this codegraft reads versions "
+            f"{', '.join(map(str, READABLE_VERSIONS))}"
         )
     body, digest = data[:-_DIGEST_SIZE], data[-_DIGEST_SIZE:]
     header_start = len(MAGIC) + _PREFIX.size
