@@ -15,7 +15,7 @@ looks inside one, which is how composites and quantized units are never split.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 
 from codegraft.core.gcpause import without_gc
@@ -88,10 +88,8 @@ def partition_units(
                 while queue:
                     unit = queue.popleft()
                     members.append(unit)
-                    for succ in successors[unit]:
-                        pending[succ] -= 1
-                        if pending[succ] == 0:
-                            ready.setdefault(key[succ], deque()).append(succ)
+                    for succ in _released(unit, successors, pending):
+                        ready.setdefault(key[succ], deque()).append(succ)
         groups.append(Group(current, tuple(members)))
 
     placed = sum(len(g.units) for g in groups)
@@ -167,14 +165,19 @@ def _host_only_downstream(
     while queue:
         unit = queue.popleft()
         order.append(unit)
-        for succ in successors[unit]:
-            waiting[succ] -= 1
-            if waiting[succ] == 0:
-                queue.append(succ)
+        queue.extend(_released(unit, successors, waiting))
     later = [False] * count
     for unit in reversed(order):  # successors first
         later[unit] = backends[unit] == host and all(later[succ] for succ in successors[unit])
     return later
+
+
+def _released(unit: int, successors: Sequence[Sequence[int]], pending: list[int]) -> Iterator[int]:
+    """The successors of ``unit`` that its running leaves waiting for nothing (Kahn's step)."""
+    for succ in successors[unit]:
+        pending[succ] -= 1
+        if pending[succ] == 0:
+            yield succ
 
 
 def _next_backend(ready: dict[str, deque[int]], rank: dict[str, int]) -> str | None:
