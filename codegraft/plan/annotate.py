@@ -307,17 +307,20 @@ def _leave_small_arithmetic_to_the_host(
     scalar arithmetic follows; a scalar a target's own node computed (``ReduceMax(x) - 80``)
     stays with it.
     """
+    if all(c not in (None, host) for c in claimed):  # nothing on the host computes anything
+        return
     for i, info in enumerate(infos):
         target = claimed[i]
         if target in (None, host) or composite_of[i] is not None or i in quantized_members:
             continue
-        node = info.node
-        outputs = [v for v in node.outputs if v is not None]
-        if not outputs or not all(v.dtype in _FLOATS and _elements(v) <= SMALL_VALUE_ELEMENTS for v in outputs):
-            continue
+        # inputs first: nearly every node reads an activation larger than a scalar
         computed = [v for v in info.reads if v.const_value is None]
         if not computed or not all(_elements(v) <= SCALAR_ELEMENTS and _from_host(v, index_of, claimed, host)
                                    for v in computed):  # fmt: skip
+            continue
+        node = info.node
+        outputs = [v for v in node.outputs if v is not None]
+        if not outputs or not all(v.dtype in _FLOATS and _elements(v) <= SMALL_VALUE_ELEMENTS for v in outputs):
             continue
         claimed[i] = host
         declines[i].append(NodeDecline(

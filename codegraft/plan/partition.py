@@ -119,8 +119,8 @@ def merge_independent_groups(
     [Group(backend='a', units=(1,)), Group(backend='h', units=(0, 2)), Group(backend='a', units=(3,))]
     """
     merged = list(groups)
-    if len(merged) > MERGE_MAX_GROUPS:
-        return merged
+    if len(merged) > MERGE_MAX_GROUPS or len({g.backend for g in merged}) == len(merged):
+        return merged  # too many to merge cheaply, or no backend twice
     while True:
         group_of = {unit: index for index, group in enumerate(merged) for unit in group.units}
         reads = [{group_of[p] for u in group.units for p in predecessors[u]} - {index}
@@ -159,6 +159,8 @@ def _host_only_downstream(
 ) -> list[bool]:
     """Per unit: it is the host's and every path from it stays on the host."""
     count = len(backends)
+    if host not in backends:  # an all-accelerator graph (a 100k-node ladder): no walk needed
+        return [False] * count
     order: list[int] = []
     waiting = list(pending)
     queue = deque(unit for unit in range(count) if waiting[unit] == 0)
