@@ -112,14 +112,14 @@ def test_runtime_indices_conditions_and_casts_are_declined_with_the_reason() -> 
 
 
 def test_a_run_time_mask_and_casts_from_integers_run_on_c() -> None:
-    """Where by a bool mask the host computed (a length mask, an attention mask) and Cast from
-    int64/bool to float32: the partition's entry converts them as ONNX's Cast does."""
+    """Where by a run-time bool mask (a length mask, an attention mask) and Cast from int64/bool
+    to float32: the partition's entry converts them as ONNX's Cast does."""
     import codegraft as cg
     from codegraft.testing import assert_close, run_onnxruntime
 
     nodes = [
         helper.make_node("Relu", ["x"], ["r"]),
-        helper.make_node("Less", ["frames", "lens"], ["keep"]),  # the host's: int64 in, bool out
+        helper.make_node("Less", ["frames", "lens"], ["keep"]),  # int64 in, bool out (0/1 floats on c)
         helper.make_node("Where", ["keep", "r", "zero"], ["masked"]),
         helper.make_node("Cast", ["ids"], ["idf"], to=1),  # int64 -> float32, 2**24 + 1 rounds as Cast rounds
         helper.make_node("Cast", ["keep"], ["keepf"], to=1),
@@ -134,5 +134,54 @@ def test_a_run_time_mask_and_casts_from_integers_run_on_c() -> None:
              "ids": np.array([[1, -3, 2**24 + 1, 7, 0, 5], [9, 8, 7, 6, 5, 2**40 + 3]], I64)}  # fmt: skip
     exe = cg.compile(model, targets=["c"])
     on_c = {n.op_type for n in exe.report().nodes if n.backend == "c"}
-    assert on_c == {"Relu", "Where", "Cast", "Add", "Mul"}, exe.report()
+    assert on_c == {"Relu", "Less", "Where", "Cast", "Add", "Mul"}, exe.report()
     assert_close(exe.run(feeds), run_onnxruntime(model, feeds), rtol=0, atol=0)
+
+
+def _mask_model() -> object:
+    nodes = [
+        helper.make_node("Less", ["frames", "lens"], ["keep"]),  # int64 operands
+        helper.make_node("Greater", ["x", "zero"], ["positive"]),
+        helper.make_node("And", ["keep", "positive"], ["both"]),
+        helper.make_node("Not", ["keep"], ["dropped"]),
+        helper.make_node("Or", ["dropped", "both"], ["flags"]),  # a bool output of the partition
+        helper.make_node("Equal", ["x", "x"], ["same"]),  # NaN compares unequal
+        helper.make_node("Xor", ["same", "both"], ["odd"]),
+        helper.make_node("Where", ["odd", "x", "zero"], ["y"]),
+    ]
+    model = make_model(nodes, {"x": (2, 6)}, ["y"], {"zero": np.array(0, np.float32),
+                                                     "frames": np.arange(6, dtype=I64)})  # fmt: skip
+    model.graph.input.append(helper.make_tensor_value_info("lens", 7, [2, 1]))
+    model.graph.output.append(helper.make_tensor_value_info("flags", 9, None))
+    return model
+
+
+def test_comparisons_and_logic_run_on_c_as_zero_one_floats() -> None:
+    import codegraft as cg
+    from codegraft.testing import assert_close, run_onnxruntime
+
+    model = _mask_model()
+    x = rand(2, 6)
+    x[0, 1] = np.nan
+    feeds = {"x": x, "lens": np.array([[4], [6]], I64)}
+    exe = cg.compile(model, targets=["c"])
+    assert {p.backend for p in exe.report().partitions} == {"c"}, exe.report()
+    got, want = exe.run(feeds), run_onnxruntime(model, feeds)
+    assert got["flags"].dtype == np.bool_
+    np.testing.assert_array_equal(got["flags"], want["flags"])
+    assert_close({"y": got["y"]}, {"y": want["y"]}, rtol=0, atol=0)
+
+
+def test_integers_float32_cannot_compare_exactly_go_to_the_host(caplog: pytest.LogCaptureFixture) -> None:
+    import codegraft as cg
+    from codegraft.testing import run_onnxruntime
+
+    model = _mask_model()
+    exe = cg.compile(model, targets=["c"])
+    # 2**24 + 1 and 2**24 are one float32: compared there, "frames < lens" would be wrong
+    feeds = {"x": rand(2, 6), "lens": np.array([[2**24 + 1], [3]], I64)}
+    got, want = exe.run(feeds), run_onnxruntime(model, feeds)
+    np.testing.assert_array_equal(got["flags"], want["flags"])
+    np.testing.assert_array_equal(got["y"], want["y"])
+    assert "integers beyond 2**24" in caplog.text
+    assert any("integers beyond 2**24" in (p.fallback_error or "") for p in exe.report().partitions)

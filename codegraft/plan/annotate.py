@@ -31,7 +31,9 @@ CONTROL_FLOW_REASON = "control flow runs on the host with its bodies"
 # the host computes it in well under a microsecond, a crossing to a target costs tens.
 SCALAR_ELEMENTS = 1
 SMALL_VALUE_ELEMENTS = 4096
-_FLOATS = frozenset({ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.BFLOAT16, ir.DataType.DOUBLE})
+# what such arithmetic makes: floats, and the bools of comparing scalars (Silero's sr == 16000)
+_SMALL_RESULTS = frozenset({ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.BFLOAT16, ir.DataType.DOUBLE,
+                            ir.DataType.BOOL})  # fmt: skip
 QDQ_OPS = frozenset({"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear"})
 
 
@@ -291,7 +293,7 @@ def _leave_small_arithmetic_to_the_host(
     declines: list[list[NodeDecline]],
     host: str,
 ) -> None:
-    """Float arithmetic on scalars the host computed stays on the host.
+    """Arithmetic on scalars the host computed stays on the host.
 
     A dynamically quantized model computes each layer's scales on the host
     (``DynamicQuantizeLinear``, then ``Mul``/``Div`` by the weight's scales, ``Floor``,
@@ -301,8 +303,8 @@ def _leave_small_arithmetic_to_the_host(
     it computes on is a scalar a host node computed (:data:`SCALAR_ELEMENTS`: a 16-value
     activation after a host op must not send the rest of a small model back with it; a
     graph input is data, not such arithmetic), whatever constants it combines
-    them with, and each of its outputs is float with at most :data:`SMALL_VALUE_ELEMENTS`
-    elements.  That never adds a crossing (its inputs are on the host already), and graph
+    them with, and each of its outputs is float (or the bool of a comparison) with at most
+    :data:`SMALL_VALUE_ELEMENTS` elements.  That never adds a crossing (its inputs are on the host already), and graph
     order being topological, a chain of them goes back whole.  Activations are larger than scalars, so no more than the
     scalar arithmetic follows; a scalar a target's own node computed (``ReduceMax(x) - 80``)
     stays with it.
@@ -320,11 +322,11 @@ def _leave_small_arithmetic_to_the_host(
             continue
         node = info.node
         outputs = [v for v in node.outputs if v is not None]
-        if not outputs or not all(v.dtype in _FLOATS and _elements(v) <= SMALL_VALUE_ELEMENTS for v in outputs):
+        if not outputs or not all(v.dtype in _SMALL_RESULTS and _elements(v) <= SMALL_VALUE_ELEMENTS for v in outputs):
             continue
         claimed[i] = host
         declines[i].append(NodeDecline(
-            str(target), f"{node.op_type}: float arithmetic on host-computed scalars stays on the host "
+            str(target), f"{node.op_type}: arithmetic on host-computed scalars stays on the host "
             "(a crossing costs more)",
         ))  # fmt: skip
 

@@ -62,6 +62,8 @@ class Blob:
     scratch_floats: int
     input_shapes: tuple[tuple[int, ...], ...]
     output_shapes: tuple[tuple[int, ...], ...]
+    bool_outputs: tuple[int, ...] = ()
+    exact_inputs: tuple[int, ...] = ()
 
     @staticmethod
     def built(program: GeneratedProgram, library: bytes, target: Target, scratch_floats: int = 0) -> Blob:
@@ -75,6 +77,9 @@ class Blob:
             scratch_floats=scratch_floats,
             input_shapes=program.input_shapes,
             output_shapes=program.output_shapes,
+            # the c backend's program says these; dnnl's computes float32 only
+            bool_outputs=tuple(getattr(program, "bool_outputs", ())),
+            exact_inputs=tuple(getattr(program, "exact_inputs", ())),
         )
 
     def encode(self) -> bytes:
@@ -91,6 +96,8 @@ class Blob:
             "scratch_floats": self.scratch_floats,
             "input_shapes": [list(s) for s in self.input_shapes],
             "output_shapes": [list(s) for s in self.output_shapes],
+            "bool_outputs": list(self.bool_outputs),
+            "exact_inputs": list(self.exact_inputs),
             "source_bytes": len(source),
             "library_bytes": len(self.library),
             "weight_bytes": weights.nbytes,
@@ -131,4 +138,6 @@ class Blob:
             scratch_floats=int(header["scratch_floats"]),
             input_shapes=tuple(tuple(int(d) for d in s) for s in header["input_shapes"]),
             output_shapes=tuple(tuple(int(d) for d in s) for s in header["output_shapes"]),
+            bool_outputs=tuple(int(i) for i in header.get("bool_outputs", ())),
+            exact_inputs=tuple(int(i) for i in header.get("exact_inputs", ())),
         )

@@ -59,6 +59,8 @@ class Program:
     kernels: int
     threads: tuple[KernelThreads, ...] = ()  # the cost model's decision per kernel
     stages: tuple[Stage, ...] = ()  # execution order; concurrent stages run branches side by side
+    bool_outputs: tuple[int, ...] = ()  # outputs computed as 0/1 floats, returned as bool
+    exact_inputs: tuple[int, ...] = ()  # integer inputs compared: beyond 2**24 they go to the host
 
 
 @dataclass(frozen=True)
@@ -149,6 +151,22 @@ def generate(
         kernels=len(kernels),
         threads=tuple(decisions[i] for i in range(len(kernels))),
         stages=tuple(stages),
+        bool_outputs=tuple(i for i, v in enumerate(model.graph.outputs) if v.dtype == ir.DataType.BOOL),
+        exact_inputs=_compared_integers(model),
+    )
+
+
+_WIDE_INTEGERS = frozenset({ir.DataType.INT32, ir.DataType.INT64, ir.DataType.UINT32, ir.DataType.UINT64})
+
+
+def _compared_integers(model: ir.Model) -> tuple[int, ...]:
+    """Inputs holding integers that float32 holds exactly only up to 2**24 and that a
+    comparison reads (a Cast rounds them as ONNX does, Where only asks for non-zero)."""
+    from codegraft.backends.c.ops.elementwise import COMPARED_EXACTLY
+
+    return tuple(
+        index for index, value in enumerate(model.graph.inputs)
+        if value.dtype in _WIDE_INTEGERS and any(user.op_type in COMPARED_EXACTLY for user, _ in value.uses())
     )
 
 

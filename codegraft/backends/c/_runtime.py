@@ -19,7 +19,7 @@ import numpy as np
 from codegraft.backend import OpTime
 from codegraft.backends.c._blob import Blob
 from codegraft.backends.c._toolchain import CompilerNotFoundError, Toolchain, cpu_features, host_target, store_library
-from codegraft.errors import CodegraftError, InputError
+from codegraft.errors import BackendError, CodegraftError, InputError
 
 
 def aligned_floats(count: int, fill: np.ndarray | None = None) -> np.ndarray:
@@ -45,6 +45,9 @@ def library_for_this_machine(blob: Blob, toolchain: Toolchain) -> bytes:
             f"this C backend partition {why}, which this machine ({platform.machine()}) lacks, "
             f"and it cannot be rebuilt from its source: {error}"
         ) from None
+
+
+_EXACT = 1 << 24
 
 
 def checked_inputs(inputs: Sequence[np.ndarray], shapes: tuple[tuple[int, ...], ...], what: str) -> list[np.ndarray]:
@@ -75,6 +78,8 @@ class CRunnable:
         self._scratch = aligned_floats(blob.scratch_floats)
         self._inputs = blob.input_shapes
         self._outputs = blob.output_shapes
+        self._bool_outputs = blob.bool_outputs
+        self._exact_inputs = blob.exact_inputs
         self._threads = int(num_threads or 0)
         self._lock = threading.Lock()
         # The arena's addresses never change; asking numpy for them costs ~2 us a call.
@@ -128,10 +133,19 @@ class CRunnable:
 
     def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         """Run the partition; safe to call from several threads (calls take turns)."""
+        for index in self._exact_inputs:  # compared integers: float32 holds them exactly up to 2**24
+            values = np.asarray(inputs[index])
+            if values.size and (int(values.max()) > _EXACT or int(values.min()) < -_EXACT):
+                raise BackendError(
+                    f"C partition input {index} holds integers beyond 2**24, which its float32 comparison "
+                    "cannot tell apart"
+                )
         arrays = checked_inputs(inputs, self._inputs, "C partition")
         outputs = [np.empty(shape, np.float32) for shape in self._outputs]
         in_ptrs = self._in_array(*[a.__array_interface__["data"][0] for a in arrays])
         out_ptrs = self._out_array(*[a.__array_interface__["data"][0] for a in outputs])
         with self._lock:
             self._entry(in_ptrs, out_ptrs, self._weights_address, self._scratch_address, self._threads)
+        for index in self._bool_outputs:  # computed as 0/1 floats
+            outputs[index] = outputs[index] != 0  # type: ignore[call-overload]
         return outputs

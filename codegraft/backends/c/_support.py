@@ -76,8 +76,9 @@ def float_data(node: ir.Node) -> str:
         dtype = value.dtype
         if dtype is not None and dtype != _FLOAT and not (index in converted and dtype in CONVERTED_DTYPES):
             return f"input {index} is {dtype.name.lower()}, only float32 is supported"
+    bool_output = entry is not None and entry.bool_output
     for index, value in enumerate(node.outputs):
         dtype = value.dtype
-        if dtype is not None and dtype != _FLOAT and value.uses():
+        if dtype is not None and dtype != _FLOAT and value.uses() and not (bool_output and dtype == ir.DataType.BOOL):
             return f"output {index} is {dtype.name.lower()}, only float32 is supported"
     return ""

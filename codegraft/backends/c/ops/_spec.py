@@ -38,7 +38,9 @@ class OnnxOp:
     ``non_data``: inputs that are shapes, axes, indices or flags rather than float data (the
     common float32 check skips them); ``converted``: inputs that may be bool or integer at run
     time, which reach the kernels as float32 (the partition's entry converts them as ONNX's
-    Cast to float does; Where's condition, a Cast's input); ``nhwc``: also taken in the
+    Cast to float does; Where's condition, a Cast's input, a comparison's operands);
+    ``bool_output``: its output is bool, computed as 0/1 floats (comparisons, Not, And; a
+    partition output of them is converted back at the exit); ``nhwc``: also taken in the
     ``codegraft.nhwc`` domain.
 
     Example::
@@ -52,6 +54,7 @@ class OnnxOp:
     check: Check = accept
     non_data: frozenset[int] = frozenset()
     converted: frozenset[int] = frozenset()
+    bool_output: bool = False
     nhwc: bool = False
 
 

@@ -85,6 +85,16 @@ EXPRESSIONS: dict[str, str] = {
     "max": "cg_max_op({a}, {b})",
     "min": "cg_min_op({a}, {b})",
     "where": "({a} != 0.0f ? {b} : {c})",  # Where(condition as 0/1, x, y)
+    # comparisons and logic: bool as 0/1 floats (IEEE: a NaN compares false, as in onnxruntime)
+    "less": "({a} < {b} ? 1.0f : 0.0f)",
+    "less_equal": "({a} <= {b} ? 1.0f : 0.0f)",
+    "greater": "({a} > {b} ? 1.0f : 0.0f)",
+    "greater_equal": "({a} >= {b} ? 1.0f : 0.0f)",
+    "equal": "({a} == {b} ? 1.0f : 0.0f)",
+    "and": "({a} != 0.0f && {b} != 0.0f ? 1.0f : 0.0f)",
+    "or": "({a} != 0.0f || {b} != 0.0f ? 1.0f : 0.0f)",
+    "xor": "(({a} != 0.0f) != ({b} != 0.0f) ? 1.0f : 0.0f)",
+    "not": "({a} != 0.0f ? 0.0f : 1.0f)",
     "clip": "cg_clamp({a}, {p0}, {p1})",
     "clip_min": "cg_clamp({a}, {b}, INFINITY)",  # Clip by a computed lower bound
     "clip_max": "cg_clamp({a}, -INFINITY, {b})",
@@ -190,6 +200,22 @@ def _binary(lw: Lowerer, node: ir.Node) -> None:
 
 
 _VARIADIC_KIND = {"Sum": "add", "Max": "max", "Min": "min"}
+# Ops with a bool output, computed as 0/1 floats; their operands may be bool or integers
+# converted at the partition's entry (integers beyond 2**24, which float32 cannot tell
+# apart, make the runtime hand the partition to the host: ``COMPARED_EXACTLY``).
+_COMPARISON_KIND = {"Less": "less", "LessOrEqual": "less_equal", "Greater": "greater",
+                    "GreaterOrEqual": "greater_equal", "Equal": "equal"}  # fmt: skip
+_LOGIC_KIND = {"And": "and", "Or": "or", "Xor": "xor"}
+COMPARED_EXACTLY = frozenset(_COMPARISON_KIND)
+
+
+def _compare(lw: Lowerer, node: ir.Node) -> None:
+    kind = {**_COMPARISON_KIND, **_LOGIC_KIND}[node.op_type]
+    lw.bind(node.outputs[0], lw.elementwise(kind, [lw.tensor(node.inputs[0]), lw.tensor(node.inputs[1])]))
+
+
+def _not(lw: Lowerer, node: ir.Node) -> None:
+    lw.bind(node.outputs[0], lw.elementwise("not", [lw.tensor(node.inputs[0])]))
 
 
 def _variadic(lw: Lowerer, node: ir.Node) -> None:
@@ -221,6 +247,9 @@ ONNX = (
     *(OnnxOp(op_type, _binary) for op_type in _BINARY_KIND),
     *(OnnxOp(op_type, _variadic) for op_type in _VARIADIC_KIND),
     OnnxOp("Where", _where, converted=frozenset({0})),
+    *(OnnxOp(op_type, _compare, converted=frozenset({0, 1}), bool_output=True)
+      for op_type in (*_COMPARISON_KIND, *_LOGIC_KIND)),
+    OnnxOp("Not", _not, converted=frozenset({0}), bool_output=True),
 )
 
 
