@@ -74,6 +74,23 @@ def check_at_least(option: str, value: object, minimum: int, *, note: str = "") 
 InputShapes = Mapping[str, Sequence[int]]
 
 
+def _named_pairs(given: object, option: str, example: str) -> list[tuple[str, object]]:
+    """A mapping, or ``(name, value)`` pairs, as a list of pairs; anything else an :class:`OptionError`."""
+    if given is None:
+        return []
+    if isinstance(given, Mapping):
+        return [(str(name), value) for name, value in given.items()]
+    malformed = OptionError(f"{option} must map input names to {example}; got {given!r}")
+    if isinstance(given, str | bytes) or not isinstance(given, Sequence):
+        raise malformed
+    pairs = []
+    for pair in given:
+        if isinstance(pair, str | bytes) or not isinstance(pair, Sequence) or len(pair) != 2:
+            raise malformed
+        pairs.append((str(pair[0]), pair[1]))
+    return pairs
+
+
 def input_shapes_option(shapes: InputShapes | Sequence[tuple[str, Sequence[int]]] | None) -> tuple[
     tuple[str, tuple[int, ...]], ...
 ]:
@@ -82,25 +99,15 @@ def input_shapes_option(shapes: InputShapes | Sequence[tuple[str, Sequence[int]]
     >>> input_shapes_option({"x": [1, 3], "a": ()})
     (('a', ()), ('x', (1, 3)))
     """
-    if not shapes:
-        return ()
-    pairs = shapes.items() if isinstance(shapes, Mapping) else shapes
     checked = []
-    try:
-        for name, dims in pairs:
-            if isinstance(dims, str | bytes) or not isinstance(dims, Sequence):
-                raise OptionError(
-                    f"input_shapes[{name!r}] must be a sequence of sizes, e.g. (1, 3, 224, 224); got {dims!r}"
-                )
-            if any(isinstance(d, bool) or not isinstance(d, int | np.integer) or d < 0 for d in dims):
-                raise OptionError(f"input_shapes[{name!r}]: sizes must be integers >= 0, got {tuple(dims)!r}")
-            checked.append((str(name), tuple(int(d) for d in dims)))
-    except (TypeError, ValueError) as error:
-        if isinstance(error, OptionError):
-            raise
-        raise OptionError(
-            f"input_shapes must map input names to shapes, e.g. {{'x': (1, 3, 224, 224)}}; got {shapes!r}"
-        ) from None
+    for name, dims in _named_pairs(shapes, "input_shapes", "shapes, e.g. {'x': (1, 3, 224, 224)}"):
+        if isinstance(dims, str | bytes) or not isinstance(dims, Sequence):
+            raise OptionError(
+                f"input_shapes[{name!r}] must be a sequence of sizes, e.g. (1, 3, 224, 224); got {dims!r}"
+            )
+        if any(isinstance(d, bool) or not isinstance(d, int | np.integer) or d < 0 for d in dims):
+            raise OptionError(f"input_shapes[{name!r}]: sizes must be integers >= 0, got {tuple(dims)!r}")
+        checked.append((name, tuple(int(d) for d in dims)))
     return tuple(sorted(checked))
 
 
@@ -115,19 +122,11 @@ def input_values_option(values: Mapping[str, object] | Sequence[tuple[str, objec
     >>> input_values_option({"sr": 16000})
     (('sr', array(16000)),)
     """
-    if values is None or (isinstance(values, Sequence | Mapping) and len(values) == 0):
-        return ()
-    if not isinstance(values, Mapping | Sequence) or isinstance(values, str | bytes):
-        raise OptionError(f"input_values must map input names to values, e.g. {{'sr': 16000}}; got {values!r}")
-    pairs = values.items() if isinstance(values, Mapping) else values
     checked = []
-    for pair in pairs:
-        if not isinstance(pair, tuple) or len(pair) != 2:
-            raise OptionError(f"input_values must map input names to values, e.g. {{'sr': 16000}}; got {values!r}")
-        name, value = pair
+    for name, value in _named_pairs(values, "input_values", "values, e.g. {'sr': 16000}"):
         try:
             array = np.array(value)
-        except (ValueError, TypeError):
+        except (ValueError, TypeError):  # a ragged list
             array = np.array(None, dtype=object)
         if array.dtype.kind not in "biuf":
             raise OptionError(f"input_values[{name!r}] must be a number or an array of numbers, got {value!r}")
@@ -136,5 +135,5 @@ def input_values_option(values: Mapping[str, object] | Sequence[tuple[str, objec
                 f"input_values[{name!r}] has {array.size} elements; at most {MAX_BOUND_ELEMENTS} can be bound "
                 "(a mode or a size, not data)"
             )
-        checked.append((str(name), array))
+        checked.append((name, array))
     return tuple(sorted(checked, key=lambda item: item[0]))

@@ -112,6 +112,7 @@ def bind_input_values(model: ir.Model, values: Sequence[tuple[str, np.ndarray]])
     (0, array(16000))
     """
     bound: dict[str, np.ndarray] = {}
+    targets: list[ir.Value] = []
     for name, value in values:
         target = _input(model, name, "input_values")
         dtype = numpy_dtype(target.dtype) if target.dtype is not None else value.dtype
@@ -132,8 +133,8 @@ def bind_input_values(model: ir.Model, values: Sequence[tuple[str, np.ndarray]])
                 f"input_values[{name!r}] has shape {list(cast.shape)}; the model declares {_spelled(declared)}"
             )
         bound[name] = cast
-    for name, array in bound.items():
-        target = _input(model, name, "input_values")
+        targets.append(target)
+    for (name, array), target in zip(bound.items(), targets, strict=True):
         # NOTE: pop, not del or remove: onnx-ir 1.1 leaves a value removed by slice still
         # marked as a graph input, and register_initializer refuses it then.
         model.graph.inputs.pop(list(model.graph.inputs).index(target))

@@ -11,6 +11,7 @@ the host.  Nodes with subgraphs (If, Loop, Scan) always run on the host with the
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -300,14 +301,14 @@ def _leave_small_arithmetic_to_the_host(
     ``Cast``); a target taking the ``Mul`` and ``Div`` cut ddddocr's int8 model into 88
     partitions, each crossing dearer than the arithmetic.  As onnxruntime keeps such nodes on
     the CPU (its "CPU-preferred nodes"), a target's node goes back to the host when each value
-    it computes on is a scalar a host node computed (:data:`SCALAR_ELEMENTS`: a 16-value
-    activation after a host op must not send the rest of a small model back with it; a
-    graph input is data, not such arithmetic), whatever constants it combines
-    them with, and each of its outputs is float (or the bool of a comparison) with at most
-    :data:`SMALL_VALUE_ELEMENTS` elements.  That never adds a crossing (its inputs are on the host already), and graph
-    order being topological, a chain of them goes back whole.  Activations are larger than scalars, so no more than the
-    scalar arithmetic follows; a scalar a target's own node computed (``ReduceMax(x) - 80``)
-    stays with it.
+    it computes on is a scalar (:data:`SCALAR_ELEMENTS`) that a host node computed, whatever
+    constants it combines them with, and each of its outputs is float (or the bool of a
+    comparison) with at most :data:`SMALL_VALUE_ELEMENTS` elements.  That never adds a
+    crossing: its inputs are on the host already.  Graph order being topological, a chain of
+    them goes back whole, and only scalars carry it on: a small activation after a host op
+    must not send the rest of a small model back, and a graph input is the user's data, not
+    such arithmetic.  A scalar a target's own node computed (``ReduceMax(x) - 80``) stays
+    with it.
     """
     if all(c not in (None, host) for c in claimed):  # nothing on the host computes anything
         return
@@ -333,13 +334,10 @@ def _leave_small_arithmetic_to_the_host(
 
 def _elements(value: ir.Value) -> int:
     """Elements of a value of static shape; a large number when unknown."""
-    shape = value.shape
-    if shape is None or not all(isinstance(d, int) for d in shape):
+    dims = [d for d in value.shape if isinstance(d, int)] if value.shape is not None else []
+    if value.shape is None or len(dims) != len(value.shape):
         return 1 << 62
-    count = 1
-    for d in shape:
-        count *= d if isinstance(d, int) else 1 << 62
-    return count
+    return math.prod(dims)
 
 
 def _from_host(value: ir.Value, index_of: dict[ir.Node, int], claimed: list[str | None], host: str) -> bool:
