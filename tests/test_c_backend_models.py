@@ -20,9 +20,11 @@ from codegraft.testing import assert_close, light_model, random_feeds, run_onnxr
 pytestmark = needs_compiler
 
 # Every node of these is supported, so each compiles as one C partition.
-# (zfnet512 is left out: the same ops as bvlc_alexnet, bigger, and the suite should stay quick.)
+# (zfnet512 is left out: the same ops as bvlc_alexnet, bigger, and the suite should stay quick;
+# vgg19, the same ops again and 21 s of the suite, runs with the heavy sweep, `pytest -m heavy`.)
 WHOLE_MODELS = [
-    "resnet50", "squeezenet", "vgg19", "densenet121", "inception_v1", "inception_v2", "shufflenet", "bvlc_alexnet",
+    "resnet50", "squeezenet", pytest.param("vgg19", marks=pytest.mark.heavy), "densenet121", "inception_v1",
+    "inception_v2", "shufflenet", "bvlc_alexnet",
 ]
 
 

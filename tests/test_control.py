@@ -56,8 +56,10 @@ def test_if_bodies_are_partitioned_and_saved(tmp_path: pathlib.Path) -> None:
         assert_close(loaded.run(feeds), expected)
 
 
-def _loop_model() -> onnx.ModelProto:
+def _loop_model(rows: int = 64, width: int = 256) -> onnx.ModelProto:
     # acc = x; for i in range(n): acc = tanh(acc @ W) + i ; also scan-out each acc.
+    # 64 x 256 @ 256 x 256 is 4.2M multiply-adds a step: enough work for the targets to pay for
+    # running the Loop step by step (plan.control.LOOP_BODY_MIN_MACS).
     body = helper.make_graph(
         [
             helper.make_node("MatMul", ["acc_in", "W"], ["m"]),
@@ -71,23 +73,23 @@ def _loop_model() -> onnx.ModelProto:
         [
             helper.make_tensor_value_info("i", TensorProto.INT64, []),
             helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
-            helper.make_tensor_value_info("acc_in", TensorProto.FLOAT, [2, 3]),
+            helper.make_tensor_value_info("acc_in", TensorProto.FLOAT, [rows, width]),
         ],
         [
             helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
-            helper.make_tensor_value_info("acc_out", TensorProto.FLOAT, [2, 3]),
-            helper.make_tensor_value_info("scan", TensorProto.FLOAT, [2, 3]),
+            helper.make_tensor_value_info("acc_out", TensorProto.FLOAT, [rows, width]),
+            helper.make_tensor_value_info("scan", TensorProto.FLOAT, [rows, width]),
         ],
     )
     rng = np.random.default_rng(0)
+    weight = (rng.standard_normal((width, width)) / np.sqrt(width)).astype(np.float32)
     graph = helper.make_graph(
-        [helper.make_node("Loop", ["n", "", "x"], ["final", "all"], body=body)],
+        [helper.make_node("Loop", ["n", "", "x"], ["final", "all"], body=body, name="loop")],
         "loop",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
-        [helper.make_tensor_value_info("final", TensorProto.FLOAT, [2, 3]),
-         helper.make_tensor_value_info("all", TensorProto.FLOAT, [None, 2, 3])],
-        initializer=[numpy_helper.from_array(rng.standard_normal((3, 3)).astype(np.float32), "W"),
-                     numpy_helper.from_array(np.array(4, np.int64), "n")],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [rows, width])],
+        [helper.make_tensor_value_info("final", TensorProto.FLOAT, [rows, width]),
+         helper.make_tensor_value_info("all", TensorProto.FLOAT, [None, rows, width])],
+        initializer=[numpy_helper.from_array(weight, "W"), numpy_helper.from_array(np.array(4, np.int64), "n")],
     )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
@@ -96,10 +98,21 @@ def test_loop_body_is_partitioned() -> None:
     model = _loop_model()
     exe = cg.compile(model, targets=[SubsetBackend("acc", {"MatMul", "Add"})])
     assert [s.backend for s in exe.steps] == ["codegraft.control"]
-    feeds = {"x": np.random.default_rng(1).standard_normal((2, 3)).astype(np.float32)}
+    feeds = {"x": np.random.default_rng(1).standard_normal((64, 256)).astype(np.float32)}
     result = exe.run(feeds)
-    assert result["all"].shape == (4, 2, 3)
+    assert result["all"].shape == (4, 64, 256)
     assert_close(result, run_onnxruntime(model, feeds))
+
+
+def test_a_loop_with_little_work_for_the_targets_runs_whole_on_the_host() -> None:
+    model = _loop_model(rows=2, width=3)  # 18 multiply-adds a step
+    exe = cg.compile(model, targets=[SubsetBackend("acc", {"MatMul", "Add"})])
+    assert [s.backend for s in exe.steps] == ["onnxruntime"]
+    loop = next(n for n in exe.report().nodes if n.op_type == "Loop")
+    assert "18 multiply-adds per iteration" in dict(loop.declined)["acc"]
+    assert "runs whole on the host" in dict(loop.declined)["acc"]
+    feeds = {"x": np.random.default_rng(1).standard_normal((2, 3)).astype(np.float32)}
+    assert_close(exe.run(feeds), run_onnxruntime(model, feeds))
 
 
 def test_bodies_no_target_wants_stay_whole_on_the_host() -> None:

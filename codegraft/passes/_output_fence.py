@@ -22,6 +22,11 @@ from codegraft.core.graphinfo import subgraphs_of
 _FENCE_DOMAIN = "codegraft.fence"
 
 
+def is_fence(node: ir.Node) -> bool:
+    """Whether ``node`` is a fence: an Identity that passes run inside a fence may look through."""
+    return node.domain == _FENCE_DOMAIN
+
+
 @contextlib.contextmanager
 def outputs_fenced(model: ir.Model, *, flat: bool = False) -> Iterator[None]:
     """Run the body with every graph output behind a fence; output names survive it.
@@ -43,8 +48,8 @@ def outputs_fenced(model: ir.Model, *, flat: bool = False) -> Iterator[None]:
         model.opset_imports.pop(_FENCE_DOMAIN, None)
 
 
-def _fence(graph: ir.Graph) -> list[tuple[int, ir.Node, ir.Value]]:
-    fences: list[tuple[int, ir.Node, ir.Value]] = []
+def _fence(graph: ir.Graph) -> list[tuple[ir.Node, ir.Value]]:
+    fences: list[tuple[ir.Node, ir.Value]] = []
     for index, output in enumerate(list(graph.outputs)):
         if (output.is_graph_input() or output.is_initializer()) and output.graph is graph:
             continue  # passes do not rename these, and their names must not change
@@ -57,7 +62,7 @@ def _fence(graph: ir.Graph) -> list[tuple[int, ir.Node, ir.Value]]:
         output.name = f"{name}__fenced"  # the fence's output takes the name
         fenced.name = name
         graph.outputs[index] = fenced
-        fences.append((index, fence, output))
+        fences.append((fence, output))
     return fences
 
 
@@ -65,9 +70,20 @@ def _subgraphs(graph: ir.Graph) -> list[ir.Graph]:
     return [sub for node in ir.traversal.RecursiveGraphIterator(graph) for sub in subgraphs_of(node)]
 
 
-def _remove_fences(graph: ir.Graph, fences: list[tuple[int, ir.Node, ir.Value]]) -> None:
+def _remove_fences(graph: ir.Graph, fences: list[tuple[ir.Node, ir.Value]]) -> None:
     named: set[ir.Value] = set(graph.outputs)
-    for index, fence, original in fences:
+    positions = {value: index for index, value in enumerate(graph.outputs)}
+    for fence, original in fences:
+        index = positions.get(fence.outputs[0], -1)
+        if index < 0 and fence.graph is graph:
+            # a pass dropped the body output the fence stood for (a Loop's carried value that
+            # became a read of the outer value), and its fence with it
+            if not fence.outputs[0].uses():
+                graph.remove(fence, safe=True)
+            else:
+                fence.domain = ""
+                fence.attributes.pop("output", None)
+            continue
         if fence.graph is not graph:
             # a pass moved the fence (constant folding inlined its If branch) or removed it:
             # where it still is, it is a plain Identity

@@ -19,6 +19,7 @@ from onnx_ir.passes import common as ir_passes
 from codegraft.core.gcpause import without_gc
 from codegraft.passes import _nothing_to_do, _output_fence
 from codegraft.passes.batchnorm import fold_batchnorm_into_conv
+from codegraft.passes.loop_invariants import hoist_loop_invariants
 
 if TYPE_CHECKING:
     from onnxscript.rewriter import RewriteRule, RewriteRuleSet
@@ -43,7 +44,9 @@ class PassOptions:
     Attributes:
         shape_inference: infer shapes first and again at the end (kept up to date).
         identity: remove Identity nodes and no-ops (``x*1``, ``x+0``, inference Dropout,
-            Cast to the same type, Transpose by the identity perm, ...).
+            Cast to the same type, Transpose by the identity perm, ...), and make a Loop's
+            carried values that its body returns unchanged, and its nodes that compute the
+            same in each iteration, move in front of it (:mod:`codegraft.passes.loop_invariants`).
         fold_constants: evaluate nodes whose inputs are all constants.
         fold_batchnorm: fold inference BatchNormalization into the Conv before it
             (constant weights and statistics; see :mod:`codegraft.passes.batchnorm`).
@@ -334,7 +337,15 @@ def _identity(run: _Run) -> str:
     no_ops = rules.apply_to_model(model) if rules is not None else 0
     if eliminate or no_ops:
         ir_passes.IdentityEliminationPass()(model)
-    return f"{identities} Identity nodes and {no_ops} no-ops considered"
+    # a Loop that carries a value through unchanged: an identity across iterations
+    hoisted = None if run.provable else hoist_loop_invariants(model)
+    if not hoisted:
+        return f"{identities} Identity nodes and {no_ops} no-ops considered"
+    ir_passes.IdentityEliminationPass()(model)
+    return (
+        f"{identities} Identity nodes and {no_ops} no-ops considered; loop invariants: {hoisted.carried} carried "
+        f"values read from outside, {hoisted.nodes} nodes moved before their Loop"
+    )
 
 
 # x*1, x+0, x-0, x/1, inference Dropout, Cast to the same type, Expand to the same shape,

@@ -5,25 +5,45 @@ take nodes inside an If or Loop body, the node's unit goes to :data:`CONTROL_BAC
 instead: the compiler then compiles each body as a model of its own (its formal inputs, then
 the outer-scope values it reads, :func:`body_model`) with the same targets, and
 :mod:`codegraft.runtime.control` runs the If or Loop, calling the bodies' executables.  So
-nodes inside bodies are partitioned like any other, recursively.  Scan stays on the host.
+nodes inside bodies are partitioned like any other, recursively.  Scan stays on the host, and
+so does a Loop whose body gives the targets too little work per iteration
+(:data:`LOOP_BODY_MIN_MACS`).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from dataclasses import replace
 
 import onnx
 import onnx_ir as ir
 
 from codegraft.backend import Backend
 from codegraft.core.names import CONTROL_BACKEND, CONTROL_OPS
-from codegraft.plan.annotate import Annotation, check_node
+from codegraft.plan.annotate import Annotation, NodeDecline, check_node
+
+# A Loop runs its body once per iteration from Python, each partition of it a call (tens of
+# microseconds) and each crossing a copy; onnxruntime runs a Loop it has whole in C++.  Below
+# this many multiply-adds per iteration on the targets, what they save cannot pay for that:
+# SLANet's decoder, 0.6M on c in 6 partitions, took 400 ms over its 501 steps run by
+# codegraft and 200 ms whole on the host (2-core VM).  A body that convolves a feature map
+# (millions per step) is worth it.
+LOOP_BODY_MIN_MACS = 1 << 22
 
 
-def mark_control_units(annotation: Annotation, unit_backends: list[str], backends: Sequence[Backend]) -> None:
-    """Send If/Loop units whose bodies a target could partly take to codegraft's runtime."""
+def mark_control_units(
+    annotation: Annotation, unit_backends: list[str], backends: Sequence[Backend]
+) -> Annotation:
+    """Send If/Loop units whose bodies a target could partly take to codegraft's runtime.
+
+    A Loop whose body gives the targets too little work per iteration (see
+    :data:`LOOP_BODY_MIN_MACS`) stays on the host, whole; the returned annotation's declines
+    say so for it.
+    """
     if not backends:
-        return
+        return annotation
+    declines = list(annotation.declines)
     for index, unit in enumerate(annotation.units):
         if len(unit.nodes) != 1:
             continue
@@ -31,8 +51,61 @@ def mark_control_units(annotation: Annotation, unit_backends: list[str], backend
         if node.op_type not in CONTROL_OPS or node.domain not in ("", "ai.onnx"):
             continue
         inner = [n for graph in body_graphs(node).values() for n in ir.traversal.RecursiveGraphIterator(graph)]
-        if any(check_node(b, n).ok for n in inner for b in backends if not _has_subgraphs(n)):
-            unit_backends[index] = CONTROL_BACKEND
+        taken = [n for n in inner if not _has_subgraphs(n) and any(check_node(b, n).ok for b in backends)]
+        if not taken:
+            continue
+        if node.op_type == "Loop":
+            work = sum(multiply_adds(n) for n in taken)
+            if work < LOOP_BODY_MIN_MACS:
+                reason = (
+                    f"Loop: its body gives the targets {work:,} multiply-adds per iteration, fewer than the "
+                    f"{LOOP_BODY_MIN_MACS:,} that pay for running it step by step; it runs whole on the host"
+                )
+                declines[unit.nodes[0]] = tuple(NodeDecline(b.name, reason) for b in backends)
+                continue
+        unit_backends[index] = CONTROL_BACKEND
+    return replace(annotation, declines=tuple(declines))
+
+
+def multiply_adds(node: ir.Node) -> int:
+    """Multiply-adds of a MatMul, Gemm, Conv or ConvTranspose from its shapes (a dimension
+    not known counts as 1, so this errs low); 0 for any other node.
+
+    >>> import onnx_ir as ir
+    >>> a = ir.Value(name="a", shape=ir.Shape([64, 256]), type=ir.TensorType(ir.DataType.FLOAT))
+    >>> b = ir.Value(name="b", shape=ir.Shape([256, 128]), type=ir.TensorType(ir.DataType.FLOAT))
+    >>> node = ir.Node("", "MatMul", [a, b])
+    >>> node.outputs[0].shape = ir.Shape([64, 128])
+    >>> multiply_adds(node)
+    2097152
+    """
+    if node.op_type not in ("MatMul", "Gemm", "Conv", "ConvTranspose") or node.domain not in ("", "ai.onnx"):
+        return 0
+    first, second = (node.inputs[i] if len(node.inputs) > i else None for i in (0, 1))
+    if first is None or second is None or first.shape is None or second.shape is None or not node.outputs:
+        return 0
+    output = node.outputs[0].shape
+    if node.op_type == "MatMul":
+        reduced = _dim(first.shape[-1]) if len(first.shape) else 1
+        return _elements(output) * reduced
+    if node.op_type == "Gemm":
+        transposed = node.attributes.get_int("transA", 0)
+        reduced = _dim(first.shape[0 if transposed else -1]) if len(first.shape) == 2 else 1
+        return _elements(output) * reduced
+    # Conv: each output value sums (input channels / group) x kernel taps; ConvTranspose: each
+    # input value spreads over (output channels / group) x kernel taps
+    taps = math.prod(_dim(d) for d in second.shape[2:]) if len(second.shape) > 2 else 1
+    if node.op_type == "Conv":
+        return _elements(output) * (_dim(second.shape[1]) if len(second.shape) > 1 else 1) * taps
+    return _elements(first.shape) * (_dim(second.shape[1]) if len(second.shape) > 1 else 1) * taps
+
+
+def _dim(d: object) -> int:
+    return d if isinstance(d, int) and d > 0 else 1
+
+
+def _elements(shape: ir.Shape | None) -> int:
+    return math.prod(_dim(d) for d in shape) if shape is not None else 1
 
 
 def _has_subgraphs(node: ir.Node) -> bool:
@@ -51,8 +124,9 @@ def body_model(body: ir.Graph, parent: ir.Model) -> tuple[onnx.ModelProto, tuple
     graph = ir.serde.serialize_graph(body)
     outer: list[str] = []
     for value in outer_reads(body):
-        if value.is_initializer() and value.const_value is not None:
-            tensor = ir.serde.serialize_tensor(value.const_value)
+        constant = value.const_value if value.is_initializer() else ir.convenience.get_const_tensor(value)
+        if constant is not None:  # an initializer, or a Constant node's output (Paddle's weights)
+            tensor = ir.serde.serialize_tensor(constant)
             tensor.name = value.name or ""
             graph.initializer.append(tensor)
         else:
@@ -97,4 +171,4 @@ def outer_reads(body: ir.Graph) -> list[ir.Value]:
     return list(dict.fromkeys(reads))
 
 
-__all__ = ["body_graphs", "body_model", "mark_control_units", "outer_reads"]
+__all__ = ["LOOP_BODY_MIN_MACS", "body_graphs", "body_model", "mark_control_units", "multiply_adds", "outer_reads"]

@@ -95,7 +95,7 @@ def plan(
     with stages.stage("annotate", total=len(model.graph) * max(len(backends), 1)) as annotating:
         annotation = annotate(model.graph, backends, host=host.name, progress=annotating.advance)
         unit_backends = [unit.backend for unit in annotation.units]
-        mark_control_units(annotation, unit_backends, backends)
+        annotation = mark_control_units(annotation, unit_backends, backends)
     placements: tuple[PlacementReport, ...] = ()
     if place is not None and backends:  # the host is always a candidate too
         with stages.stage("placement"):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -75,23 +76,46 @@ def _call(
     return [results[name] for name in body.executable.outputs]
 
 
+def _scalar(node: ControlNode, what: str, value: np.ndarray) -> Any:
+    """The one value of a trip count or condition.  The spec says a scalar; exporters also write
+    a shape-[1] tensor (Paddle's Loop trip count), which onnxruntime takes, so this does too."""
+    array = np.asarray(value)
+    if array.size != 1:
+        raise InputError(f"{node.op} {node.name!r}: its {what} must hold one value, got shape {list(array.shape)}")
+    return array.reshape(()).item()
+
+
+def _declared_scalar_shape(body: Body, index: int) -> tuple[int, ...]:
+    """``()``, or ``(1,)`` where the body declares its iteration number or condition with rank 1
+    (Paddle's exporter does); onnxruntime feeds a tensor of the declared rank, and so does this."""
+    if body.executable is None or index >= len(body.formal):
+        return ()
+    spec = next((spec for spec in body.executable.inputs if spec.name == body.formal[index]), None)
+    return (1,) * len(spec.shape) if spec is not None and spec.shape is not None and len(spec.shape) == 1 else ()
+
+
 def _run_if(node: ControlNode, env: dict[str, np.ndarray]) -> list[np.ndarray]:
-    branch = "then_branch" if bool(np.asarray(env[node.inputs[0]])) else "else_branch"
+    branch = "then_branch" if _scalar(node, "cond", env[node.inputs[0]]) else "else_branch"
     return _call(node, node.bodies[branch], env)
 
 
 def _run_loop(node: ControlNode, env: dict[str, np.ndarray]) -> list[np.ndarray]:
     body = node.bodies["body"]
     trip, cond_name, *initial = node.inputs
-    max_trips = int(np.asarray(env[trip])) if trip else None
-    keep_going = bool(np.asarray(env[cond_name])) if cond_name else True
+    max_trips = int(_scalar(node, "M", env[trip])) if trip else None
+    keep_going = bool(_scalar(node, "cond", env[cond_name])) if cond_name else True
     carried = [env[name] for name in initial]
     scans: list[list[np.ndarray]] = []
     iteration = 0
+    iteration_shape, cond_shape = _declared_scalar_shape(body, 0), _declared_scalar_shape(body, 1)
     while keep_going and (max_trips is None or iteration < max_trips):
-        formal = [np.array(iteration, np.int64), np.array(keep_going), *carried]
+        formal = [
+            np.full(iteration_shape, iteration, np.int64),
+            np.full(cond_shape, keep_going, np.bool_),
+            *carried,
+        ]
         results = _call(node, body, env, formal)
-        keep_going = bool(np.asarray(results[0]))
+        keep_going = bool(_scalar(node, "body's cond output", results[0]))
         carried = results[1 : 1 + len(initial)]
         step_scans = results[1 + len(initial) :]
         if not scans:
