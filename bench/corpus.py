@@ -429,9 +429,8 @@ def fallback_note(fallbacks: tuple[str, ...]) -> str:
     if not fallbacks:
         return ""
     # The reason without the names of values and nodes in it: one entry per kind of failure.
-    reasons = dict.fromkeys(
-        re.sub(r" \([^)]*\)| ?'[^']*'", "", f.rsplit("Error: ", 1)[-1].split("\n")[0])[:90] for f in fallbacks
-    )
+    firsts = [re.sub(r"^'[^']*' ", "a value ", f.rsplit("Error: ", 1)[-1].split("\n")[0]) for f in fallbacks]
+    reasons = dict.fromkeys(re.sub(r" \([^)]*\)| ?'[^']*'", "", first)[:90] for first in firsts)
     plural = "s" if len(fallbacks) > 1 else ""
     return f"{len(fallbacks)} partition{plural} fell back to the host: {'; '.join(reasons)}"
 

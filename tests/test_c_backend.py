@@ -133,6 +133,10 @@ CONVS = [
     ({"pads": [2, 1], "strides": [2]}, (2, 6, 17), (9, 6, 4)),  # 1-D
     ({"group": 3}, (1, 3, 17), (3, 1, 5)),  # 1-D depthwise
     ({}, (1, 64, 6, 6), (100, 64, 1, 1)),  # 1x1, channel remainder
+    # 3-D of kernel depth 1 (RivaGAN's frames): each depth slice one more image of the batch
+    ({"pads": [0, 2, 2, 0, 2, 2]}, (1, 3, 1, 12, 10), (8, 3, 1, 5, 5)),
+    ({"pads": [0, 1, 0, 0, 1, 2], "strides": [1, 2, 1]}, (2, 4, 3, 9, 8), (6, 4, 1, 3, 3)),
+    ({"group": 6, "pads": [0, 1, 1, 0, 1, 1]}, (1, 6, 2, 7, 7), (6, 1, 1, 3, 3)),  # depthwise
 ]
 
 
@@ -143,6 +147,13 @@ def test_conv(attrs: dict, x: tuple, w: tuple, bias: bool) -> None:
     if bias:
         inits["b"] = rand(w[0])
     one("Conv", {"x": x}, attrs, inits)
+
+
+def test_conv_3d_of_kernel_depth_above_1_is_declined_with_the_reason() -> None:
+    node = ir.from_proto(make_model([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1, 1, 1])],
+                                    {"x": (1, 3, 4, 8, 8)}, ["y"], {"w": rand(4, 3, 3, 3, 3)})).graph[0]
+    verdict = CBackend().supports(node)
+    assert not verdict.ok and "kernel depth 1" in str(verdict.reason) and "kernel depth 3" in str(verdict.reason)
 
 
 def test_conv_epilogue_bn_relu_residual() -> None:

@@ -50,12 +50,29 @@ def check_conv(node: ir.Node) -> str:
     if weight_dims is None:
         return "the weight must be a constant initializer"
     rank = len(weight_dims)
-    if rank not in (3, 4):
-        return f"{rank - 2}-D convolution is not supported (only 1-D and 2-D)"
+    if rank not in (3, 4, 5):
+        return f"{rank - 2}-D convolution is not supported (only 1-D and 2-D, and 3-D of kernel depth 1)"
     bias = present(node, 2)
     if bias is not None and not is_constant(bias):
         return "the bias must be a constant initializer"
-    return check_window(node, rank - 2, weight_dims)
+    window = check_window(node, rank - 2, weight_dims)
+    if window or rank < 5:
+        return window
+    return _check_depth_one(node, weight_dims)
+
+
+def _check_depth_one(node: ir.Node, weight_dims: tuple[int, ...]) -> str:
+    """A 3-D convolution is taken when each depth slice is a 2-D convolution of its own
+    (RivaGAN's video frames: kernel 1 x 11 x 11): kernel depth 1, depth stride 1, no depth
+    padding.  Its depth then joins the batch (:func:`emit_conv`)."""
+    strides = attr_ints(node, "strides") or [1, 1, 1]
+    pads = attr_ints(node, "pads") or [0] * 6
+    if weight_dims[2] != 1 or strides[0] != 1 or pads[0] or pads[3]:
+        return (
+            f"3-D convolution is only supported with kernel depth 1, depth stride 1 and no depth padding "
+            f"(kernel depth {weight_dims[2]}, stride {strides[0]}, pads {pads[0]}/{pads[3]})"
+        )
+    return ""
 
 
 def _dims(tensor: ir.TensorProtocol) -> tuple[int, ...]:
@@ -104,6 +121,12 @@ def emit_conv(ctx: Context, kernel: Kernel) -> None:
         spatial, out_spatial = [1, *spatial], [1, *out_spatial]
         kernel_dims, strides, dilations = [1, *kernel_dims], [1, *strides], [1, *dilations]
         pads_b, pads_e = [0, *pads_b], [0, *pads_e]
+    elif len(spatial) == 3:  # 3-D of kernel depth 1 (check_conv): each depth slice is one more image
+        assert kernel_dims[0] == 1 and strides[0] == 1 and not pads_b[0] and not pads_e[0]
+        n *= spatial[0]
+        spatial, out_spatial = spatial[1:], out_spatial[1:]
+        kernel_dims, strides, dilations = kernel_dims[1:], strides[1:], dilations[1:]
+        pads_b, pads_e = pads_b[1:], pads_e[1:]
     h, w_ = spatial
     hp, wp = h + pads_b[0] + pads_e[0], w_ + pads_b[1] + pads_e[1]
     m = phys_out[-1]
