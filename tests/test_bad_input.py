@@ -100,6 +100,23 @@ def test_an_output_listed_twice_runs_like_onnxruntime() -> None:
     np.testing.assert_array_equal(out["y"], np.maximum(x, 0))
 
 
+def test_external_data_is_read_from_the_models_folder_or_named(tmp_path: pathlib.Path) -> None:
+    model = helper.make_model(
+        helper.make_graph([helper.make_node("Add", ["x", "w"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [64])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [64])],
+                          [numpy_helper.from_array(np.arange(64, dtype=np.float32), "w")]),
+        opset_imports=[helper.make_opsetid("", 17)],
+    )
+    path = tmp_path / "model.onnx"
+    onnx.save(model, str(path), save_as_external_data=True, location="weights.bin", size_threshold=0)
+    x = np.ones(64, np.float32)
+    np.testing.assert_array_equal(cg.compile(str(path), targets=[]).run({"x": x})["y"], x + np.arange(64))
+    without_data = onnx.load(str(path), load_external_data=False)
+    with pytest.raises(cg.ModelError, match=r"initializer 'w' keeps its data in the file 'weights.bin'.*model's path"):
+        cg.compile(without_data, targets=[])
+
+
 def test_empty_graph_is_refused() -> None:
     model = helper.make_model(helper.make_graph([], "g", [], []), opset_imports=[helper.make_opsetid("", 17)])
     with pytest.raises(cg.ModelError, match="no outputs"):

@@ -320,6 +320,14 @@ def check_model_proto(proto: onnx.ModelProto, where: str) -> None:
             )
     if not proto.graph.output:
         raise ModelError(f"{where}: the graph has no outputs (nothing to compute)")
+    external = next((t for t in proto.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL), None)
+    if external is not None:
+        location = next((e.value for e in external.external_data if e.key == "location"), "?")
+        raise ModelError(
+            f"{where}: initializer {external.name!r} keeps its data in the file {location!r}, which a model "
+            "passed without its path cannot be located from: pass the model's path (codegraft reads that file "
+            "from the model's folder), or onnx.load(path) it with its external data"
+        )
     # The checker wants a shape on every graph input and output; onnxruntime reads one without
     # as "rank unknown" (a body's outer value made by a nested If, say), and so do we: those
     # get an empty shape for the checker's eyes only, taken off again after.
