@@ -200,9 +200,10 @@ def test_pool(op: str, attrs: dict) -> None:
     one(op, {"x": shape}, attrs, opset=19)
 
 
-@pytest.mark.parametrize("shape", [(2, 7, 5, 6), (1, 3, 9)])
-def test_global_average_pool(shape: tuple) -> None:
-    one("GlobalAveragePool", {"x": shape})
+@pytest.mark.parametrize("op", ["GlobalAveragePool", "GlobalMaxPool"])
+@pytest.mark.parametrize("shape", [(2, 7, 5, 6), (1, 3, 9), (1, 70, 4, 3)])
+def test_global_pool(op: str, shape: tuple) -> None:
+    one(op, {"x": shape})
 
 
 @pytest.mark.parametrize(("opset", "axis", "shape"), [(13, -1, (3, 10)), (13, 1, (2, 5, 4)), (11, 1, (2, 3, 4)),

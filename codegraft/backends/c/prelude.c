@@ -201,9 +201,21 @@ static void cg_gap_block(const void* ctx, long task) {
   }
   for (long c = c0; c < c1; c++) yp[c] = yp[c] / (float)k->HW;
 }
-static void cg_global_avg(const float* x, float* y, long N, long HW, long C) {
+/* GlobalMaxPool: a NaN anywhere in a channel's plane is its maximum (x != x takes it in, and
+   no comparison replaces it after), as ReduceMax here. */
+static void cg_gmp_block(const void* ctx, long task) {
+  const cg_gap_t* k = ctx;
+  const long n = task / k->nb, c0 = (task % k->nb) * 64, c1 = cg_min(k->C, c0 + 64);
+  float* yp = k->y + n * k->C;
+  for (long c = c0; c < c1; c++) yp[c] = -INFINITY;
+  for (long i = 0; i < k->HW; i++) {
+    const float* xp = k->x + (n * k->HW + i) * k->C;
+    for (long c = c0; c < c1; c++) yp[c] = xp[c] > yp[c] || xp[c] != xp[c] ? xp[c] : yp[c];
+  }
+}
+static void cg_global_pool(const float* x, float* y, long N, long HW, long C, int largest) {
   const cg_gap_t k = {x, y, HW, C, (C + 63) / 64};
-  cg_parallel(N * k.nb, cg_gap_block, &k);
+  cg_parallel(N * k.nb, largest ? cg_gmp_block : cg_gap_block, &k);
 }
 
 /* LRN across the channel axis of [outer][C][inner]; one task per outer index. */

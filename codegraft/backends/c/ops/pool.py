@@ -1,4 +1,4 @@
-"""MaxPool, AveragePool (``count_include_pad``, ``ceil_mode``) and GlobalAveragePool, on channels-last data.
+"""MaxPool, AveragePool (``count_include_pad``, ``ceil_mode``), GlobalAveragePool and GlobalMaxPool, on channels-last data.
 
 NOTE: the kernels (``cg_pool``, ``cg_global_avg``) are hand-written C in ``prelude.c``: one
 task per output row, every channel of a pixel in the innermost loop.
@@ -89,12 +89,15 @@ def emit_pool(ctx: Context, kernel: Kernel) -> None:
     )
 
 
-# -- GlobalAveragePool -----------------------------------------------------------------------------
+# -- GlobalAveragePool and GlobalMaxPool -------------------------------------------------------------
 
 
 @dataclass(eq=False)
-class GlobalAveragePool(g.SpatialOp):
-    """Mean over the spatial axes of channels-last data."""
+class GlobalPool(g.SpatialOp):
+    """Mean (``largest=False``) or maximum over the spatial axes of channels-last data; the
+    maximum takes a NaN in wherever it sits, as this backend's ReduceMax does."""
+
+    largest: bool = False
 
 
 def check_global_pool(node: ir.Node) -> str:
@@ -109,16 +112,18 @@ def _global_pool(lw: Lowerer, node: ir.Node) -> None:
     x = lw.tensor(node.inputs[0])
     n, c, spatial = split_layout(x, native)
     out = lw.new(join_layout(n, c, tuple(1 for _ in spatial), native))
-    lw.ops.append(GlobalAveragePool([x], out, native_nhwc=native))
+    lw.ops.append(GlobalPool([x], out, native_nhwc=native, largest=node.op_type == "GlobalMaxPool"))
     lw.bind(node.outputs[0], out)
 
 
-def emit_global_average(ctx: Context, kernel: Kernel) -> None:
-    op = core_of(kernel, GlobalAveragePool)
+def emit_global_pool(ctx: Context, kernel: Kernel) -> None:
+    op = core_of(kernel, GlobalPool)
     x = op.inputs[0]
     phys = x.physical_shape
     hw = math.prod(phys[1:-1])
-    ctx.body.append(f"  cg_global_avg({ctx.ptr(x)}, {ctx.ptr(op.out)}, {phys[0]}, {hw}, {phys[-1]});")
+    ctx.body.append(
+        f"  cg_global_pool({ctx.ptr(x)}, {ctx.ptr(op.out)}, {phys[0]}, {hw}, {phys[-1]}, {int(op.largest)});"
+    )
 
 
 # -- the family's entries in the op table ----------------------------------------------------------
@@ -128,10 +133,11 @@ ONNX = (
     OnnxOp("MaxPool", _pool, check_pool, nhwc=True),
     OnnxOp("AveragePool", _pool, check_pool, nhwc=True),
     OnnxOp("GlobalAveragePool", _global_pool, check_global_pool, nhwc=True),
+    OnnxOp("GlobalMaxPool", _global_pool, check_global_pool, nhwc=True),
 )
 
 
 KERNELS = (
     KernelOp(Pool, Layout.CHANNELS_LAST, emit_pool),
-    KernelOp(GlobalAveragePool, Layout.CHANNELS_LAST, emit_global_average),
+    KernelOp(GlobalPool, Layout.CHANNELS_LAST, emit_global_pool),
 )
