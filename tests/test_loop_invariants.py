@@ -186,3 +186,119 @@ def test_two_loops_with_one_body_keep_names_unique_when_hoisted() -> None:
     hoisted = ir.serde.serialize_model(model)
     onnx.checker.check_model(hoisted, full_check=True)  # SSA: the second "proj" was renamed
     assert_close(run_onnxruntime(hoisted, _feeds()), run_onnxruntime(proto, _feeds()))
+
+
+# -- property: hoisting never changes what a Loop computes -------------------------------------
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_ROW = [2, 3]
+
+
+@st.composite
+def _random_loops(draw: st.DrawFn) -> onnx.ModelProto:
+    """A Loop over random float [2, 3] state: each carried value passed through (as is, by
+    Identity, or by Paddle's copy chain) or updated from a random mix of the carried values, the
+    outer scope and values the body made; random scan outputs; sometimes an inner Loop that
+    reads the outer body's values."""
+    counter = iter(range(10_000))
+
+    def fresh(prefix: str) -> str:
+        return f"{prefix}{next(counter)}"
+
+    def body(depth: int, outer: list[str]) -> tuple[onnx.GraphProto, int, list[str]]:
+        carried = draw(st.integers(1, 3))
+        ins = [fresh("i"), fresh("c")] + [fresh("v") for _ in range(carried)]
+        nodes: list[onnx.NodeProto] = [helper.make_node("Constant", [], [fresh("z")], value=helper.make_tensor(
+            "z", _F, [1], [0.0]))]  # fmt: skip
+        zero = nodes[0].output[0]
+        axis = fresh("axis")
+        nodes.append(helper.make_node("Constant", [], [axis], value=helper.make_tensor("a", _I, [1], [0])))
+        pool = [*ins[2:], *outer]
+        for _ in range(draw(st.integers(1, 5))):
+            op = draw(st.sampled_from(["Add", "Mul", "Tanh", "Sub", "Sigmoid"]))
+            a = draw(st.sampled_from(pool))
+            out = fresh("t")
+            if op in ("Tanh", "Sigmoid"):
+                nodes.append(helper.make_node(op, [a], [out]))
+            else:
+                nodes.append(helper.make_node(op, [a, draw(st.sampled_from(pool))], [out]))
+            pool.append(out)
+        if depth == 0 and draw(st.booleans()):  # an inner Loop reading this body's values
+            inner, inner_carried, inner_initial = body(1, pool)
+            outs = [fresh("o") for _ in range(len(inner.output) - 1)]
+            nodes.append(helper.make_node("Loop", ["two", "", *inner_initial], outs, body=inner))
+            pool.extend(outs[:inner_carried])
+        outputs = [fresh("cond")]
+        nodes.append(helper.make_node("Identity", [ins[1]], [outputs[0]]))
+        for k in range(carried):
+            kind = draw(st.sampled_from(["same", "identity", "chain", "update"]))
+            v = ins[2 + k]
+            if kind == "same":
+                outputs.append(v)
+                continue
+            out = fresh("r")
+            if kind == "identity":
+                nodes.append(helper.make_node("Identity", [v], [out]))
+            elif kind == "chain":
+                u, s = fresh("u"), fresh("s")
+                nodes += [helper.make_node("Unsqueeze", [v, axis], [u]), helper.make_node("Add", [u, zero], [s]),
+                          helper.make_node("Squeeze", [s, axis], [out])]  # fmt: skip
+            else:
+                nodes.append(helper.make_node("Add", [v, draw(st.sampled_from(pool))], [out]))
+            outputs.append(out)
+        scans = draw(st.lists(st.sampled_from(pool), max_size=2))
+        for value in scans:
+            scan = fresh("scan")
+            nodes.append(helper.make_node("Identity", [value], [scan]))
+            outputs.append(scan)
+        graph = helper.make_graph(
+            nodes, fresh("body"),
+            [helper.make_tensor_value_info(ins[0], _I, []), helper.make_tensor_value_info(ins[1], _B, []),
+             *(helper.make_tensor_value_info(v, _F, _ROW) for v in ins[2:])],
+            [helper.make_tensor_value_info(outputs[0], _B, []),
+             *(helper.make_tensor_value_info(v, _F, _ROW) for v in outputs[1 : 1 + carried]),
+             *(helper.make_tensor_value_info(v, _F, _ROW) for v in outputs[1 + carried :])],
+        )  # fmt: skip
+        initial = [draw(st.sampled_from(outer)) for _ in range(carried)]
+        return graph, carried, initial
+
+    outer = ["x", "w"]
+    graph, carried, initial = body(0, outer)
+    outs = [f"out{i}" for i in range(len(graph.output) - 1)]
+    nodes = [helper.make_node("Loop", ["three", "", *initial], outs, body=graph)]
+    finals = []
+    for index, name in enumerate(outs):  # some read by a node after the Loop, some graph outputs
+        shape = _ROW if index < carried else [None, *_ROW]
+        if not draw(st.booleans()):
+            nodes.append(helper.make_node("Neg", [name], [f"{name}_neg"]))
+            name = f"{name}_neg"
+        finals.append(helper.make_tensor_value_info(name, _F, shape))
+    model = helper.make_model(
+        helper.make_graph(
+            nodes, "loops", [helper.make_tensor_value_info("x", _F, _ROW)],
+            finals,
+            [numpy_helper.from_array(np.linspace(-1, 1, 6, dtype=np.float32).reshape(_ROW), "w"),
+             numpy_helper.from_array(np.array(3, np.int64), "three"),
+             numpy_helper.from_array(np.array(2, np.int64), "two")],
+        ),
+        opset_imports=[helper.make_opsetid("", 17)],
+    )  # fmt: skip
+    return model
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(_random_loops())
+def test_hoisting_never_changes_what_a_loop_computes(proto: onnx.ModelProto) -> None:
+    onnx.checker.check_model(proto, full_check=True)
+    feeds = {"x": np.array([[0.5, -1.0, 2.0], [0.1, 0.2, -0.3]], np.float32)}
+    expected = run_onnxruntime(proto, feeds)
+    model = ir.serde.deserialize_model(proto)
+    hoist_loop_invariants(model)
+    hoisted = ir.serde.serialize_model(model)
+    onnx.checker.check_model(hoisted, full_check=True)
+    assert [o.name for o in hoisted.graph.output] == [o.name for o in proto.graph.output]
+    assert_close(run_onnxruntime(hoisted, feeds), expected)
+    # and through the whole pipeline, compiled
+    assert_close(cg.compile(proto, targets=["c"]).run(feeds), expected)

@@ -66,9 +66,10 @@ def hoist_loop_invariants(model: ir.Model) -> Hoisted:
     names = Counter(v.name for n in ir.traversal.RecursiveGraphIterator(model.graph) for v in n.outputs if v.name)
     carried = nodes = 0
     for loop in reversed(loops):  # inner Loops first
-        loop, count = _hoist_carried(loop)
+        kept, count = _hoist_carried(loop)
         carried += count
-        nodes += _hoist_nodes(loop, names)
+        if kept is not None:
+            nodes += _hoist_nodes(kept, names)
     return Hoisted(carried, nodes)
 
 
@@ -83,9 +84,10 @@ def _is_loop(node: ir.Node) -> bool:
     )
 
 
-def _hoist_carried(loop: ir.Node) -> tuple[ir.Node, int]:
+def _hoist_carried(loop: ir.Node) -> tuple[ir.Node | None, int]:
     """The carried values the body passes through become reads of their initial values;
-    returns the Loop (a new node when some were) and how many."""
+    returns the Loop (a new node when some were; ``None`` when nothing it computed is left,
+    so it went) and how many."""
     graph = loop.graph
     assert graph is not None
     body = loop.attributes["body"].as_graph()
@@ -100,6 +102,11 @@ def _hoist_carried(loop: ir.Node) -> tuple[ir.Node, int]:
         and _passed_through(body.outputs[1 + k]) is body.inputs[2 + k]
         and loop.outputs[k] not in enclosing_outputs
     ]
+    scans = len(loop.outputs) - carried
+    if len(invariant) == carried and scans and loop.inputs[1] is None:
+        # [M, ""] alone would lose its omitted cond to dead-input trimming, and a Loop needs
+        # both; an explicit true cond would make the body's cond output count.  One stays.
+        invariant = invariant[1:]
     if not invariant:
         return loop, 0
     for k in reversed(invariant):  # positions shift as entries go
@@ -256,14 +263,20 @@ def _constant(value: ir.Value) -> np.ndarray | None:
     return None if tensor is None else tensor.numpy()
 
 
-def _rebuild_without(loop: ir.Node, dropped: set[int]) -> ir.Node:
+def _rebuild_without(loop: ir.Node, dropped: set[int]) -> ir.Node | None:
     """Replace ``loop`` by a Loop without the carried values at ``dropped`` (their outputs
-    have no readers left).  onnx-ir fixes a node's outputs at creation, hence a new node."""
+    have no readers left).  onnx-ir fixes a node's outputs at creation, hence a new node.  A
+    Loop left with no output computes nothing anyone reads (ONNX ops have no side effects):
+    it goes, and ``None`` is returned."""
     graph = loop.graph
     assert graph is not None
     carried = len(loop.inputs) - 2
     inputs = [*loop.inputs[:2], *(v for k, v in enumerate(loop.inputs[2:]) if k not in dropped)]
     kept_outputs = [v for k, v in enumerate(loop.outputs) if k >= carried or k not in dropped]
+    if not kept_outputs:
+        loop.resize_inputs(0)
+        graph.remove(loop, safe=True)
+        return None
     attributes = list(loop.attributes.values())
     replacement = ir.Node(
         loop.domain,

@@ -1,6 +1,7 @@
-"""MaxPool, AveragePool (``count_include_pad``, ``ceil_mode``), GlobalAveragePool and GlobalMaxPool, on channels-last data.
+"""MaxPool, AveragePool (``count_include_pad``, ``ceil_mode``), GlobalAveragePool and GlobalMaxPool,
+on channels-last data.
 
-NOTE: the kernels (``cg_pool``, ``cg_global_avg``) are hand-written C in ``prelude.c``: one
+NOTE: the kernels (``cg_pool``, ``cg_global_pool``) are hand-written C in ``prelude.c``: one
 task per output row, every channel of a pixel in the innermost loop.
 """
 
