@@ -11,8 +11,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import codegraft as cg
 from codegraft.errors import BackendError, InputError
-from codegraft.passes import run_common_passes
-from codegraft.passes.loop_invariants import Hoisted, hoist_loop_invariants
+from codegraft.passes import Hoisted, hoist_loop_invariants, run_common_passes
 from codegraft.testing import assert_close, run_onnxruntime
 
 _F, _I, _B = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL

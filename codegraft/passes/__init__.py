@@ -4,6 +4,7 @@ A backend only *declares* what it prefers (layout, precisions); these passes do 
 
 * :func:`run_common_passes`: constant folding, CSE, dead code, Identity/no-op removal and
   shape inference, each switchable through :class:`PassOptions`, each recorded.
+* :func:`hoist_loop_invariants`: loop-invariant code motion (run by the ``identity`` pass).
 * :func:`to_nhwc`: rewrite a partition channels-last, transposes only at its edges.
 * :func:`lower_nhwc`: the reference meaning of the ``codegraft.nhwc`` ops, in plain ONNX.
 * :func:`convert_precision` / :func:`convert_precision_checked`: float16 or bfloat16 with
@@ -13,6 +14,7 @@ A backend only *declares* what it prefers (layout, precisions); these passes do 
 """
 
 from codegraft.passes.layout import NHWC_DOMAIN, Conversion, LayoutResult, to_nhwc
+from codegraft.passes.loop_invariants import Hoisted, hoist_loop_invariants
 from codegraft.passes.nhwc_reference import lower_nhwc
 from codegraft.passes.opset import BFLOAT16_OPSET, upgrade_opset
 from codegraft.passes.pipeline import (
@@ -61,6 +63,7 @@ __all__ = [
     "Conversion",
     "ConversionResult",
     "Evaluate",
+    "Hoisted",
     "KeptOp",
     "LayoutResult",
     "MovedOp",
@@ -74,6 +77,7 @@ __all__ = [
     "convert_precision",
     "convert_precision_checked",
     "convert_precision_detailed",
+    "hoist_loop_invariants",
     "lower_nhwc",
     "quantize_int8",
     "run_common_passes",
