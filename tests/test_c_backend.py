@@ -311,6 +311,15 @@ def test_lrn_plain_and_after_a_conv(size: int) -> None:
     check(make_model(nodes, {"x": (1, 3, 6, 6)}, ["y"], {"w": rand(9, 3, 1, 1)}))
 
 
+@pytest.mark.parametrize("beta", [0.75, 0.6])
+def test_lrn_on_channels_last_rows(beta: float) -> None:
+    # After a Conv the channels are contiguous: the vectorised path (square roots for 0.75,
+    # powf otherwise), window sums crossing vector boundaries and both borders of 67 channels.
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"]),
+             helper.make_node("LRN", ["c"], ["y"], size=5, alpha=0.5, beta=beta, bias=1.5)]
+    check(make_model(nodes, {"x": (2, 8, 5, 7)}, ["y"], {"w": rand(67, 8, 1, 1, low=-3, high=3)}))
+
+
 def test_convs_write_their_slices_of_a_concat_directly() -> None:
     nodes = [
         helper.make_node("Conv", ["x", "w1"], ["a"]),

@@ -34,6 +34,7 @@ from codegraft.backends.c.ops import KERNEL_OPS
 from codegraft.backends.c.ops.conv import Col2Im
 from codegraft.backends.c.ops.data import SHUFFLE, transpose_block
 from codegraft.backends.c.ops.gemm import choose_tile
+from codegraft.backends.c.ops.norm import Lrn
 from codegraft.backends.c.ops.pool import Pool
 from codegraft.backends.c.ops.resize import Resize, row_runs
 from codegraft.backends.c.ops.rnn import Recurrence, recurrence_flops
@@ -186,6 +187,14 @@ def host_machine(target: Target) -> Machine:
     return Machine.for_cpu(target.vector_floats, l2_bytes=caches.l2, l3_bytes=caches.l3)
 
 
+# An LRN value's power in flop-equivalents, so its kernel gets the threads its time deserves:
+# timed on inception_v1's LRNs (bench.c_kernels, 2-core Zen 3), a powf per value took 39 times
+# the one flop per element the elementwise estimate gave; with the square-root path and these
+# prices, measured / estimated is 0.46, about the GEMMs' 0.53.
+LRN_POW_FLOPS = 40
+LRN_SQRT_FLOPS = 8
+
+
 def kernel_work(kernel: Kernel, vector: int, given: frozenset[int] = frozenset()) -> Work:
     """Flops, bytes and parallel units of one kernel, for the thread cost model.
 
@@ -226,6 +235,11 @@ def kernel_work(kernel: Kernel, vector: int, given: frozenset[int] = frozenset()
         phys = out.physical_shape
         flops = core.inputs[0].size + out.size * (1 + len(kernel.steps))
         return Work(float(flops), moved, math.prod(phys[:-2]), gemm=False)
+    if isinstance(core, Lrn):  # the window's adds, then a power per value (powf: a libm call); a task per outer index
+        x = core.inputs[0]
+        outer = math.prod(x.physical_shape[: x.perm.index(1)])
+        per_value = 2 * core.size + (LRN_SQRT_FLOPS if core.beta == 0.75 else LRN_POW_FLOPS)
+        return Work(float(out.size * per_value), moved, max(1, outer), gemm=False)
     if isinstance(core, Recurrence):  # sequential in time: one unit per direction and batch row
         return Work(recurrence_flops(core), moved + 4.0 * core.rt.size, len(core.reverse) * core.batch, gemm=False)
     if isinstance(core, g.Transpose) and not kernel.steps and not any(id(t.root()) in given for t in inputs):

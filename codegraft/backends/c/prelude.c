@@ -218,13 +218,41 @@ static void cg_global_pool(const float* x, float* y, long N, long HW, long C, in
   cg_parallel(N * k.nb, largest ? cg_gmp_block : cg_gap_block, &k);
 }
 
-/* LRN across the channel axis of [outer][C][inner]; one task per outer index. */
+/* LRN across the channel axis of [outer][C][inner]; one task per outer index.
+   Channels-last data (inner == 1: a pixel's channels contiguous) takes a vectorised path:
+   the squares once into a zero-bordered row, the window sums added across channels in the
+   order the scalar path adds them (zeros at the borders add nothing), and for beta = 0.75
+   (AlexNet's, GoogLeNet's) t^0.75 as sqrt(t) * sqrt(sqrt(t)) instead of powf, a libm call
+   per value that kept the loop scalar: inception_v1's two LRNs took a quarter of its time. */
 typedef struct { const float* x; float* y; long C, inner, lo, hi; float scale, beta, bias; } cg_lrn_t;
+static void cg_lrn_pixel(const cg_lrn_t* k, const float* xp, float* yp) {
+  const long C = k->C, lo = k->lo, hi = k->hi;
+  float sq[C + lo + hi], s[C];
+  for (long j = 0; j < lo; j++) sq[j] = 0.0f;
+  for (long j = 0; j < hi; j++) sq[lo + C + j] = 0.0f;
+  for (long c = 0; c < C; c++) sq[lo + c] = xp[c] * xp[c];
+  for (long c = 0; c < C; c++) s[c] = 0.0f;
+  for (long d = 0; d <= lo + hi; d++)
+    for (long c = 0; c < C; c++) s[c] += sq[c + d];
+  const float scale = k->scale, bias = k->bias;
+  if (k->beta == 0.75f) {
+    for (long c = 0; c < C; c++) {
+      const float t = bias + scale * s[c];
+      yp[c] = xp[c] / (sqrtf(t) * sqrtf(sqrtf(t)));
+    }
+  } else {
+    for (long c = 0; c < C; c++) yp[c] = xp[c] / powf(bias + scale * s[c], k->beta);
+  }
+}
 static void cg_lrn_task(const void* ctx, long o) {
   const cg_lrn_t* k = ctx;
   const long C = k->C, inner = k->inner;
   const float* xp = k->x + o * C * inner;
   float* yp = k->y + o * C * inner;
+  if (inner == 1) {
+    cg_lrn_pixel(k, xp, yp);
+    return;
+  }
   for (long c = 0; c < C; c++) {
     const long c0 = c - k->lo < 0 ? 0 : c - k->lo, c1 = c + k->hi > C - 1 ? C - 1 : c + k->hi;
     for (long i = 0; i < inner; i++) {
