@@ -85,7 +85,7 @@ def test_every_op_supports_may_accept_is_lowered_or_folded() -> None:
     for op_type, entry in ONNX_OPS.items():
         assert entry.op_type == op_type and callable(entry.check) and callable(entry.lower)
     assert {op for op, e in ONNX_OPS.items() if e.nhwc} == {
-        "Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "BatchNormalization", "Resize"
+        "Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "BatchNormalization", "Resize"
     }
 
 

@@ -94,11 +94,18 @@ def emit_pool(ctx: Context, kernel: Kernel) -> None:
 
 
 @dataclass(eq=False)
-class GlobalPool(g.SpatialOp):
-    """Mean (``largest=False``) or maximum over the spatial axes of channels-last data; the
-    maximum takes a NaN in wherever it sits, as this backend's ReduceMax does."""
+class GlobalAveragePool(g.SpatialOp):
+    """Mean over the spatial axes of channels-last data."""
 
-    largest: bool = False
+    largest: ClassVar[bool] = False
+
+
+@dataclass(eq=False)
+class GlobalMaxPool(GlobalAveragePool):
+    """Maximum over the spatial axes of channels-last data; a NaN is taken in wherever it sits,
+    as this backend's ReduceMax does.  (A class of its own: profiles name kernels by class.)"""
+
+    largest: ClassVar[bool] = True
 
 
 def check_global_pool(node: ir.Node) -> str:
@@ -113,12 +120,13 @@ def _global_pool(lw: Lowerer, node: ir.Node) -> None:
     x = lw.tensor(node.inputs[0])
     n, c, spatial = split_layout(x, native)
     out = lw.new(join_layout(n, c, tuple(1 for _ in spatial), native))
-    lw.ops.append(GlobalPool([x], out, native_nhwc=native, largest=node.op_type == "GlobalMaxPool"))
+    kind = GlobalMaxPool if node.op_type == "GlobalMaxPool" else GlobalAveragePool
+    lw.ops.append(kind([x], out, native_nhwc=native))
     lw.bind(node.outputs[0], out)
 
 
 def emit_global_pool(ctx: Context, kernel: Kernel) -> None:
-    op = core_of(kernel, GlobalPool)
+    op = core_of(kernel, GlobalAveragePool)
     x = op.inputs[0]
     phys = x.physical_shape
     hw = math.prod(phys[1:-1])
@@ -140,5 +148,6 @@ ONNX = (
 
 KERNELS = (
     KernelOp(Pool, Layout.CHANNELS_LAST, emit_pool),
-    KernelOp(GlobalPool, Layout.CHANNELS_LAST, emit_global_pool),
+    KernelOp(GlobalAveragePool, Layout.CHANNELS_LAST, emit_global_pool),
+    KernelOp(GlobalMaxPool, Layout.CHANNELS_LAST, emit_global_pool),
 )
