@@ -156,7 +156,7 @@ def test_declines_with_reasons() -> None:
     be = CBackend()
     cases = [
         (helper.make_node("LpPool", ["x"], ["y"], kernel_shape=[2, 2]), {}, "LpPool: not implemented"),
-        (helper.make_node("Conv", ["x", "w"], ["y"]), {"w": (2, 3, 1, 1, 1)}, "3-D convolution"),
+        (helper.make_node("Conv", ["x", "w"], ["y"]), {"w": (2, 3, 2, 1, 1)}, "3-D convolution"),
         (helper.make_node("Conv", ["x", "x"], ["y"]), {}, "weight must be a constant"),
         (helper.make_node("Gelu", ["x"], ["y"], approximate="fast"), {}, "approximate"),
         (helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[2, 2], storage_order=1), {}, "storage_order"),
