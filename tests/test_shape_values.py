@@ -147,3 +147,39 @@ def test_a_reshape_to_a_computed_shape_gives_its_output_a_rank() -> None:
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     np.testing.assert_allclose(exe.run({"x": x})["y"], want, rtol=1e-5, atol=1e-6)
     assert [p.backend for p in exe.report().partitions] == ["c"]
+
+
+def test_shape_arithmetic_whose_operands_come_from_another_partition_keeps_its_dtype() -> None:
+    # platerec's decoder: a Concat of sizes read before and after host-only nodes is taken by
+    # `c` as shape arithmetic, but in its partition one operand is an input (computed by an
+    # earlier `c` partition); it was computed as float32 and handed to the next partition,
+    # which wanted int64.  Now the partition is compiled with that input's value instead.
+    nodes = [
+        oh.make_node("Relu", ["x"], ["a"]),
+        oh.make_node("Shape", ["a"], ["s"]),
+        oh.make_node("Gather", ["s", "zero"], ["n"], axis=0),
+        oh.make_node("Unsqueeze", ["n", "axes"], ["n1"]),
+        oh.make_node("Sin", ["a"], ["h"]),  # the c backend has no Sin or Cos
+        oh.make_node("Relu", ["h"], ["h2"]),
+        oh.make_node("Shape", ["h2"], ["s2"]),
+        oh.make_node("Gather", ["s2", "one"], ["m"], axis=0),
+        oh.make_node("Unsqueeze", ["m", "axes"], ["m1"]),
+        oh.make_node("Concat", ["n1", "m1", "minus1"], ["target"], axis=0),
+        oh.make_node("Cos", ["h2"], ["h3"]),
+        oh.make_node("Reshape", ["h3", "target"], ["y"]),
+    ]
+    constants = {"zero": np.array(0, np.int64), "one": np.array(1, np.int64), "axes": np.array([0], np.int64),
+                 "minus1": np.array([-1], np.int64)}
+    graph = oh.make_graph(
+        nodes, "cut_concat", [oh.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["N", 4, 6])],
+        [oh.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)],
+        [onnx.numpy_helper.from_array(value, name) for name, value in constants.items()],
+    )
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)])
+    exe = cg.compile(model, ["c"])
+    concat_step = next(s for s in exe.steps if "target" in s.outputs)
+    assert concat_step.backend == "c" and "n1" in concat_step.inputs  # the cut this test is about
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for batch in (2, 3):
+        x = np.random.default_rng(batch).standard_normal((batch, 4, 6)).astype(np.float32)
+        np.testing.assert_allclose(exe.run({"x": x})["y"], session.run(None, {"x": x})[0], rtol=1e-6)

@@ -340,11 +340,16 @@ class OpenVINORunnable:
             request = self._idle.get_nowait()
         except queue.Empty:
             request = self._compiled.create_infer_request()
+        # The arrays OpenVINO reads must outlive infer(): an ov.Tensor over shared memory does
+        # not keep its numpy array alive, so a converted copy dropped before infer() is read
+        # after it was freed (garbage outputs, found on a Fortran-ordered image input).
+        shared: list[np.ndarray] = []
         try:
             for port, dtype, array in zip(self._input_index, self._input_dtypes, inputs, strict=True):
                 data = np.asarray(array, dtype=dtype, order="C")  # no copy when already so; 0-d stays 0-d
                 if not data.flags.writeable:  # OpenVINO shares only writable memory
                     data = data.copy()
+                shared.append(data)
                 request.set_input_tensor(port, self._tensor(data, shared_memory=True))
             if self._static_outputs is None:
                 request.infer()

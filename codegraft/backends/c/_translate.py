@@ -16,6 +16,7 @@ import onnx_ir as ir
 from codegraft.backends.c import _graph as g
 from codegraft.backends.c._lowerer import Lowerer, LoweringError
 from codegraft.backends.c._node import FOLDABLE, SHAPE_OPS, attr_int, opset_of
+from codegraft.backends.c._support import float_data
 from codegraft.backends.c.ops import ONNX_OPS
 
 __all__ = ["LoweringError", "translate"]
@@ -40,6 +41,11 @@ def translate(model: ir.Model) -> g.Graph:
         entry = ONNX_OPS.get(node.op_type)
         if entry is None:
             raise LoweringError(f"{node.op_type} ({node.name}) is not supported")
+        # Shape arithmetic is taken whatever its dtype because it folds; cut from its shapes by
+        # the partitioner (its operands now this partition's inputs) it would run on floats.
+        not_float = float_data(node)
+        if not_float:
+            raise LoweringError(f"{node.op_type} ({node.name}): {not_float} (not a constant in this partition)")
         made = len(lowerer.ops)
         try:
             entry.lower(lowerer, node)
