@@ -43,6 +43,8 @@ def import_model(source: ModelSource, *, example_inputs: Sequence[Any] | None = 
     """
     proto = _to_proto(source, example_inputs)
     graphs = _graphs(proto.graph)
+    proto = _layer_norm_as_opset_17(proto, graphs, _describe(source))
+    graphs = _graphs(proto.graph)
     proto = _placeholder_dims_unknown(proto, graphs)
     where = _describe(source)
     pending = None
@@ -513,6 +515,79 @@ def _placeholder_dims(graph: onnx.GraphProto) -> list[onnx.TensorShapeProto.Dime
         for dim in info.type.tensor_type.shape.dim
         if (dim.HasField("dim_value") and dim.dim_value < 0) or (dim.HasField("dim_param") and dim.dim_param == "?")
     ]
+
+
+# The temporary domain LayerNormalization nodes wait in while the rest of a model is converted.
+_LAYER_NORM_ASIDE = "codegraft.opset17"
+
+
+def _layer_norm_as_opset_17(proto: onnx.ModelProto, graphs: list[onnx.GraphProto], where: str) -> onnx.ModelProto:
+    """A model using LayerNormalization (an opset-17 op) while importing an older default opset,
+    read as opset 17.
+
+    onnxruntime runs such models (it registers its own LayerNormalization, the same function,
+    for opsets 1-16, and its transformer optimizer writes it so); the onnx checker refuses them
+    (pnm's int8 phoneme decoder, opset 16).  Opset 17 changed no op of opset 16, so an opset-16
+    model only gets its import raised; an older one is converted to opset 17 with onnx's
+    version converter, its LayerNormalization nodes set aside in a domain of their own meanwhile.
+
+    >>> node = onnx.helper.make_node("LayerNormalization", ["x", "g"], ["y"])
+    >>> graph = onnx.helper.make_graph([node], "g", [], [])
+    >>> old = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 16)])
+    >>> [o.version for o in _layer_norm_as_opset_17(old, [old.graph], "m").opset_import]
+    [17]
+    """
+    imports = {o.domain: o.version for o in proto.opset_import}
+    version = imports.get("", imports.get("ai.onnx", 0))
+    if version >= 17 or not any(_is_layer_norm(n) for g in graphs for n in g.node):
+        return proto
+    if version == 16:
+        raised = onnx.ModelProto()
+        raised.CopyFrom(proto)
+        for opset in raised.opset_import:
+            if opset.domain in ("", "ai.onnx"):
+                opset.version = 17
+        return raised
+    from onnx import version_converter
+
+    aside = onnx.ModelProto()
+    aside.CopyFrom(proto)
+    for graph in _graphs(aside.graph):
+        for node in graph.node:
+            if _is_layer_norm(node):
+                node.domain = _LAYER_NORM_ASIDE
+    aside.opset_import.append(onnx.helper.make_opsetid(_LAYER_NORM_ASIDE, 1))
+    # the converter wants a shape on every graph input and output (check_model_proto's trick)
+    unranked = [
+        info.name
+        for info in (*aside.graph.input, *aside.graph.output)
+        if info.type.HasField("tensor_type") and not info.type.tensor_type.HasField("shape")
+    ]
+    for info in (*aside.graph.input, *aside.graph.output):
+        if info.name in unranked:
+            info.type.tensor_type.shape.SetInParent()
+    try:
+        converted = version_converter.convert_version(aside, 17)
+    except Exception as error:  # the converter raises several internal error types
+        raise ModelError(
+            f"{where} uses LayerNormalization, an opset-17 op, but imports opset {version}, and onnx's version "
+            f"converter could not bring it to opset 17: {one_line(error)}"
+        ) from None
+    for graph in _graphs(converted.graph):
+        for node in graph.node:
+            if node.domain == _LAYER_NORM_ASIDE:
+                node.domain = ""
+    for info in (*converted.graph.input, *converted.graph.output):
+        if info.name in unranked and not info.type.tensor_type.shape.dim:
+            info.type.tensor_type.ClearField("shape")
+    kept = [o for o in converted.opset_import if o.domain != _LAYER_NORM_ASIDE]
+    del converted.opset_import[:]
+    converted.opset_import.extend(kept)
+    return converted
+
+
+def _is_layer_norm(node: onnx.NodeProto) -> bool:
+    return node.op_type == "LayerNormalization" and node.domain in ("", "ai.onnx")
 
 
 def _graphs(graph: onnx.GraphProto) -> list[onnx.GraphProto]:
