@@ -357,6 +357,25 @@ def test_reduce_sum_and_constant_node() -> None:
     check(make_model([const, helper.make_node("Mul", ["x", "c"], ["y"])], {"x": (3, 4)}, ["y"]))
 
 
+def test_parameters_computed_from_shapes_in_the_partition() -> None:
+    # pnm's decoder: an attention mask sliced to the sequence length, ends = Concat(n, n) with n
+    # read from a shape in the same partition; the lowering read only initializers and crashed.
+    inits = {"zero": np.array(0, np.int64), "axes0": np.array([0], np.int64), "starts": np.array([0, 0], np.int64),
+             "axes": np.array([0, 1], np.int64), "two": np.array([2], np.int64)}
+    nodes = [
+        helper.make_node("Shape", ["q"], ["s"]),
+        helper.make_node("Gather", ["s", "zero"], ["n"], axis=0),
+        helper.make_node("Unsqueeze", ["n", "axes0"], ["n1"]),
+        helper.make_node("Concat", ["n1", "n1"], ["ends"], axis=0),
+        helper.make_node("Slice", ["mask", "starts", "ends", "axes"], ["m"]),
+        helper.make_node("Add", ["m", "q"], ["a"]),
+        helper.make_node("Concat", ["zero1", "n1", "n1", "zero1"], ["pads"], axis=0),
+        helper.make_node("Pad", ["a", "pads"], ["y"]),  # pads computed too
+    ]
+    inits["zero1"] = np.array([0], np.int64)
+    check(make_model(nodes, {"q": (5, 5), "mask": (8, 8)}, ["y"], inits, opset=13))
+
+
 def test_slice_split_pad() -> None:
     ints = {"starts": np.array([1, -1], np.int64), "ends": np.array([100, 0], np.int64),
             "axes": np.array([0, 2], np.int64), "steps": np.array([2, -2], np.int64)}

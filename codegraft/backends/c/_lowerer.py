@@ -16,6 +16,7 @@ import numpy as np
 import onnx_ir as ir
 
 from codegraft.backends.c import _graph as g
+from codegraft.backends.c._node import attr_ints, opset_of, present
 from codegraft.errors import CodegraftError
 
 
@@ -60,6 +61,22 @@ class Lowerer:
         if const is None:
             raise LoweringError(f"the {what} is not known at compile time")
         return const
+
+    def ints(self, node: ir.Node, index: int) -> list[int] | None:
+        """Input ``index`` of ``node`` as a flat list of ints, when it is given and known now:
+        an initializer, or a value folded here (a Slice's ends read from a shape in this
+        partition; the IR knows only initializers, pnm's decoder's mask slice was lost so)."""
+        value = present(node, index)
+        if value is None:
+            return None
+        found = self.values.get(value.name or "")
+        if found is None:
+            return None if value.const_value is None else [int(v) for v in value.const_value.numpy().reshape(-1)]
+        return None if found.const is None else [int(v) for v in np.asarray(found.const).reshape(-1)]
+
+    def axes(self, node: ir.Node, input_from: int) -> list[int] | None:
+        """The ``axes`` of a reduce/squeeze-like node: an attribute before opset ``input_from``, input 1 since."""
+        return attr_ints(node, "axes") if opset_of(node) < input_from else self.ints(node, 1)
 
     def fresh(self, hint: str) -> str:
         self.counter += 1

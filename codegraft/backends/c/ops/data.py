@@ -28,6 +28,7 @@ from codegraft.backends.c._node import (
     attr_int,
     attr_ints,
     attr_str,
+    compile_time,
     const_ints,
     is_constant,
     known_at_compile_time,
@@ -95,8 +96,8 @@ class Slice(g.Op):
 
 def _check_slice(node: ir.Node) -> str:
     bounds = [present(node, i) for i in range(1, 5)]
-    if opset_of(node) >= 10 and any(v is not None and not is_constant(v) for v in bounds):
-        return "starts, ends, axes and steps must be constants"
+    if opset_of(node) >= 10 and not all(compile_time(v) for v in bounds):
+        return "starts, ends, axes and steps must be constants or computed from shapes"
     if rank_of(node.inputs[0]) is None:
         return "the input rank is unknown"
     return ""
@@ -122,12 +123,16 @@ def slice_op(lw: Lowerer, x: g.Tensor, bounds: dict[int, tuple[int, int, int]]) 
 def _slice(lw: Lowerer, node: ir.Node) -> None:
     x = lw.tensor(node.inputs[0])
     rank = len(x.shape)
+    given: tuple[list[int] | None, list[int] | None]
     if opset_of(node) < 10:
-        starts, ends = attr_ints(node, "starts") or [], attr_ints(node, "ends") or []
+        given = attr_ints(node, "starts") or [], attr_ints(node, "ends") or []
         axes, steps = attr_ints(node, "axes"), None
     else:
-        starts, ends = const_ints(node, 1) or [], const_ints(node, 2) or []
-        axes, steps = const_ints(node, 3), const_ints(node, 4)
+        given = lw.ints(node, 1), lw.ints(node, 2)
+        axes, steps = lw.ints(node, 3), lw.ints(node, 4)
+    starts, ends = given
+    if starts is None or ends is None:
+        raise LoweringError("the starts and ends are not known at compile time")
     axes = axes if axes is not None else list(range(len(starts)))
     steps = steps if steps is not None else [1] * len(starts)
     bounds = {a % rank: (b, e, st) for a, b, e, st in zip(axes, starts, ends, steps, strict=True)}
@@ -177,7 +182,7 @@ def _check_split(node: ir.Node) -> str:
 def _split(lw: Lowerer, node: ir.Node) -> None:
     x = lw.tensor(node.inputs[0])
     axis = attr_int(node, "axis", 0) % len(x.shape)
-    sizes = attr_ints(node, "split") if opset_of(node) < 13 else const_ints(node, 1)
+    sizes = attr_ints(node, "split") if opset_of(node) < 13 else lw.ints(node, 1)
     count = len(node.outputs)
     if not sizes:
         chunk = -(-x.shape[axis] // count)
@@ -209,11 +214,11 @@ def _check_pad(node: ir.Node) -> str:
     if mode not in PAD_MODES:
         return f"mode={mode} is not supported (only {', '.join(PAD_MODES)})"
     if opset_of(node) >= 11:
-        if not is_constant(present(node, 1)) or (present(node, 2) is not None and not is_constant(present(node, 2))):
-            return "pads and constant_value must be constants"
+        if not compile_time(present(node, 1)) or not compile_time(present(node, 2)):
+            return "pads and constant_value must be constants or computed from shapes"
         if present(node, 3) is not None:
             return "the axes input is not supported"
-        pads = [int(v) for v in present(node, 1).const_value.numpy().reshape(-1)]  # type: ignore[union-attr]
+        pads = const_ints(node, 1) or []  # computed pads are checked when lowered
     else:
         pads = attr_ints(node, "pads") or []
     if any(p < 0 for p in pads):
@@ -227,9 +232,14 @@ def _pad(lw: Lowerer, node: ir.Node) -> None:
     if opset_of(node) < 11:
         pads, value = attr_ints(node, "pads") or [0] * (2 * rank), attr_float(node, "value", 0.0)
     else:
-        pads = const_ints(node, 1) or [0] * (2 * rank)
+        known = lw.ints(node, 1)
+        if known is None:
+            raise LoweringError("the pads are not known at compile time")
+        pads = known
         fill = present(node, 2)
-        value = 0.0 if fill is None or fill.const_value is None else float(fill.const_value.numpy().reshape(-1)[0])
+        value = 0.0 if fill is None else float(lw.known(fill, "constant_value").reshape(-1)[0])
+    if any(p < 0 for p in pads):
+        raise LoweringError(f"negative pads (cropping) are not supported (pads {pads})")
     begins, ends = pads[:rank], pads[rank:]
     mode = attr_str(node, "mode", "constant")
     if mode == "reflect" and any(max(b, e) >= d for d, b, e in zip(x.shape, begins, ends, strict=True)):

@@ -21,7 +21,6 @@ from codegraft.backends.c._node import (
     NHWC_DOMAIN,
     attr_float,
     attr_int,
-    axes_of,
     check_axes_input,
     is_constant,
     opset_of,
@@ -271,7 +270,7 @@ def _reduce_mean(lw: Lowerer, node: ir.Node) -> None:
     """The Reduce ops (axes became an input at opset 18, 13 for ReduceSum)."""
     x = lw.tensor(node.inputs[0])
     rank = len(x.shape)
-    axes = axes_of(node, _AXES_INPUT_FROM[node.op_type])
+    axes = lw.axes(node, _AXES_INPUT_FROM[node.op_type])
     if not axes:
         if attr_int(node, "noop_with_empty_axes", 0):
             lw.bind(node.outputs[0], lw.view(x, x.shape))

@@ -17,7 +17,6 @@ from codegraft.backends.c import _graph as g
 from codegraft.backends.c._lowerer import Lowerer, LoweringError
 from codegraft.backends.c._node import (
     attr_int,
-    axes_of,
     check_axes_input,
     compile_time,
     is_constant,
@@ -64,7 +63,7 @@ def _flatten(lw: Lowerer, node: ir.Node) -> None:
 
 def _squeeze(lw: Lowerer, node: ir.Node) -> None:
     x = lw.tensor(node.inputs[0])
-    axes = axes_of(node, 13)
+    axes = lw.axes(node, 13)
     rank = len(x.shape)
     drop = {a % rank for a in axes} if axes else {i for i, d in enumerate(x.shape) if d == 1}
     lw.bind(node.outputs[0], lw.view(x, tuple(d for i, d in enumerate(x.shape) if i not in drop)))
@@ -72,7 +71,7 @@ def _squeeze(lw: Lowerer, node: ir.Node) -> None:
 
 def _unsqueeze(lw: Lowerer, node: ir.Node) -> None:
     x = lw.tensor(node.inputs[0])
-    axes = axes_of(node, 13) or []
+    axes = lw.axes(node, 13) or []
     rank = len(x.shape) + len(axes)
     insert = {a % rank for a in axes}
     dims = iter(x.shape)
