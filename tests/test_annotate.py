@@ -129,3 +129,59 @@ def test_arithmetic_on_host_scalars_stays_on_the_host() -> None:
     assert [p.backend for p in exe.report().partitions] == ["acc", "onnxruntime"]
     feeds = random_feeds(model)
     assert_close(exe.run(feeds), run_onnxruntime(model, feeds))
+
+
+def _reshape_by_own_shape_model(layers: int) -> onnx.ModelProto:
+    """``layers`` times: Relu, then a Reshape to (batch, -1) whose shape is read from the Relu."""
+    nodes, current = [], "x"
+    for k in range(layers):
+        nodes += [
+            helper.make_node("Relu", [current], [f"r{k}"]),
+            helper.make_node("Shape", [f"r{k}"], [f"s{k}"]),
+            helper.make_node("Gather", [f"s{k}", "zero"], [f"n{k}"], axis=0),
+            helper.make_node("Unsqueeze", [f"n{k}", "axes"], [f"n1_{k}"]),
+            helper.make_node("Concat", [f"n1_{k}", "minus1"], [f"shape{k}"], axis=0),
+            helper.make_node("Reshape", [f"r{k}", f"shape{k}"], [f"y{k}"]),
+        ]
+        current = f"y{k}"
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4, 6])],
+        [helper.make_tensor_value_info(current, TensorProto.FLOAT, None)],
+        initializer=[numpy_helper.from_array(np.array(0, np.int64), "zero"),
+                     numpy_helper.from_array(np.array([0], np.int64), "axes"),
+                     numpy_helper.from_array(np.array([-1], np.int64), "minus1")],
+    )  # fmt: skip
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_shape_arithmetic_follows_the_backend_using_it() -> None:
+    # platerec's float16 decoder: `c`, first in the order, takes only the shape arithmetic,
+    # OpenVINO the layers; each shape computation was a partition between OpenVINO's
+    shapes_only = SubsetBackend("shapes", {"Shape", "Gather", "Unsqueeze", "Concat"})
+    dense = SubsetBackend("dense", {"Relu", "Reshape", "Shape", "Gather", "Unsqueeze", "Concat"})
+    model = _reshape_by_own_shape_model(3)
+    exe = cg.compile(model, targets=[shapes_only, dense])
+    assert [p.backend for p in exe.report().partitions] == ["dense"]  # was 6 partitions, alternating
+    moved = [n for n in exe.report().nodes if n.op_type == "Gather"]
+    assert all(n.backend == "dense" for n in moved)
+    annotation = annotate(ir.from_proto(onnx.shape_inference.infer_shapes(model)).graph, [shapes_only, dense],
+                          host="onnxruntime")
+    gather = next(i for i, info in enumerate(annotation.infos) if info.node.op_type == "Gather")
+    assert [d.reason for d in annotation.declines[gather]] == [
+        "Gather: shape arithmetic goes with the dense nodes using it (a partition of its own costs two crossings)"
+    ]
+    feeds = {"x": np.random.default_rng(0).standard_normal((2, 4, 6)).astype(np.float32)}
+    assert_close(exe.run(feeds), run_onnxruntime(model, feeds))
+
+
+def test_shape_arithmetic_used_by_two_backends_stays() -> None:
+    shapes_only = SubsetBackend("shapes", {"Shape", "Gather", "Unsqueeze", "Concat", "Reshape"})
+    dense = SubsetBackend("dense", {"Relu", "Shape", "Gather", "Unsqueeze", "Concat"})
+    model = _reshape_by_own_shape_model(1)
+    # a second user of the shape, on the first backend
+    extra = helper.make_node("Reshape", ["r0", "shape0"], ["z"])
+    model.graph.node.append(extra)
+    model.graph.output.append(helper.make_tensor_value_info("z", TensorProto.FLOAT, None))
+    exe = cg.compile(model, targets=[shapes_only, dense])
+    concat = next(n for n in exe.report().nodes if n.op_type == "Concat")
+    assert concat.backend == "shapes"

@@ -36,6 +36,8 @@ SMALL_VALUE_ELEMENTS = 4096
 _SMALL_RESULTS = frozenset({ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.BFLOAT16, ir.DataType.DOUBLE,
                             ir.DataType.BOOL})  # fmt: skip
 QDQ_OPS = frozenset({"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear"})
+# what shape arithmetic makes (sizes, indices, axes)
+_SHAPE_VALUES = frozenset({ir.DataType.INT64, ir.DataType.INT32})
 
 
 @dataclass(frozen=True)
@@ -166,6 +168,8 @@ def annotate(
 
     quantized_members = _keep_quantized_units_whole(graph, index_of, claimed, composite_of, declines, host)
     _leave_small_arithmetic_to_the_host(infos, index_of, claimed, composite_of, quantized_members, declines, host)
+    _shape_arithmetic_follows_its_users(infos, index_of, claimed, composite_of, quantized_members, capable, declines,
+                                        host)
 
     units: list[Unit] = []
     unit_of_node = [-1] * count
@@ -330,6 +334,67 @@ def _leave_small_arithmetic_to_the_host(
             str(target), f"{node.op_type}: arithmetic on host-computed scalars stays on the host "
             "(a crossing costs more)",
         ))  # fmt: skip
+
+
+def _shape_arithmetic_follows_its_users(
+    infos: Sequence[NodeInfo],
+    index_of: dict[ir.Node, int],
+    claimed: list[str | None],
+    composite_of: list[Composite | None],
+    quantized_members: dict[int, tuple[int, ...]],
+    capable: list[list[str]],
+    declines: list[list[NodeDecline]],
+    host: str,
+) -> None:
+    """Integer arithmetic on shapes goes to the backend of the nodes that use it.
+
+    A target earlier in the user's order may take ``Shape -> Gather -> Concat`` feeding a later
+    target's ``Reshape``: a partition of its own computing a few integers, two crossings,
+    between the later target's partitions (platerec's float16 decoder: `c`, which computes no
+    float16, took its shape arithmetic and cut OpenVINO's layers into 17 partitions).  Walking
+    from the graph's end (so a chain follows its last user), a target's node whose outputs are
+    all small integers (:data:`SMALL_VALUE_ELEMENTS`) and whose users all run on one other
+    backend that accepts it (the host accepts everything) moves there, when each value it
+    reads is small, a graph input or made on that backend: a ``Shape`` of another target's
+    activation stays, the activation is not carried across for its shape.
+    """
+    for i in range(len(infos) - 1, -1, -1):
+        target = claimed[i]
+        if target in (None, host) or composite_of[i] is not None or i in quantized_members:
+            continue
+        node = infos[i].node
+        outputs = [v for v in node.outputs if v is not None]
+        if not outputs or not all(v.dtype in _SHAPE_VALUES and _elements(v) <= SMALL_VALUE_ELEMENTS for v in outputs):
+            continue
+        users: set[str | None] = set()
+        for value in outputs:
+            if value.is_graph_output():
+                users.add(None)
+            for user, _ in value.uses():
+                j = index_of.get(user)
+                users.add(None if j is None else claimed[j] or host)  # None: a subgraph's user
+        destination = users.pop() if len(users) == 1 else None
+        if destination is None or destination == target or (destination != host and destination not in capable[i]):
+            continue
+        if not all(_small_or_made_on(v, destination, index_of, claimed, host) for v in infos[i].reads):
+            continue
+        claimed[i] = destination
+        declines[i].append(NodeDecline(
+            str(target), f"{node.op_type}: shape arithmetic goes with the {destination} nodes using it "
+            "(a partition of its own costs two crossings)",
+        ))  # fmt: skip
+
+
+def _small_or_made_on(
+    value: ir.Value, backend: str, index_of: dict[ir.Node, int], claimed: list[str | None], host: str
+) -> bool:
+    if value.const_value is not None or _elements(value) <= SMALL_VALUE_ELEMENTS:
+        return True
+    producer = value.producer()
+    if producer is None:  # a graph input
+        return True
+    index = index_of.get(producer)
+    return index is not None and (claimed[index] or host) == backend
 
 
 def _elements(value: ir.Value) -> int:
