@@ -84,6 +84,20 @@ def test_quantized_unit_is_never_split() -> None:
     assert_close(exe.run(feeds), run_onnxruntime(model, feeds))
 
 
+def test_a_quantized_unit_split_between_targets_goes_to_one_taking_it_whole() -> None:
+    # c before openvino on a QDQ model: the first target took the Conv, not its quantizers, and
+    # the unit went to the host although a later target takes all of it
+    model = _qdq_model()
+    partial = SubsetBackend("partial", {"Conv"})
+    whole = SubsetBackend("whole", {"Conv", "DequantizeLinear", "QuantizeLinear"})
+    exe = cg.compile(model, targets=[partial, whole], passes=())
+    assert {n.backend for n in exe.report().nodes} == {"whole"}  # was: the host, every node
+    conv = next(n for n in exe.report().nodes if n.op_type == "Conv")
+    assert ("partial", "quantized unit is not supported whole") in conv.declined
+    feeds = random_feeds(model)
+    assert_close(exe.run(feeds), run_onnxruntime(model, feeds))
+
+
 def _scale_arithmetic_model() -> onnx.ModelProto:
     """A scale the host computes (ReduceMin), then Mul and Div by constants, Floor (host's);
     beside it ReduceMax(x) - 1 from an acc node, which scales x (all acc's)."""
@@ -185,3 +199,20 @@ def test_shape_arithmetic_used_by_two_backends_stays() -> None:
     exe = cg.compile(model, targets=[shapes_only, dense])
     concat = next(n for n in exe.report().nodes if n.op_type == "Concat")
     assert concat.backend == "shapes"
+
+
+def test_a_residual_qdq_block_with_a_host_op_inside_compiles() -> None:
+    # efficientword-net's int8 ResNet-50 was refused ("the graph has a cycle"): the block
+    # input's DequantizeLinear, shared by the first Conv and the residual Add, merged their
+    # units into one placed whole, left and re-entered through the host's Sigmoid
+    import onnx.parser
+
+    from tests.test_patterns import QDQ_INITS, QDQ_SIG, RESIDUAL_QDQ_BODY
+
+    text = f'<ir_version: 8, opset_import: ["" : 20]>\ng {QDQ_SIG} {QDQ_INITS} {{\n{RESIDUAL_QDQ_BODY}\n}}'
+    model = onnx.parser.parse_model(text)
+    acc = SubsetBackend("acc", {"Conv", "QuantizeLinear", "DequantizeLinear", "Add", "Relu"})
+    exe = cg.compile(model, targets=[acc])
+    assert "onnxruntime" in {p.backend for p in exe.report().partitions}  # the Sigmoid
+    feeds = random_feeds(model)
+    assert_close(exe.run(feeds), run_onnxruntime(model, feeds))

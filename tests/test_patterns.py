@@ -370,6 +370,37 @@ def test_quantized_units_merge_when_they_share_a_dequantize() -> None:
     assert [names(u) for u in units] == [["n1", "n2", "n3", "n4", "n5", "n6"]]
 
 
+RESIDUAL_QDQ_BODY = """
+  xq = QuantizeLinear(x, s, zp)
+  xd = DequantizeLinear(xq, s, zp)
+  wd = DequantizeLinear(wq, s, zp)
+  c1 = Conv <pads=[1,1,1,1]> (xd, wd)
+  c1q = QuantizeLinear(c1, s, zp)
+  c1d = DequantizeLinear(c1q, s, zp)
+  h = Sigmoid(c1d)
+  wd2 = DequantizeLinear(wq, s, zp)
+  c2 = Conv <pads=[1,1,1,1]> (h, wd2)
+  c2q = QuantizeLinear(c2, s, zp)
+  c2d = DequantizeLinear(c2q, s, zp)
+  a = Add(xd, c2d)
+  aq = QuantizeLinear(a, s, zp)
+  y = DequantizeLinear(aq, s, zp)
+  z = Relu(y)
+"""
+
+
+def test_quantized_units_sharing_a_dequantize_across_a_block_are_not_merged() -> None:
+    # A residual block: the input's DequantizeLinear feeds the first Conv and the Add after
+    # the second; merged, the unit {first Conv, Add} would be left and re-entered through the
+    # Sigmoid and the second Conv between them, and the partitioner refused the model ("the
+    # graph has a cycle"; efficientword-net's int8 ResNet-50).  Each op keeps its own unit;
+    # the shared DequantizeLinear of the input is in none.
+    g = graph(RESIDUAL_QDQ_BODY, QDQ_SIG, QDQ_INITS)
+    units = [names(u) for u in quantized_units(g)]
+    assert units == [["n2", "n3", "n4"], ["n7", "n8", "n9"], ["n10", "n11", "n12"]]
+    assert [[n.op_type for n in u] for u in quantized_units(g)][0] == ["DequantizeLinear", "Conv", "QuantizeLinear"]
+
+
 def test_quantized_units_single() -> None:
     body = """
       xq = QuantizeLinear(x, s, zp)

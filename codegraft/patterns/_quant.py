@@ -4,7 +4,11 @@ NOTE: in the QDQ format an op "runs quantized" only as a whole unit: the Dequant
 nodes feeding it, the op, and the QuantizeLinear nodes reading its result.  A backend that
 takes the op but not its Q/DQ would compute in float what the model meant in int8, so the
 partitioner treats each unit like a composite.  Units sharing a node (a DequantizeLinear
-feeding two ops) are merged, since either split would cut one of them.
+feeding two ops) are merged, since either split would cut one of them - unless the merged
+group would not be convex: where a path leaves it and comes back (a ResNet block's input
+dequantized once for its first convolution and for the residual Add after the block's last),
+placing it whole would make the partition graph cyclic, so each op keeps a unit of its own
+with only the DequantizeLinear nodes it alone reads, and a shared one is a node of its own.
 """
 
 from __future__ import annotations
@@ -61,8 +65,41 @@ def quantized_units(graph: ir.Graph) -> list[tuple[ir.Node, ...]]:
     groups: dict[ir.Node, list[ir.Node]] = {}
     for node in parent:
         groups.setdefault(find(node), []).append(node)
-    units = [tuple(sorted(set(g), key=order.__getitem__)) for g in groups.values()]
+    units: list[tuple[ir.Node, ...]] = []
+    for group in groups.values():
+        members = set(group)
+        if _convex(members, order):
+            units.append(tuple(sorted(members, key=order.__getitem__)))
+            continue
+        for op in (n for n in members if not _is(n, "QuantizeLinear") and not _is(n, "DequantizeLinear")):
+            own = [d for d in _dequantized_inputs(op) if all(u.node is op for v in d.outputs for u in v.uses())]
+            quantizers = [u.node for v in op.outputs for u in v.uses()]
+            units.append(tuple(sorted({op, *own, *quantizers}, key=order.__getitem__)))
     return sorted(units, key=lambda u: order[u[0]])
+
+
+def _dequantized_inputs(node: ir.Node) -> list[ir.Node]:
+    producers = [v.producer() for v in node.inputs if v is not None]
+    return [p for p in producers if p is not None and _is(p, "DequantizeLinear")]
+
+
+def _convex(members: set[ir.Node], order: dict[ir.Node, int]) -> bool:
+    """Whether no path leaves ``members`` and comes back (walked in graph order: a path back
+    cannot pass a node after the group's last)."""
+    last = max(order[n] for n in members)
+    pending = [u.node for n in members for v in n.outputs for u in v.uses() if u.node not in members]
+    seen: set[ir.Node] = set()
+    while pending:
+        node = pending.pop()
+        if node in seen or order.get(node, last + 1) > last:
+            continue  # (a user inside a subgraph has no order here: it cannot lead back)
+        seen.add(node)
+        for value in node.outputs:
+            for use in value.uses():
+                if use.node in members:
+                    return False
+                pending.append(use.node)
+    return True
 
 
 __all__ = ["quantized_units"]

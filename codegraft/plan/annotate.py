@@ -166,7 +166,7 @@ def annotate(
             if progress is not None:
                 progress(asked * count + i + 1)
 
-    quantized_members = _keep_quantized_units_whole(graph, index_of, claimed, composite_of, declines, host)
+    quantized_members = _keep_quantized_units_whole(graph, index_of, claimed, composite_of, capable, declines, host)
     _leave_small_arithmetic_to_the_host(infos, index_of, claimed, composite_of, quantized_members, declines, host)
     _shape_arithmetic_follows_its_users(infos, index_of, claimed, composite_of, quantized_members, capable, declines,
                                         host)
@@ -264,11 +264,18 @@ def _keep_quantized_units_whole(
     index_of: dict[ir.Node, int],
     claimed: list[str | None],
     composite_of: list[Composite | None],
+    capable: list[list[str]],
     declines: list[list[NodeDecline]],
     host: str,
 ) -> dict[int, tuple[int, ...]]:
     """DequantizeLinear -> op -> QuantizeLinear units are placed whole: on the one backend that
-    claimed all their nodes, else on the host.  Returns node index -> the unit's members."""
+    claimed all their nodes, else on the first target (in the user's order) that accepts every
+    one of them, else on the host.  Returns node index -> the unit's members.
+
+    (A target earlier in the order that takes a unit's op but not its quantizers, as `c` takes
+    a QDQ model's convolutions, no longer sends the unit to the host past a later target that
+    declares int8 and takes all of it.)
+    """
     if not any(node.op_type == "QuantizeLinear" for node in index_of):
         return {}
     from codegraft.patterns import quantized_units
@@ -280,10 +287,11 @@ def _keep_quantized_units_whole(
             continue  # inside a body, or already whole inside a composite
         owners = {claimed[i] for i in members}
         if len(owners) != 1 or None in owners:
+            whole = [t for t in capable[members[0]] if all(t in capable[i] for i in members)]
             for i in members:
-                if claimed[i] not in (None, host):
+                if claimed[i] not in (None, host, *whole[:1]):
                     declines[i].append(NodeDecline(str(claimed[i]), "quantized unit is not supported whole"))
-                claimed[i] = host
+                claimed[i] = whole[0] if whole else host
         for i in members:
             members_of[i] = members
     return members_of
