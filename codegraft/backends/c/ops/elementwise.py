@@ -26,6 +26,7 @@ from codegraft.backends.c._fuse import Kernel, Ref, Step
 from codegraft.backends.c._lowerer import Lowerer
 from codegraft.backends.c._node import (
     attr_float,
+    attr_int,
     attr_str,
     compile_time,
     is_constant,
@@ -95,6 +96,9 @@ EXPRESSIONS: dict[str, str] = {
     "or": "({a} != 0.0f || {b} != 0.0f ? 1.0f : 0.0f)",
     "xor": "(({a} != 0.0f) != ({b} != 0.0f) ? 1.0f : 0.0f)",
     "not": "({a} != 0.0f ? 0.0f : 1.0f)",
+    "isnan": "({a} != {a} ? 1.0f : 0.0f)",
+    # IsInf(detect_negative = p0, detect_positive = p1)
+    "isinf": "(({a} == INFINITY && {p1} != 0.0f) || ({a} == -INFINITY && {p0} != 0.0f) ? 1.0f : 0.0f)",
     "clip": "cg_clamp({a}, {p0}, {p1})",
     "clip_min": "cg_clamp({a}, {b}, INFINITY)",  # Clip by a computed lower bound
     "clip_max": "cg_clamp({a}, -INFINITY, {b})",
@@ -218,6 +222,16 @@ def _not(lw: Lowerer, node: ir.Node) -> None:
     lw.bind(node.outputs[0], lw.elementwise("not", [lw.tensor(node.inputs[0])]))
 
 
+def _isnan(lw: Lowerer, node: ir.Node) -> None:
+    # (attention softmaxes guard against all-masked rows: Where(IsNaN(p), 0, p), once a layer)
+    lw.bind(node.outputs[0], lw.elementwise("isnan", [lw.tensor(node.inputs[0])]))
+
+
+def _isinf(lw: Lowerer, node: ir.Node) -> None:
+    flags = (float(attr_int(node, "detect_negative", 1)), float(attr_int(node, "detect_positive", 1)))
+    lw.bind(node.outputs[0], lw.elementwise("isinf", [lw.tensor(node.inputs[0])], flags))
+
+
 def _variadic(lw: Lowerer, node: ir.Node) -> None:
     """Sum, Max and Min: a chain of the binary op."""
     inputs = [lw.tensor(v) for v in node.inputs if v is not None]
@@ -250,6 +264,8 @@ ONNX = (
     *(OnnxOp(op_type, _compare, converted=frozenset({0, 1}), bool_output=True)
       for op_type in (*_COMPARISON_KIND, *_LOGIC_KIND)),
     OnnxOp("Not", _not, converted=frozenset({0}), bool_output=True),
+    OnnxOp("IsNaN", _isnan, bool_output=True),
+    OnnxOp("IsInf", _isinf, bool_output=True),
 )
 
 
