@@ -485,24 +485,48 @@ def interleave_rows(length: int, rows: int, row_stride: int, vector: int, chunk:
     return lines
 
 
-# -- Gather (indices known at compile time) --------------------------------------------------------
+# -- Gather ------------------------------------------------------------------------------------
 
 
 _MAX_GATHER_INDICES = 64
 
 
+@dataclass(eq=False)
+class Gather(g.Op):
+    """``out[o, j, i] = in[o, index[j], i]`` over the flattened outer, index and inner axes, the
+    indices read at run time (float32 holding integers, as the partition's entry converts an
+    int64 input: an index float32 cannot hold exactly, beyond 2**24, is out of range of any axis
+    here either way, and stays so rounded)."""
+
+    axis: int = 0
+
+
+def _check_gather(node: ir.Node) -> str:
+    if rank_of(node.inputs[0]) is None:
+        return "the input rank is unknown"
+    return ""
+
+
 def _gather(lw: Lowerer, node: ir.Node) -> None:
-    """Gather with indices known at compile time: one slice per index, concatenated."""
+    """Gather: with indices known at compile time (a few), slices and a Concat; else a kernel
+    reading the indices at run time (an embedding lookup by token ids, a graph network's
+    gathers along its edges)."""
     x = lw.tensor(node.inputs[0])
-    indices = lw.known(node.inputs[1], "indices").astype(np.int64)
     rank = len(x.shape)
     axis = attr_int(node, "axis", 0) % rank
+    index_tensor = lw.tensor(node.inputs[1])
+    if index_tensor.const is None or index_tensor.const.size > _MAX_GATHER_INDICES:
+        if x.shape[axis] > 1 << 24:
+            raise LoweringError(f"axis {axis} has {x.shape[axis]} entries: float32 indices are exact up to 2**24")
+        out = lw.new((*x.shape[:axis], *index_tensor.shape, *x.shape[axis + 1 :]))
+        lw.ops.append(Gather([x, index_tensor], out, axis=axis))
+        lw.bind(node.outputs[0], out)
+        return
+    indices = index_tensor.const.astype(np.int64)
     dim = x.shape[axis]
     flat = [int(i) + dim if i < 0 else int(i) for i in indices.reshape(-1)]
     if any(not 0 <= i < dim for i in flat):
         raise LoweringError(f"indices {indices.reshape(-1).tolist()} are out of range for axis {axis} of size {dim}")
-    if len(flat) > _MAX_GATHER_INDICES:
-        raise LoweringError(f"{len(flat)} indices (at most {_MAX_GATHER_INDICES} are taken as slices)")
     parts = [slice_op(lw, x, {axis: (i, i + 1, 1)}) for i in flat]
     y = parts[0]
     if len(parts) > 1:
@@ -511,6 +535,29 @@ def _gather(lw: Lowerer, node: ir.Node) -> None:
         y = lw.new(tuple(shape))
         lw.ops.append(g.Concat(parts, y, axis=axis))
     lw.bind(node.outputs[0], lw.view(y, (*x.shape[:axis], *indices.shape, *x.shape[axis + 1 :])))
+
+
+def emit_gather(ctx: Context, kernel: Kernel) -> None:
+    """Rows of the input picked by run-time indices (negative ones count from the end); an index
+    out of range writes NaN rather than reading outside the input (onnxruntime refuses it)."""
+    op = core_of(kernel, Gather)
+    x, indices, out = op.inputs[0], op.inputs[1], op.out
+    outer, dim = math.prod(x.shape[: op.axis]), x.shape[op.axis]
+    inner, count = math.prod(x.shape[op.axis + 1 :]), indices.size
+    fn = ctx.name("gather")
+    ctx.functions.append(
+        f"static void {fn}(const float* x, const float* index, float* y) {{\n"
+        f"  for (long o = 0; o < {outer}; o++)\n"
+        f"    for (long j = 0; j < {count}; j++) {{\n"
+        f"      long i = (long)index[j];\n"
+        f"      if (i < 0) i += {dim};\n"
+        f"      float* to = y + (o * {count} + j) * {inner};\n"
+        f"      if (i < 0 || i >= {dim}) {{ for (long k = 0; k < {inner}; k++) to[k] = NAN; continue; }}\n"
+        f"      memcpy(to, x + (o * {dim} + i) * {inner}, {inner} * sizeof(float));\n"
+        f"    }}\n"
+        f"}}"
+    )
+    ctx.body.append(f"  {fn}({ctx.ptr(x)}, {ctx.ptr(indices)}, {ctx.ptr(out)});")
 
 
 # -- Copy (layout's: a partition output that is not written by a kernel) ---------------------------
@@ -531,13 +578,14 @@ ONNX = (
     OnnxOp("Pad", _pad, _check_pad, non_data=frozenset({1, 3})),
     OnnxOp("Tile", _tile, known_at_compile_time(1, "repeats"), non_data=frozenset({1})),
     OnnxOp("Transpose", _transpose),
-    OnnxOp("Gather", _gather, known_at_compile_time(1, "indices"), non_data=frozenset({1})),
+    OnnxOp("Gather", _gather, _check_gather, converted=frozenset({1})),
 )
 
 
 KERNELS = (
     KernelOp(g.Concat, Layout.ALIGN_INPUTS, emit_concat),
     KernelOp(Slice, Layout.PLAIN, emit_slice),
+    KernelOp(Gather, Layout.PLAIN, emit_gather),
     KernelOp(Pad, Layout.PLAIN, emit_pad),
     KernelOp(g.Transpose, Layout.PERMUTE, emit_transpose),
     KernelOp(g.Copy, Layout.PLAIN, emit_copy),
