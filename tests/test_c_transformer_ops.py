@@ -229,3 +229,14 @@ def test_gather_by_run_time_indices_runs_on_c() -> None:
     for ids in ([[0, 5, 99, -1, 3], [7, 7, 0, -100, 50]], [[1, 2, 3, 4, 5], [6, 7, 8, 9, 10]]):
         feeds = {"ids": np.array(ids, I64), "cols": np.array([0, -1, 4], I64)}
         np.testing.assert_array_equal(exe.run(feeds)["y"], run_onnxruntime(model, feeds)["y"])
+
+
+def test_gather_out_of_range_writes_nan_not_memory_outside() -> None:
+    # onnxruntime refuses such an index; the kernel must at least not read outside the table
+    import codegraft as cg
+
+    model = make_model([helper.make_node("Gather", ["table", "ids"], ["y"], axis=0)], {}, ["y"], {"table": rand(10, 4)})
+    model.graph.input.append(helper.make_tensor_value_info("ids", 7, [3]))
+    exe = cg.compile(model, targets=["c"])
+    y = exe.run({"ids": np.array([1, 10, -11], I64)})["y"]
+    assert np.isfinite(y[0]).all() and np.isnan(y[1:]).all()
