@@ -240,3 +240,50 @@ def test_gather_out_of_range_writes_nan_not_memory_outside() -> None:
     exe = cg.compile(model, targets=["c"])
     y = exe.run({"ids": np.array([1, 10, -11], I64)})["y"]
     assert np.isfinite(y[0]).all() and np.isnan(y[1:]).all()
+
+
+@pytest.mark.parametrize("axis", [0, 1, -1])
+@pytest.mark.parametrize("reduction", ["none", "add", "mul", "max", "min"])
+def test_gather_and_scatter_elements_by_run_time_indices(axis: int, reduction: str) -> None:
+    # onnx-asr's Kaldi features (GatherElements, ScatterElements) and minimol's message passing
+    # (ScatterElements with add and max) ran on the host, cutting them apart
+    import codegraft as cg
+    from codegraft.testing import run_onnxruntime
+
+    data_shape, index_shape = (4, 5, 6), [4, 5, 6]
+    index_shape[axis] = 3  # fewer indices than the axis has entries
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"]),
+        helper.make_node("GatherElements", ["r", "i"], ["g"], axis=axis),
+        helper.make_node("ScatterElements", ["x", "i", "g"], ["y"], axis=axis, reduction=reduction),
+    ]
+    model = make_model(nodes, {"x": data_shape}, ["y", "g"], opset=18)
+    model.graph.input.append(helper.make_tensor_value_info("i", 7, index_shape))
+    exe = cg.compile(model, targets=["c"])
+    assert [p.backend for p in exe.report().partitions] == ["c"], exe.report()
+    rng = np.random.default_rng(1)
+    dim = data_shape[axis]
+    # unique along the axis for `none` (which of two updates lands is the runtime's order)
+    index = (np.argsort(rng.random(index_shape), axis=axis) % dim if reduction == "none"
+             else rng.integers(-dim, dim, index_shape))
+    feeds = {"x": rand(*data_shape), "i": index.astype(I64)}
+    got, want = exe.run(feeds), run_onnxruntime(model, feeds)
+    np.testing.assert_allclose(got["g"], want["g"], rtol=0, atol=0)
+    np.testing.assert_allclose(got["y"], want["y"], rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("depth", [1, 2, 3])
+def test_gather_nd_by_run_time_indices(depth: int) -> None:
+    # minimol's graph network reads its edges' ends with GatherND (batch_dims 0)
+    import codegraft as cg
+    from codegraft.testing import run_onnxruntime
+
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("GatherND", ["r", "i"], ["y"])]
+    model = make_model(nodes, {"x": (4, 5, 6)}, ["y"])
+    model.graph.input.append(helper.make_tensor_value_info("i", 7, [2, 3, depth]))
+    exe = cg.compile(model, targets=["c"])
+    assert [p.backend for p in exe.report().partitions] == ["c"], exe.report()
+    rng = np.random.default_rng(depth)
+    index = np.stack([rng.integers(-d, d, (2, 3)) for d in (4, 5, 6)[:depth]], axis=-1)
+    feeds = {"x": rand(4, 5, 6), "i": index.astype(I64)}
+    np.testing.assert_array_equal(exe.run(feeds)["y"], run_onnxruntime(model, feeds)["y"])

@@ -560,6 +560,135 @@ def emit_gather(ctx: Context, kernel: Kernel) -> None:
     ctx.body.append(f"  {fn}({ctx.ptr(x)}, {ctx.ptr(indices)}, {ctx.ptr(out)});")
 
 
+# -- GatherElements, ScatterElements ------------------------------------------------------------
+
+_SCATTER_REDUCTIONS = {"none": "{t} = {u}", "add": "{t} += {u}", "mul": "{t} *= {u}",
+                       "max": "{t} = {u} > {t} ? {u} : {t}", "min": "{t} = {u} < {t} ? {u} : {t}"}
+
+
+@dataclass(eq=False)
+class ElementsOp(g.Op):
+    """GatherElements (inputs: data, indices) or ScatterElements (data, indices, updates) along
+    ``axis``, the indices read at run time as float32 holding integers."""
+
+    axis: int = 0
+    reduction: str = ""  # "" for GatherElements, else ScatterElements' reduction
+
+
+def _check_elements(node: ir.Node) -> str:
+    if rank_of(node.inputs[0]) is None:
+        return "the input rank is unknown"
+    reduction = attr_str(node, "reduction", "none")
+    if node.op_type == "ScatterElements" and reduction not in _SCATTER_REDUCTIONS:
+        return f"reduction={reduction} is not supported"
+    return ""
+
+
+def _elements(lw: Lowerer, node: ir.Node) -> None:
+    x, indices = lw.tensor(node.inputs[0]), lw.tensor(node.inputs[1])
+    axis = attr_int(node, "axis", 0) % len(x.shape)
+    if x.shape[axis] > 1 << 24:
+        raise LoweringError(f"axis {axis} has {x.shape[axis]} entries: float32 indices are exact up to 2**24")
+    if len(indices.shape) != len(x.shape):
+        raise LoweringError(f"indices of rank {len(indices.shape)} for data of rank {len(x.shape)}")
+    if node.op_type == "GatherElements":
+        out = lw.new(indices.shape)
+        lw.ops.append(ElementsOp([x, indices], out, axis=axis))
+    else:
+        updates = lw.tensor(node.inputs[2])
+        out = lw.new(x.shape)
+        lw.ops.append(ElementsOp([x, indices, updates], out, axis=axis,
+                                 reduction=attr_str(node, "reduction", "none")))  # fmt: skip
+    lw.bind(node.outputs[0], out)
+
+
+def emit_elements(ctx: Context, kernel: Kernel) -> None:
+    """Loops over the indices' shape; the data offset is the index's own but along ``axis``,
+    where it is the index read (negative ones count from the end).  Gathering, an index out of
+    range gives NaN; scattering, its update is dropped (onnxruntime refuses both): nothing is
+    read or written outside.  Scattering runs in order, so with ``none`` the last update of a
+    repeated index wins, as in onnxruntime's serial loop."""
+    op = core_of(kernel, ElementsOp)
+    x, indices = op.inputs[0], op.inputs[1]
+    data_strides, index_strides = g.row_major_strides(x.shape), g.row_major_strides(indices.shape)
+    dim = x.shape[op.axis]
+    fn = ctx.name("gather_elements" if not op.reduction else "scatter_elements")
+    updates = ", const float* u" if op.reduction else ""
+    lines = [f"static void {fn}(const float* x, const float* index{updates}, float* y) {{"]
+    if op.reduction:
+        lines.append(f"  memcpy(y, x, {x.size} * sizeof(float));")
+    indent = "  "
+    for axis, size in enumerate(indices.shape):
+        lines.append(f"{indent}for (long d{axis} = 0; d{axis} < {size}; d{axis}++)")
+        indent += "  "
+    position = " + ".join(["0"] + [f"d{a} * {st}" for a, st in enumerate(index_strides)])
+    rest = " + ".join(["0"] + [f"d{a} * {st}" for a, st in enumerate(data_strides) if a != op.axis])
+    lines.append(f"{indent}{{ const long p = {position}; long i = (long)index[p]; if (i < 0) i += {dim};")
+    target = f"y[{rest} + i * {data_strides[op.axis]}]"
+    if op.reduction:
+        step = _SCATTER_REDUCTIONS[op.reduction].format(t=target, u="u[p]")
+        lines.append(f"{indent}  if (i >= 0 && i < {dim}) {step}; }}")
+    else:
+        lines.append(f"{indent}  y[p] = i >= 0 && i < {dim} ? x[{rest} + i * {data_strides[op.axis]}] : NAN; }}")
+    lines.append("}")
+    ctx.functions.append("\n".join(lines))
+    args = [ctx.ptr(t) for t in op.inputs]
+    ctx.body.append(f"  {fn}({', '.join(args)}, {ctx.ptr(op.out)});")
+
+
+@dataclass(eq=False)
+class GatherND(g.Op):
+    """GatherND with ``batch_dims`` 0: each row of the indices' last axis names a slice of the
+    data by its first coordinates (read at run time as float32 holding integers)."""
+
+
+def _check_gather_nd(node: ir.Node) -> str:
+    if attr_int(node, "batch_dims", 0) != 0:
+        return "batch_dims above 0 is not supported"
+    if rank_of(node.inputs[0]) is None or rank_of(node.inputs[1]) is None:
+        return "the input rank is unknown"
+    return ""
+
+
+def _gather_nd(lw: Lowerer, node: ir.Node) -> None:
+    x, indices = lw.tensor(node.inputs[0]), lw.tensor(node.inputs[1])
+    depth = indices.shape[-1] if indices.shape else 0
+    if not indices.shape or depth > len(x.shape):
+        raise LoweringError(f"indices of shape {list(indices.shape)} for data of rank {len(x.shape)}")
+    if any(d > 1 << 24 for d in x.shape[:depth]):
+        raise LoweringError(f"data of shape {list(x.shape)}: float32 indices are exact up to 2**24")
+    out = lw.new((*indices.shape[:-1], *x.shape[depth:]))
+    lw.ops.append(GatherND([x, indices], out))
+    lw.bind(node.outputs[0], out)
+
+
+def emit_gather_nd(ctx: Context, kernel: Kernel) -> None:
+    """One slice copied per index row; a coordinate out of range gives a slice of NaN."""
+    op = core_of(kernel, GatherND)
+    x, indices = op.inputs[0], op.inputs[1]
+    depth, strides = indices.shape[-1], g.row_major_strides(x.shape)
+    rows, inner = math.prod(indices.shape[:-1]), math.prod(x.shape[depth:])
+    fn = ctx.name("gather_nd")
+    lines = [
+        f"static void {fn}(const float* x, const float* index, float* y) {{",
+        f"  for (long j = 0; j < {rows}; j++) {{",
+        f"    float* to = y + j * {inner}; long at = 0; int inside = 1;",
+    ]
+    for t in range(depth):
+        lines += [
+            f"    {{ long i = (long)index[j * {depth} + {t}]; if (i < 0) i += {x.shape[t]};",
+            f"      if (i < 0 || i >= {x.shape[t]}) inside = 0; else at += i * {strides[t]}; }}",
+        ]
+    lines += [
+        f"    if (inside) memcpy(to, x + at, {inner} * sizeof(float));",
+        f"    else for (long k = 0; k < {inner}; k++) to[k] = NAN;",
+        "  }",
+        "}",
+    ]
+    ctx.functions.append("\n".join(lines))
+    ctx.body.append(f"  {fn}({ctx.ptr(x)}, {ctx.ptr(indices)}, {ctx.ptr(op.out)});")
+
+
 # -- Copy (layout's: a partition output that is not written by a kernel) ---------------------------
 
 
@@ -579,6 +708,9 @@ ONNX = (
     OnnxOp("Tile", _tile, known_at_compile_time(1, "repeats"), non_data=frozenset({1})),
     OnnxOp("Transpose", _transpose),
     OnnxOp("Gather", _gather, _check_gather, converted=frozenset({1})),
+    OnnxOp("GatherElements", _elements, _check_elements, converted=frozenset({1})),
+    OnnxOp("GatherND", _gather_nd, _check_gather_nd, converted=frozenset({1})),
+    OnnxOp("ScatterElements", _elements, _check_elements, converted=frozenset({1})),
 )
 
 
@@ -586,6 +718,8 @@ KERNELS = (
     KernelOp(g.Concat, Layout.ALIGN_INPUTS, emit_concat),
     KernelOp(Slice, Layout.PLAIN, emit_slice),
     KernelOp(Gather, Layout.PLAIN, emit_gather),
+    KernelOp(ElementsOp, Layout.PLAIN, emit_elements),
+    KernelOp(GatherND, Layout.PLAIN, emit_gather_nd),
     KernelOp(Pad, Layout.PLAIN, emit_pad),
     KernelOp(g.Transpose, Layout.PERMUTE, emit_transpose),
     KernelOp(g.Copy, Layout.PLAIN, emit_copy),
