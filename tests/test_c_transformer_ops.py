@@ -287,3 +287,34 @@ def test_gather_nd_by_run_time_indices(depth: int) -> None:
     index = np.stack([rng.integers(-d, d, (2, 3)) for d in (4, 5, 6)[:depth]], axis=-1)
     feeds = {"x": rand(4, 5, 6), "i": index.astype(I64)}
     np.testing.assert_array_equal(exe.run(feeds)["y"], run_onnxruntime(model, feeds)["y"])
+
+
+def test_bool_data_moves_through_c_and_casts_to_bool() -> None:
+    # MiniLM's attention mask: Cast to bool, then reshaped and gathered as bool; on the host
+    # these kept a partition of their own between `c`'s
+    import codegraft as cg
+    from codegraft.testing import run_onnxruntime
+
+    nodes = [
+        helper.make_node("Cast", ["x"], ["b"], to=9),  # float -> bool: non-zero (NaN too) is true
+        helper.make_node("Reshape", ["b", "shape"], ["b2"]),
+        helper.make_node("Transpose", ["b2"], ["bt"], perm=[1, 0]),
+        helper.make_node("GatherND", ["bt", "i"], ["picked"]),
+        helper.make_node("Concat", ["picked", "picked"], ["both"], axis=0),
+        helper.make_node("Not", ["both"], ["flags"]),
+        helper.make_node("Where", ["flags", "y0", "zero"], ["y"]),
+    ]
+    model = make_model(nodes, {"x": (2, 6), "y0": (1,)}, ["y"], {"shape": np.array([3, 4], I64),
+                                                                 "zero": np.array(0, np.float32)})  # fmt: skip
+    model.graph.input.append(helper.make_tensor_value_info("i", 7, [5, 1]))
+    model.graph.output.append(helper.make_tensor_value_info("flags", 9, None))
+    exe = cg.compile(model, targets=["c"])
+    assert [p.backend for p in exe.report().partitions] == ["c"], exe.report()
+    x = rand(2, 6)
+    x[0, :3] = 0.0
+    x[1, 4] = np.nan
+    feeds = {"x": x, "y0": rand(1), "i": np.array([[0], [3], [1], [-1], [2]], I64)}
+    got, want = exe.run(feeds), run_onnxruntime(model, feeds)
+    assert got["flags"].dtype == np.bool_
+    np.testing.assert_array_equal(got["flags"], want["flags"])
+    np.testing.assert_array_equal(got["y"], want["y"])

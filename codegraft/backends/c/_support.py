@@ -53,6 +53,7 @@ def _empty(node: ir.Node) -> str:
 
 
 _FLOAT = ir.DataType.FLOAT
+_BOOL = ir.DataType.BOOL
 _NO_INPUTS: frozenset[int] = frozenset()
 
 
@@ -70,15 +71,17 @@ def float_data(node: ir.Node) -> str:
     entry = ONNX_OPS.get(node.op_type)
     skip = entry.non_data if entry is not None else _NO_INPUTS
     converted = entry.converted if entry is not None else _NO_INPUTS
+    bool_data = entry is not None and entry.bool_data
     for index, value in enumerate(node.inputs):
         if value is None or index in skip:
             continue
         dtype = value.dtype
         if dtype is not None and dtype != _FLOAT and not (index in converted and dtype in CONVERTED_DTYPES):
-            return f"input {index} is {dtype.name.lower()}, only float32 is supported"
-    bool_output = entry is not None and entry.bool_output
+            if not (bool_data and dtype == _BOOL):
+                return f"input {index} is {dtype.name.lower()}, only float32 is supported"
+    bool_output = entry is not None and (entry.bool_output or entry.bool_data)
     for index, value in enumerate(node.outputs):
         dtype = value.dtype
-        if dtype is not None and dtype != _FLOAT and value.uses() and not (bool_output and dtype == ir.DataType.BOOL):
+        if dtype is not None and dtype != _FLOAT and value.uses() and not (bool_output and dtype == _BOOL):
             return f"output {index} is {dtype.name.lower()}, only float32 is supported"
     return ""

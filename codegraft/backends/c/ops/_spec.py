@@ -40,7 +40,9 @@ class OnnxOp:
     time, which reach the kernels as float32 (the partition's entry converts them as ONNX's
     Cast to float does; Where's condition, a Cast's input, a comparison's operands);
     ``bool_output``: its output is bool, computed as 0/1 floats (comparisons, Not, And; a
-    partition output of them is converted back at the exit); ``nhwc``: also taken in the
+    partition output of them is converted back at the exit); ``bool_data``: it moves its data
+    without computing on it, so bool data (0/1 floats) passes through it (Reshape, Concat,
+    Gather: an attention mask reshaped and gathered); ``nhwc``: also taken in the
     ``codegraft.nhwc`` domain.
 
     Example::
@@ -55,6 +57,7 @@ class OnnxOp:
     non_data: frozenset[int] = frozenset()
     converted: frozenset[int] = frozenset()
     bool_output: bool = False
+    bool_data: bool = False
     nhwc: bool = False
 
 

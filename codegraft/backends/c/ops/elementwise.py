@@ -97,6 +97,7 @@ EXPRESSIONS: dict[str, str] = {
     "xor": "(({a} != 0.0f) != ({b} != 0.0f) ? 1.0f : 0.0f)",
     "not": "({a} != 0.0f ? 0.0f : 1.0f)",
     "isnan": "({a} != {a} ? 1.0f : 0.0f)",
+    "nonzero": "({a} != 0.0f ? 1.0f : 0.0f)",  # Cast to bool
     # IsInf(detect_negative = p0, detect_positive = p1)
     "isinf": "(({a} == INFINITY && {p1} != 0.0f) || ({a} == -INFINITY && {p0} != 0.0f) ? 1.0f : 0.0f)",
     "clip": "cg_clamp({a}, {p0}, {p1})",

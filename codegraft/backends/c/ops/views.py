@@ -98,14 +98,17 @@ def _identity(lw: Lowerer, node: ir.Node) -> None:
 
 def _check_cast(node: ir.Node) -> str:
     to = attr_int(node, "to", 0)
-    if to != ir.DataType.FLOAT:
-        return f"a cast to {ir.DataType(to).name.lower()} is not supported (only float32 data)"
+    if to not in (ir.DataType.FLOAT, ir.DataType.BOOL):
+        return f"a cast to {ir.DataType(to).name.lower()} is not supported (only float32 data and bool)"
     return ""
 
 
 def _cast(lw: Lowerer, node: ir.Node) -> None:
-    x = lw.tensor(node.inputs[0])  # float32 to float32: the data is unchanged
-    lw.bind(node.outputs[0], lw.view(x, x.shape))
+    x = lw.tensor(node.inputs[0])
+    if attr_int(node, "to", 0) == ir.DataType.BOOL:  # 0/1 floats (NaN is true, as ONNX casts it)
+        lw.bind(node.outputs[0], lw.elementwise("nonzero", [x]))
+        return
+    lw.bind(node.outputs[0], lw.view(x, x.shape))  # to float32: the data (converted at the entry) is unchanged
 
 
 def _check_constant(node: ir.Node) -> str:
@@ -150,15 +153,15 @@ def _expand(lw: Lowerer, node: ir.Node) -> None:
 
 
 ONNX = (
-    OnnxOp("Reshape", _reshape, check_reshape, non_data=frozenset({1})),
-    OnnxOp("Flatten", _flatten),
-    OnnxOp("Squeeze", _squeeze, check_axes_input, non_data=frozenset({1})),
-    OnnxOp("Unsqueeze", _unsqueeze, check_axes_input, non_data=frozenset({1})),
-    OnnxOp("Identity", _identity),
+    OnnxOp("Reshape", _reshape, check_reshape, non_data=frozenset({1}), bool_data=True),
+    OnnxOp("Flatten", _flatten, bool_data=True),
+    OnnxOp("Squeeze", _squeeze, check_axes_input, non_data=frozenset({1}), bool_data=True),
+    OnnxOp("Unsqueeze", _unsqueeze, check_axes_input, non_data=frozenset({1}), bool_data=True),
+    OnnxOp("Identity", _identity, bool_data=True),
     OnnxOp("Dropout", _identity, check_dropout, non_data=frozenset({1, 2})),
-    OnnxOp("Cast", _cast, _check_cast, converted=frozenset({0})),
+    OnnxOp("Cast", _cast, _check_cast, converted=frozenset({0}), bool_output=True),
     OnnxOp("Constant", _constant, _check_constant),
-    OnnxOp("Expand", _expand, known_at_compile_time(1, "shape"), non_data=frozenset({1})),
+    OnnxOp("Expand", _expand, known_at_compile_time(1, "shape"), non_data=frozenset({1}), bool_data=True),
 )
 
 
