@@ -381,7 +381,7 @@ def rounding_sensitivity(proto: onnx.ModelProto, feeds: Mapping[str, np.ndarray]
     order) a value near a half step lands on the other integer, a whole quantization step
     away, and dynamic quantization also moves the scale.  No float32 implementation other than
     onnxruntime's own kernels can avoid that, so this measures what any of them must be allowed.
-    For ddddocr's dynamic-int8 captcha model it is 8e-3; for a float model, 0.
+    For ddddocr's dynamic-int8 captcha model it is 1e-2; for a float model, 0.
 
     The largest of :data:`ROUNDING_DRAWS` draws of the moves: on one input a single draw can
     happen to flip no rounding that matters (a dynamic-int8 T5 encoder flipped one int8 value
