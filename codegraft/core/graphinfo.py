@@ -14,6 +14,11 @@ import onnx_ir as ir
 
 from codegraft.core.attributes import attributes_of
 
+# Ops whose output differs call to call however constant their inputs: never folded or
+# treated as computed from constants.
+RANDOM_OPS = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial",
+                        "Bernoulli"})  # fmt: skip
+
 
 @dataclass(frozen=True)
 class NodeInfo:

@@ -34,6 +34,7 @@ import onnx
 import onnx_ir as ir
 
 from codegraft.backend import Backend, Partition, Runnable
+from codegraft.core.graphinfo import RANDOM_OPS
 from codegraft.errors import BackendError
 
 log = logging.getLogger("codegraft")
@@ -43,7 +44,6 @@ MAX_VALUE_VERSIONS = 8  # distinct values compiled per input shape before the ho
 
 _STANDARD = ("", "ai.onnx")
 _SHAPE_OF = ("Shape", "Size")
-_RANDOM = ("RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli")
 
 ValueKey = tuple[tuple[int, ...], ...]
 
@@ -72,7 +72,7 @@ def static_integer_outputs(proto: onnx.ModelProto) -> list[str]:
     graph = proto.graph
     static = {t.name for t in graph.initializer} | {""}
     for node in graph.node:
-        if node.domain not in _STANDARD or node.op_type in _RANDOM:
+        if node.domain not in _STANDARD or node.op_type in RANDOM_OPS:
             continue
         if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute):
             continue

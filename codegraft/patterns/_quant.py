@@ -46,7 +46,7 @@ def quantized_units(graph: ir.Graph) -> list[tuple[ir.Node, ...]]:
     for node in graph:
         if _is(node, "QuantizeLinear") or _is(node, "DequantizeLinear"):
             continue
-        dqs = [v.producer() for v in node.inputs if v is not None and _is(v.producer(), "DequantizeLinear")]
+        dqs = _dequantized_inputs(node)
         if not dqs:
             continue
         uses = [u.node for v in node.outputs for u in v.uses()]
@@ -54,7 +54,7 @@ def quantized_units(graph: ir.Graph) -> list[tuple[ir.Node, ...]]:
             continue
         if not all(_is(u, "QuantizeLinear") for u in uses):
             continue
-        unit = [node, *(d for d in dqs if d is not None), *uses]
+        unit = [node, *dqs, *uses]
         for member in unit:
             parent.setdefault(member, member)
         root = find(node)

@@ -21,7 +21,7 @@ import onnx_ir as ir
 from codegraft.backend import Backend, Capture, Composite, Support, backend_patterns
 from codegraft.core.dtypes import dtype_name
 from codegraft.core.gcpause import without_gc
-from codegraft.core.graphinfo import NodeInfo, node_infos
+from codegraft.core.graphinfo import RANDOM_OPS, NodeInfo, node_infos
 
 if TYPE_CHECKING:
     from codegraft.patterns import Match
@@ -405,16 +405,12 @@ def _shape_arithmetic_follows_its_users(
         declines[i].append(NodeDecline(str(target), f"{node.op_type}: {why.format(destination)}"))
 
 
-_NOT_FOLDABLE = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial",
-                           "Bernoulli"})  # fmt: skip
-
-
 def _computed_from_constants(infos: Sequence[NodeInfo], index_of: dict[ir.Node, int]) -> list[bool]:
     """Per node: whether every value it reads is a constant or made by such a node (graph order)."""
     result = [False] * len(infos)
     for i, info in enumerate(infos):
         node = info.node
-        if info.has_subgraphs or node.domain not in ("", "ai.onnx") or node.op_type in _NOT_FOLDABLE:
+        if info.has_subgraphs or node.domain not in ("", "ai.onnx") or node.op_type in RANDOM_OPS:
             continue
         ok = bool(info.reads)
         for value in info.reads:
