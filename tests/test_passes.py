@@ -303,3 +303,32 @@ def test_fold_batchnorm_runs_by_default_and_is_reported() -> None:
     (record,) = [p for p in exe.report().passes if p.name == "fold_batchnorm"]
     assert record.detail == "53 BatchNormalization folded into Conv"
     assert not any(n.op_type == "BatchNormalization" for n in exe.report().nodes)
+
+
+def _empty_slice_concat_model() -> onnx.ModelProto:
+    """``concat([relu(x), x[:, channels:]])``: the slice's start is the channel count read from
+    the shape, so it is empty, which only shape inference after folding can tell (RivaGAN's
+    encoder, compiled for fixed sizes)."""
+    nodes = [
+        helper.make_node("Shape", ["x"], ["shape"]),
+        helper.make_node("Gather", ["shape", "one"], ["channels"], axis=0),
+        helper.make_node("Slice", ["x", "channels", "end", "one"], ["rest"]),
+        helper.make_node("Relu", ["x"], ["r"]),
+        helper.make_node("Concat", ["r", "rest"], ["y"], axis=1),
+    ]
+    graph = helper.make_graph(
+        nodes, "empty_operand", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 4, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.array([1], np.int64), "one"),
+         numpy_helper.from_array(np.array([1 << 40], np.int64), "end")],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_an_empty_concat_operand_found_after_folding_is_dropped() -> None:
+    optimized, model = _run(_empty_slice_concat_model(), PassOptions())
+    assert [n.op_type for n in model.graph] == ["Relu"]
+    # and the whole model goes to one backend: an empty tensor would have kept the Slice and
+    # the Concat on the host
+    exe = cg.compile(_empty_slice_concat_model(), targets=["c"])
+    assert [p.backend for p in exe.report().partitions] == ["c"]

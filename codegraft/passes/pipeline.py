@@ -153,6 +153,13 @@ def run_common_passes(
         records.append(_run_one("shape_inference", run))
         if after_each is not None:
             after_each(records[-1])
+        if options.fold_constants and _empty_concat_operands(run):
+            for name in _EMPTY_OPERAND_PASSES:
+                if getattr(options, name):
+                    record = _run_one(name, run)
+                    records.append(replace(record, detail=f"empty Concat operands: {record.detail}"))
+                    if after_each is not None:
+                        after_each(records[-1])
     return PipelineResult(model=model, records=tuple(records))
 
 
@@ -164,6 +171,29 @@ MAX_FOLD_ROUNDS = 4
 # identity after the fold: an inlined ``else: x`` branch is an Identity
 _ROUND_PASSES = ("shape_inference", "fold_constants", "identity", "dce")
 _SHAPE_READERS = ("Shape", "Size", "If")
+
+
+# A Concat operand found empty only by the last shape inference (a Slice whose bounds folded
+# to an empty range: RivaGAN's encoder at fixed sizes) is dropped by the folder's Concat rule;
+# left in, its empty tensor keeps the Slice and the Concat on the host.
+_EMPTY_OPERAND_PASSES = ("fold_constants", "identity", "dce", "shape_inference")
+
+
+def _empty_concat_operands(run: _Run) -> bool:
+    """Whether a Concat has an operand of a known size 0 along its axis (what the folder drops)."""
+    nodes = run.model.graph if run.provable else ir.traversal.RecursiveGraphIterator(run.model.graph)
+    for node in nodes:
+        if node.op_type != "Concat" or node.domain not in ("", "ai.onnx") or len(node.inputs) < 2:
+            continue
+        axis_attribute = node.attributes.get("axis")
+        if axis_attribute is None:
+            continue
+        axis = axis_attribute.as_int()
+        for operand in node.inputs:
+            shape = operand.shape if operand is not None else None
+            if shape is not None and -len(shape) <= axis < len(shape) and shape[axis] == 0:
+                return True
+    return False
 
 
 def _another_round(run: _Run) -> bool:
