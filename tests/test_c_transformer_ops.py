@@ -8,10 +8,11 @@ conditions and shapes known then; a [..., M, K] @ [K, N] MatMul is one GEMM.
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import onnx_ir as ir
 import pytest
 from c_backend_util import check, make_model, needs_compiler
-from onnx import helper
+from onnx import helper, numpy_helper
 
 from codegraft.backends.c import CBackend
 
@@ -318,3 +319,78 @@ def test_bool_data_moves_through_c_and_casts_to_bool() -> None:
     assert got["flags"].dtype == np.bool_
     np.testing.assert_array_equal(got["flags"], want["flags"])
     np.testing.assert_array_equal(got["y"], want["y"])
+
+
+def _token_rows_model() -> onnx.ModelProto:
+    """AttaCut's front: two rows of int64 ids picked apart (a Gather of int64 data) and looked up
+    in two tables; the picked rows also leave as int64, transposed."""
+    nodes = [
+        helper.make_node("Gather", ["ids", "zero"], ["chars"], axis=1),
+        helper.make_node("Gather", ["ids", "one"], ["syllables"], axis=1),
+        helper.make_node("Gather", ["char_table", "chars"], ["e1"]),
+        helper.make_node("Gather", ["syllable_table", "syllables"], ["e2"]),
+        helper.make_node("Concat", ["e1", "e2"], ["y"], axis=-1),
+        helper.make_node("Concat", ["chars", "syllables", "extra"], ["both"], axis=0),
+        helper.make_node("Transpose", ["both"], ["picked"], perm=[1, 0]),
+    ]
+    rng = np.random.default_rng(5)
+    inits = {"zero": np.array(0, I64), "one": np.array(1, I64), "extra": np.array([[-7, 2**24, 3, 0, 1]], I64),
+             "char_table": rng.standard_normal((40, 3)).astype(np.float32),
+             "syllable_table": rng.standard_normal((50, 2)).astype(np.float32)}  # fmt: skip
+    model = make_model(nodes, {}, ["y"], inits)
+    model.graph.input.append(helper.make_tensor_value_info("ids", 7, [1, 2, 5]))
+    model.graph.output.append(helper.make_tensor_value_info("picked", 7, None))
+    return model
+
+
+def test_integer_data_moves_through_c_exactly() -> None:
+    import codegraft as cg
+    from codegraft.testing import run_onnxruntime
+
+    model = _token_rows_model()
+    exe = cg.compile(model, targets=["c"])
+    assert [p.backend for p in exe.report().partitions] == ["c"], exe.report()
+    feeds = {"ids": np.array([[[3, 39, 0, 12, 7], [49, 0, 5, 16, 2]]], I64)}
+    got, want = exe.run(feeds), run_onnxruntime(model, feeds)
+    assert got["picked"].dtype == np.int64
+    np.testing.assert_array_equal(got["picked"], want["picked"])
+    np.testing.assert_array_equal(got["y"], want["y"])
+
+
+def test_integer_data_float32_cannot_hold_goes_to_the_host(caplog: pytest.LogCaptureFixture) -> None:
+    import codegraft as cg
+    from codegraft.testing import run_onnxruntime
+
+    model = _token_rows_model()
+    exe = cg.compile(model, targets=["c"])
+    feeds = {"ids": np.array([[[3, 39, 0, 12, 7], [49, 0, 5, 16, 2]]], I64)}
+    feeds_far = {"ids": feeds["ids"].copy()}
+    feeds_far["ids"][0, 0, 2] = 2**24 + 1  # one float32 with 2**24: moved as floats, it would come back wrong
+    with pytest.raises(Exception, match="out of range|indices"):  # onnxruntime's own error, from the host
+        exe.run(feeds_far)
+    assert "integers beyond 2**24" in caplog.text
+    # a constant beyond 2**24 keeps its op on the host at compile time
+    proto = _token_rows_model()
+    extra = next(t for t in proto.graph.initializer if t.name == "extra")
+    extra.CopyFrom(numpy_helper.from_array(np.array([[-7, 2**24 + 1, 3, 0, 1]], I64), "extra"))
+    exe = cg.compile(proto, targets=["c"])
+    reasons = [reason for _, op, reason, _ in exe.report().decline_reasons() if op == "Concat"]
+    assert any("beyond 2**24" in r for r in reasons), reasons
+    got, want = exe.run(feeds), run_onnxruntime(proto, feeds)
+    np.testing.assert_array_equal(got["picked"], want["picked"])
+
+
+def test_an_integer_output_of_an_index_out_of_range_goes_to_the_host() -> None:
+    # c's gather writes NaN for an index out of range; an int64 output cannot hold it
+    import codegraft as cg
+
+    nodes = [helper.make_node("Gather", ["ids", "where"], ["y"], axis=0)]
+    model = make_model(nodes, {}, [])
+    model.graph.input.extend(helper.make_tensor_value_info(n, 7, [size]) for n, size in (("ids", 6), ("where", 2)))
+    model.graph.output.append(helper.make_tensor_value_info("y", 7, None))
+    exe = cg.compile(model, targets=["c"])
+    assert [p.backend for p in exe.report().partitions] == ["c"], exe.report()
+    ids = np.arange(10, 16, dtype=I64)
+    np.testing.assert_array_equal(exe.run({"ids": ids, "where": np.array([5, -6], I64)})["y"], [15, 10])
+    with pytest.raises(Exception, match="out of range|indices"):
+        exe.run({"ids": ids, "where": np.array([6, 0], I64)})

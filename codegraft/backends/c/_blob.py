@@ -64,6 +64,7 @@ class Blob:
     output_shapes: tuple[tuple[int, ...], ...]
     bool_outputs: tuple[int, ...] = ()
     exact_inputs: tuple[int, ...] = ()
+    integer_outputs: tuple[tuple[int, str], ...] = ()  # (output, numpy dtype name)
 
     @staticmethod
     def built(program: GeneratedProgram, library: bytes, target: Target, scratch_floats: int = 0) -> Blob:
@@ -80,6 +81,7 @@ class Blob:
             # the c backend's program says these; dnnl's computes float32 only
             bool_outputs=tuple(getattr(program, "bool_outputs", ())),
             exact_inputs=tuple(getattr(program, "exact_inputs", ())),
+            integer_outputs=tuple(getattr(program, "integer_outputs", ())),
         )
 
     def encode(self) -> bytes:
@@ -98,6 +100,7 @@ class Blob:
             "output_shapes": [list(s) for s in self.output_shapes],
             "bool_outputs": list(self.bool_outputs),
             "exact_inputs": list(self.exact_inputs),
+            "integer_outputs": [[i, dtype] for i, dtype in self.integer_outputs],
             "source_bytes": len(source),
             "library_bytes": len(self.library),
             "weight_bytes": weights.nbytes,
@@ -140,4 +143,20 @@ class Blob:
             output_shapes=tuple(tuple(int(d) for d in s) for s in header["output_shapes"]),
             bool_outputs=tuple(int(i) for i in header.get("bool_outputs", ())),
             exact_inputs=tuple(int(i) for i in header.get("exact_inputs", ())),
+            integer_outputs=_integer_outputs(header.get("integer_outputs", ())),
         )
+
+
+_INTEGER_DTYPES = frozenset({"int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64"})
+
+
+def _integer_outputs(listed: object) -> tuple[tuple[int, str], ...]:
+    """The header's ``[[output, dtype], ...]``, each dtype one of numpy's integer names
+    (never handed to numpy unchecked: a blob may come from anywhere)."""
+    pairs = []
+    for entry in listed if isinstance(listed, list) else ():
+        if not (isinstance(entry, list) and len(entry) == 2 and entry[1] in _INTEGER_DTYPES):
+            raise BlobError(f"C backend blob header is corrupted: integer output {entry!r}")
+        pairs.append((int(entry[0]), str(entry[1])))
+    return tuple(pairs)
+

@@ -25,12 +25,13 @@ from codegraft.backends.c._emit import Context
 from codegraft.backends.c._fold import fold_affine
 from codegraft.backends.c._fuse import Kernel, fuse
 from codegraft.backends.c._layout import assign_layout
+from codegraft.backends.c._support import CONVERTED_DTYPES, WIDE_INTEGERS
 from codegraft.backends.c._thread_cost import Choice, Machine, Work, choose, fixed
 from codegraft.backends.c._thread_pool import POOL
 from codegraft.backends.c._timers import timer_source
 from codegraft.backends.c._toolchain import Target, cache_sizes, usable_cpus
 from codegraft.backends.c._translate import translate
-from codegraft.backends.c.ops import KERNEL_OPS
+from codegraft.backends.c.ops import KERNEL_OPS, ONNX_OPS
 from codegraft.backends.c.ops.conv import Col2Im
 from codegraft.backends.c.ops.data import SHUFFLE, transpose_block
 from codegraft.backends.c.ops.gemm import choose_tile
@@ -61,7 +62,10 @@ class Program:
     threads: tuple[KernelThreads, ...] = ()  # the cost model's decision per kernel
     stages: tuple[Stage, ...] = ()  # execution order; concurrent stages run branches side by side
     bool_outputs: tuple[int, ...] = ()  # outputs computed as 0/1 floats, returned as bool
-    exact_inputs: tuple[int, ...] = ()  # integer inputs compared: beyond 2**24 they go to the host
+    # integer inputs compared or moved as data: beyond 2**24 the partition goes to the host
+    exact_inputs: tuple[int, ...] = ()
+    # outputs of integer data (moved as exact floats), returned as their type (numpy's name)
+    integer_outputs: tuple[tuple[int, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -153,21 +157,28 @@ def generate(
         threads=tuple(decisions[i] for i in range(len(kernels))),
         stages=tuple(stages),
         bool_outputs=tuple(i for i, v in enumerate(model.graph.outputs) if v.dtype == ir.DataType.BOOL),
-        exact_inputs=_compared_integers(model),
+        exact_inputs=_integers_held_exactly(model),
+        integer_outputs=tuple(
+            (i, np.dtype(v.dtype.numpy()).name) for i, v in enumerate(model.graph.outputs)
+            if v.dtype in CONVERTED_DTYPES and v.dtype != ir.DataType.BOOL
+        ),
     )
 
 
-_WIDE_INTEGERS = frozenset({ir.DataType.INT32, ir.DataType.INT64, ir.DataType.UINT32, ir.DataType.UINT64})
-
-
-def _compared_integers(model: ir.Model) -> tuple[int, ...]:
-    """Inputs holding integers that float32 holds exactly only up to 2**24 and that a
-    comparison reads (a Cast rounds them as ONNX does, Where only asks for non-zero)."""
+def _integers_held_exactly(model: ir.Model) -> tuple[int, ...]:
+    """Inputs holding integers that float32 holds exactly only up to 2**24, read by a
+    comparison or moved as data by an op (a Cast rounds them as ONNX does, Where only asks for
+    non-zero, a gather's index beyond 2**24 is out of range either way)."""
     from codegraft.backends.c.ops.elementwise import COMPARED_EXACTLY
+
+    def exact_reader(user: ir.Node, index: int) -> bool:
+        entry = ONNX_OPS.get(user.op_type)
+        moved = entry is not None and entry.moves_data and index not in entry.converted | entry.non_data
+        return moved or user.op_type in COMPARED_EXACTLY
 
     return tuple(
         index for index, value in enumerate(model.graph.inputs)
-        if value.dtype in _WIDE_INTEGERS and any(user.op_type in COMPARED_EXACTLY for user, _ in value.uses())
+        if value.dtype in WIDE_INTEGERS and any(exact_reader(user, i) for user, i in value.uses())
     )
 
 

@@ -18,6 +18,7 @@ import numpy as np
 
 from codegraft.backend import OpTime
 from codegraft.backends.c._blob import Blob
+from codegraft.backends.c._support import EXACT_INTEGERS
 from codegraft.backends.c._toolchain import CompilerNotFoundError, Toolchain, cpu_features, host_target, store_library
 from codegraft.errors import BackendError, CodegraftError, InputError
 
@@ -47,7 +48,6 @@ def library_for_this_machine(blob: Blob, toolchain: Toolchain) -> bytes:
         ) from None
 
 
-_EXACT = 1 << 24
 
 
 def checked_inputs(inputs: Sequence[np.ndarray], shapes: tuple[tuple[int, ...], ...], what: str) -> list[np.ndarray]:
@@ -80,6 +80,7 @@ class CRunnable:
         self._outputs = blob.output_shapes
         self._bool_outputs = blob.bool_outputs
         self._exact_inputs = blob.exact_inputs
+        self._integer_outputs = [(index, np.dtype(name)) for index, name in blob.integer_outputs]
         self._threads = int(num_threads or 0)
         self._lock = threading.Lock()
         # The arena's addresses never change; asking numpy for them costs ~2 us a call.
@@ -135,10 +136,10 @@ class CRunnable:
         """Run the partition; safe to call from several threads (calls take turns)."""
         for index in self._exact_inputs:  # compared integers: float32 holds them exactly up to 2**24
             values = np.asarray(inputs[index])
-            if values.size and (int(values.max()) > _EXACT or int(values.min()) < -_EXACT):
+            if values.size and (int(values.max()) > EXACT_INTEGERS or int(values.min()) < -EXACT_INTEGERS):
                 raise BackendError(
-                    f"C partition input {index} holds integers beyond 2**24, which its float32 comparison "
-                    "cannot tell apart"
+                    f"C partition input {index} holds integers beyond 2**24, which float32 cannot hold "
+                    "exactly (its comparisons or moves of integer data)"
                 )
         arrays = checked_inputs(inputs, self._inputs, "C partition")
         outputs = [np.empty(shape, np.float32) for shape in self._outputs]
@@ -148,4 +149,11 @@ class CRunnable:
             self._entry(in_ptrs, out_ptrs, self._weights_address, self._scratch_address, self._threads)
         for index in self._bool_outputs:  # computed as 0/1 floats
             outputs[index] = outputs[index] != 0  # type: ignore[call-overload]
+        for index, dtype in self._integer_outputs:  # integers moved as exact floats
+            if not np.isfinite(outputs[index]).all():
+                raise BackendError(
+                    f"C partition output {index} ({dtype.name}) got an index out of range (a gather's NaN); "
+                    "the host reports it"
+                )
+            outputs[index] = outputs[index].astype(dtype)
         return outputs

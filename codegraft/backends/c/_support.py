@@ -63,25 +63,46 @@ CONVERTED_DTYPES = frozenset({
     ir.DataType.BOOL, ir.DataType.INT8, ir.DataType.UINT8, ir.DataType.INT16, ir.DataType.UINT16,
     ir.DataType.INT32, ir.DataType.UINT32, ir.DataType.INT64, ir.DataType.UINT64,
 })  # fmt: skip
+# integer types float32 does not hold every value of
+WIDE_INTEGERS = frozenset({ir.DataType.INT32, ir.DataType.INT64, ir.DataType.UINT32, ir.DataType.UINT64})
 
 
 def float_data(node: ir.Node) -> str:
     """Why a data input or a used output of ``node`` is not float32, or ``""`` (shape/axes inputs are
-    skipped, and a ``converted`` input may be bool or an integer)."""
+    skipped, a ``converted`` input may be bool or an integer, and an op that only moves data
+    may move bool or integer data, a constant one only with integers float32 holds exactly)."""
     entry = ONNX_OPS.get(node.op_type)
     skip = entry.non_data if entry is not None else _NO_INPUTS
     converted = entry.converted if entry is not None else _NO_INPUTS
-    bool_data = entry is not None and entry.bool_data
+    moves_data = entry is not None and entry.moves_data
     for index, value in enumerate(node.inputs):
         if value is None or index in skip:
             continue
         dtype = value.dtype
-        if dtype is not None and dtype != _FLOAT and not (index in converted and dtype in CONVERTED_DTYPES):
-            if not (bool_data and dtype == _BOOL):
-                return f"input {index} is {dtype.name.lower()}, only float32 is supported"
-    bool_output = entry is not None and (entry.bool_output or entry.bool_data)
+        if dtype is None or dtype == _FLOAT:
+            continue
+        if not (index in converted or moves_data) or dtype not in CONVERTED_DTYPES:
+            return f"input {index} is {dtype.name.lower()}, only float32 is supported"
+        if moves_data and index not in converted and not held_exactly(value):
+            return f"input {index} holds integers beyond 2**24, which float32 cannot hold exactly"
+    bool_output = entry is not None and entry.bool_output
     for index, value in enumerate(node.outputs):
         dtype = value.dtype
-        if dtype is not None and dtype != _FLOAT and value.uses() and not (bool_output and dtype == _BOOL):
+        if dtype is None or dtype == _FLOAT or not value.uses():
+            continue
+        if not ((bool_output and dtype == _BOOL) or (moves_data and dtype in CONVERTED_DTYPES)):
             return f"output {index} is {dtype.name.lower()}, only float32 is supported"
     return ""
+
+
+EXACT_INTEGERS = 1 << 24  # float32 holds every integer of at most this magnitude
+
+
+def held_exactly(value: ir.Value) -> bool:
+    """Whether float32 holds ``value`` exactly as far as is known now: a computed value is
+    checked at run time (``Program.exact_inputs``), a constant here."""
+    const = value.const_value
+    if const is None or value.dtype not in WIDE_INTEGERS:
+        return True
+    array = const.numpy()
+    return not array.size or (int(array.max()) <= EXACT_INTEGERS and int(array.min()) >= -EXACT_INTEGERS)

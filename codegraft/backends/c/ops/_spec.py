@@ -40,9 +40,12 @@ class OnnxOp:
     time, which reach the kernels as float32 (the partition's entry converts them as ONNX's
     Cast to float does; Where's condition, a Cast's input, a comparison's operands);
     ``bool_output``: its output is bool, computed as 0/1 floats (comparisons, Not, And; a
-    partition output of them is converted back at the exit); ``bool_data``: it moves its data
-    without computing on it, so bool data (0/1 floats) passes through it (Reshape, Concat,
-    Gather: an attention mask reshaped and gathered); ``nhwc``: also taken in the
+    partition output of them is converted back at the exit); ``moves_data``: it moves its data
+    without computing on it, so bool data (0/1 floats) and integer data (held exactly: float32
+    holds every integer up to 2**24) pass through it (Reshape, Concat, Gather: an attention mask
+    reshaped and gathered, token ids sliced before their embedding; a partition output of them is
+    converted back at the exit, and an integer input beyond 2**24 sends the partition to the
+    host at run time); ``nhwc``: also taken in the
     ``codegraft.nhwc`` domain.
 
     Example::
@@ -57,7 +60,7 @@ class OnnxOp:
     non_data: frozenset[int] = frozenset()
     converted: frozenset[int] = frozenset()
     bool_output: bool = False
-    bool_data: bool = False
+    moves_data: bool = False
     nhwc: bool = False
 
 

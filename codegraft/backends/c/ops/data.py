@@ -701,15 +701,15 @@ def emit_copy(ctx: Context, kernel: Kernel) -> None:
 
 
 ONNX = (
-    OnnxOp("Concat", _concat, bool_data=True),
-    OnnxOp("Slice", _slice, _check_slice, non_data=frozenset({1, 2, 3, 4}), bool_data=True),
-    OnnxOp("Split", _split, _check_split, non_data=frozenset({1}), bool_data=True),
+    OnnxOp("Concat", _concat, moves_data=True),
+    OnnxOp("Slice", _slice, _check_slice, non_data=frozenset({1, 2, 3, 4}), moves_data=True),
+    OnnxOp("Split", _split, _check_split, non_data=frozenset({1}), moves_data=True),
     OnnxOp("Pad", _pad, _check_pad, non_data=frozenset({1, 3})),
     OnnxOp("Tile", _tile, known_at_compile_time(1, "repeats"), non_data=frozenset({1})),
-    OnnxOp("Transpose", _transpose, bool_data=True),
-    OnnxOp("Gather", _gather, _check_gather, converted=frozenset({1}), bool_data=True),
-    OnnxOp("GatherElements", _elements, _check_elements, converted=frozenset({1}), bool_data=True),
-    OnnxOp("GatherND", _gather_nd, _check_gather_nd, converted=frozenset({1}), bool_data=True),
+    OnnxOp("Transpose", _transpose, moves_data=True),
+    OnnxOp("Gather", _gather, _check_gather, converted=frozenset({1}), moves_data=True),
+    OnnxOp("GatherElements", _elements, _check_elements, converted=frozenset({1}), moves_data=True),
+    OnnxOp("GatherND", _gather_nd, _check_gather_nd, converted=frozenset({1}), moves_data=True),
     OnnxOp("ScatterElements", _elements, _check_elements, converted=frozenset({1})),
 )
 

@@ -153,15 +153,15 @@ def _expand(lw: Lowerer, node: ir.Node) -> None:
 
 
 ONNX = (
-    OnnxOp("Reshape", _reshape, check_reshape, non_data=frozenset({1}), bool_data=True),
-    OnnxOp("Flatten", _flatten, bool_data=True),
-    OnnxOp("Squeeze", _squeeze, check_axes_input, non_data=frozenset({1}), bool_data=True),
-    OnnxOp("Unsqueeze", _unsqueeze, check_axes_input, non_data=frozenset({1}), bool_data=True),
-    OnnxOp("Identity", _identity, bool_data=True),
+    OnnxOp("Reshape", _reshape, check_reshape, non_data=frozenset({1}), moves_data=True),
+    OnnxOp("Flatten", _flatten, moves_data=True),
+    OnnxOp("Squeeze", _squeeze, check_axes_input, non_data=frozenset({1}), moves_data=True),
+    OnnxOp("Unsqueeze", _unsqueeze, check_axes_input, non_data=frozenset({1}), moves_data=True),
+    OnnxOp("Identity", _identity, moves_data=True),
     OnnxOp("Dropout", _identity, check_dropout, non_data=frozenset({1, 2})),
     OnnxOp("Cast", _cast, _check_cast, converted=frozenset({0}), bool_output=True),
     OnnxOp("Constant", _constant, _check_constant),
-    OnnxOp("Expand", _expand, known_at_compile_time(1, "shape"), non_data=frozenset({1}), bool_data=True),
+    OnnxOp("Expand", _expand, known_at_compile_time(1, "shape"), non_data=frozenset({1}), moves_data=True),
 )
 
 
