@@ -394,3 +394,27 @@ def test_an_integer_output_of_an_index_out_of_range_goes_to_the_host() -> None:
     np.testing.assert_array_equal(exe.run({"ids": ids, "where": np.array([5, -6], I64)})["y"], [15, 10])
     with pytest.raises(Exception, match="out of range|indices"):
         exe.run({"ids": ids, "where": np.array([6, 0], I64)})
+
+
+@pytest.mark.parametrize("op_type", ["ArgMax", "ArgMin"])
+@pytest.mark.parametrize("axis,keepdims,last", [(1, 1, 0), (-1, 0, 0), (0, 1, 1), (2, 0, 1)])
+def test_arg_max_and_min_give_int64_indices(op_type: str, axis: int, keepdims: int, last: int) -> None:
+    # swift-f0's pitch bin per frame, a classifier's label: an int64 output, and read as data
+    import codegraft as cg
+    from codegraft.testing import run_onnxruntime
+
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"]),
+        helper.make_node(op_type, ["r"], ["i"], axis=axis, keepdims=keepdims, select_last_index=last),
+        helper.make_node("Cast", ["i"], ["f"], to=1),
+        helper.make_node("Add", ["f", "f"], ["y"]),
+    ]
+    model = make_model(nodes, {"x": (2, 5, 7)}, ["y"])
+    model.graph.output.append(helper.make_tensor_value_info("i", 7, None))
+    exe = cg.compile(model, targets=["c"])
+    assert [p.backend for p in exe.report().partitions] == ["c"], exe.report()
+    x = np.random.default_rng(axis % 3 + 3 * last).integers(-3, 3, (2, 5, 7)).astype(np.float32)  # ties, after Relu
+    got, want = exe.run({"x": x}), run_onnxruntime(model, {"x": x})
+    assert got["i"].dtype == np.int64
+    np.testing.assert_array_equal(got["i"], want["i"])
+    np.testing.assert_array_equal(got["y"], want["y"])

@@ -86,11 +86,12 @@ def float_data(node: ir.Node) -> str:
         if moves_data and index not in converted and not held_exactly(value):
             return f"input {index} holds integers beyond 2**24, which float32 cannot hold exactly"
     bool_output = entry is not None and entry.bool_output
+    integer_output = moves_data or (entry is not None and entry.index_output)
     for index, value in enumerate(node.outputs):
         dtype = value.dtype
         if dtype is None or dtype == _FLOAT or not value.uses():
             continue
-        if not ((bool_output and dtype == _BOOL) or (moves_data and dtype in CONVERTED_DTYPES)):
+        if not ((bool_output and dtype == _BOOL) or (integer_output and dtype in CONVERTED_DTYPES)):
             return f"output {index} is {dtype.name.lower()}, only float32 is supported"
     return ""
 

@@ -45,7 +45,8 @@ class OnnxOp:
     holds every integer up to 2**24) pass through it (Reshape, Concat, Gather: an attention mask
     reshaped and gathered, token ids sliced before their embedding; a partition output of them is
     converted back at the exit, and an integer input beyond 2**24 sends the partition to the
-    host at run time); ``nhwc``: also taken in the
+    host at run time); ``index_output``: its output is integer indices, computed as exact floats
+    (ArgMax); ``nhwc``: also taken in the
     ``codegraft.nhwc`` domain.
 
     Example::
@@ -61,6 +62,7 @@ class OnnxOp:
     converted: frozenset[int] = frozenset()
     bool_output: bool = False
     moves_data: bool = False
+    index_output: bool = False
     nhwc: bool = False
 
 

@@ -313,6 +313,66 @@ def emit_reduce_mean(ctx: Context, kernel: Kernel) -> None:
     ctx.body.append(f"  {fn}({ctx.ptr(x)}, {ctx.ptr(out)});")
 
 
+# -- ArgMax and ArgMin ------------------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class ArgExtreme(g.Op):
+    """The index of the largest (``smallest``) value along the middle of ``[outer, n, inner]``
+    (logical order), as an exact float (the partition's exit converts an int64 output).  Ties go
+    to the first index, or the last with ``last``; a NaN is never greater or smaller, so it is
+    picked only where it comes first, as onnxruntime's loop does."""
+
+    outer: int = 1
+    n: int = 1
+    inner: int = 1
+    smallest: bool = False
+    last: bool = False
+
+
+def _check_arg_extreme(node: ir.Node) -> str:
+    if rank_of(node.inputs[0]) is None:
+        return "the input rank is unknown"
+    return ""
+
+
+def _arg_extreme(lw: Lowerer, node: ir.Node) -> None:
+    x = lw.tensor(node.inputs[0])
+    rank = len(x.shape)
+    axis = attr_int(node, "axis", 0) % max(rank, 1)
+    if x.shape[axis] > 1 << 24:
+        raise LoweringError(f"axis {axis} has {x.shape[axis]} entries: float32 indices are exact up to 2**24")
+    outer, n, inner = math.prod(x.shape[:axis]), x.shape[axis], math.prod(x.shape[axis + 1 :])
+    out = lw.new((*x.shape[:axis], 1, *x.shape[axis + 1 :]))
+    lw.ops.append(ArgExtreme([x], out, outer=outer, n=n, inner=inner, smallest=node.op_type == "ArgMin",
+                             last=attr_int(node, "select_last_index", 0) != 0))  # fmt: skip
+    if attr_int(node, "keepdims", 1) == 0:
+        out = lw.view(out, (*x.shape[:axis], *x.shape[axis + 1 :]))
+    lw.bind(node.outputs[0], out)
+
+
+def emit_arg_extreme(ctx: Context, kernel: Kernel) -> None:
+    """One pass down the axis per output row, the inner positions side by side (vectorisable)."""
+    op = core_of(kernel, ArgExtreme)
+    better = ("<" if op.smallest else ">") + ("=" if op.last else "")
+    fn = ctx.name("argext")
+    ctx.functions.append(
+        "\n".join([
+            f"static void {fn}(const float* x, float* y) {{",
+            f"  for (long o = 0; o < {op.outer}; o++) {{",
+            f"    const float* row = x + o * {op.n * op.inner}L;",
+            f"    float* at = y + o * {op.inner}L;",
+            f"    for (long i = 0; i < {op.inner}; i++) at[i] = 0.0f;",
+            f"    for (long k = 1; k < {op.n}; k++)",
+            f"      for (long i = 0; i < {op.inner}; i++)",
+            f"        if (row[k * {op.inner}L + i] {better} row[(long)at[i] * {op.inner}L + i]) at[i] = (float)k;",
+            "  }",
+            "}",
+        ])
+    )  # fmt: skip
+    ctx.body.append(f"  {fn}({ctx.ptr(op.inputs[0])}, {ctx.ptr(op.out)});")
+
+
 # -- the family's entries in the op table ----------------------------------------------------------
 
 
@@ -330,6 +390,8 @@ ONNX = (
     OnnxOp("ReduceSumSquare", _reduce_mean, _check_reduce_mean, non_data=frozenset({1})),
     OnnxOp("ReduceL1", _reduce_mean, _check_reduce_mean, non_data=frozenset({1})),
     OnnxOp("ReduceL2", _reduce_mean, _check_reduce_mean, non_data=frozenset({1})),
+    OnnxOp("ArgMax", _arg_extreme, _check_arg_extreme, index_output=True),
+    OnnxOp("ArgMin", _arg_extreme, _check_arg_extreme, index_output=True),
 )
 
 
@@ -338,4 +400,5 @@ KERNELS = (
     KernelOp(LayerNorm, Layout.PLAIN, emit_layernorm),
     KernelOp(Lrn, Layout.KEEP_INPUT, emit_lrn),
     KernelOp(ReduceMean, Layout.PLAIN, emit_reduce_mean),
+    KernelOp(ArgExtreme, Layout.PLAIN, emit_arg_extreme),
 )
