@@ -418,3 +418,58 @@ def test_arg_max_and_min_give_int64_indices(op_type: str, axis: int, keepdims: i
     assert got["i"].dtype == np.int64
     np.testing.assert_array_equal(got["i"], want["i"])
     np.testing.assert_array_equal(got["y"], want["y"])
+
+
+_EINSUMS = [
+    ("abcd,cde->abe", (2, 3, 4, 5), (4, 5, 6), True),  # TF's EinsumDense (g2p-id's BERT)
+    ("bij,bjk->bik", (3, 4, 5), (3, 5, 6), False),
+    ("bhqd,bhkd->bhqk", (2, 3, 4, 8), (2, 3, 5, 8), False),
+    ("bhqk,bhkd->bqhd", (2, 3, 4, 5), (2, 3, 5, 8), False),
+    ("...ij,...jk->...ik", (2, 3, 4, 5), (2, 3, 5, 6), True),
+    ("...ij,...jk", (2, 3, 4, 5), (1, 3, 5, 6), False),  # implicit output, a broadcast batch
+    ("ij->ji", (3, 4), None, False),
+    ("ij->i", (3, 4), None, False),
+    ("ijk", (3, 4, 2), None, False),
+    ("i,j->ij", (3,), (4,), False),
+    ("ij,ij->i", (3, 4), (3, 4), False),
+    ("abc,c->ab", (2, 3, 4), (4,), True),
+    ("ab,cd->", (2, 3), (4, 5), False),  # each operand summed on its own first
+    ("ba,ca->bc", (3, 4), (5, 4), True),
+]
+
+
+@pytest.mark.parametrize("equation,a_shape,b_shape,constant_b", _EINSUMS)
+def test_einsum_as_transposes_sums_and_one_matmul(
+    equation: str, a_shape: tuple[int, ...], b_shape: tuple[int, ...] | None, constant_b: bool
+) -> None:
+    import codegraft as cg
+    from codegraft.testing import assert_close, run_onnxruntime
+
+    rng = np.random.default_rng(len(equation))
+    feeds = {"a": rng.standard_normal(a_shape).astype(np.float32)}
+    initializers, operands = {}, ["r"]
+    if b_shape is not None:
+        b = rng.standard_normal(b_shape).astype(np.float32)
+        if constant_b:
+            initializers["b"] = b
+        else:
+            feeds["b"] = b
+        operands.append("b")
+    nodes = [
+        helper.make_node("Relu", ["a"], ["r"]),
+        helper.make_node("Einsum", operands, ["e"], equation=equation),
+        helper.make_node("Neg", ["e"], ["y"]),
+    ]
+    model = make_model(nodes, {"a": a_shape, **({"b": b_shape} if "b" in feeds else {})}, ["y"], initializers)
+    exe = cg.compile(model, targets=["c"])
+    assert [p.backend for p in exe.report().partitions] == ["c"], exe.report()
+    assert_close(exe.run(feeds), run_onnxruntime(model, feeds), rtol=1e-5)
+
+
+def test_an_einsum_diagonal_stays_on_the_host() -> None:
+    import codegraft as cg
+
+    nodes = [helper.make_node("Relu", ["a"], ["r"]), helper.make_node("Einsum", ["r"], ["y"], equation="ii->i")]
+    exe = cg.compile(make_model(nodes, {"a": (3, 3)}, ["y"]), targets=["c"])
+    reasons = [reason for _, op, reason, _ in exe.report().decline_reasons() if op == "Einsum"]
+    assert any("diagonal" in r for r in reasons), reasons

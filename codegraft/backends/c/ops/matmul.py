@@ -18,7 +18,7 @@ from codegraft.backends.c._blocking import host_blocking, weights_outweigh
 from codegraft.backends.c._emit import Context
 from codegraft.backends.c._fuse import Kernel
 from codegraft.backends.c._lowerer import Lowerer, LoweringError
-from codegraft.backends.c._node import attr_float, attr_int, present, rank_of
+from codegraft.backends.c._node import attr_float, attr_int, attr_str, present, rank_of
 from codegraft.backends.c.ops._spec import KernelOp, Layout, OnnxOp, core_of
 from codegraft.backends.c.ops.elementwise import emit_epilogue
 from codegraft.backends.c.ops.gemm import c_longs, choose_tile, gemm_function, pack_weights, write_over_residual
@@ -80,6 +80,124 @@ def _matmul(lw: Lowerer, node: ir.Node) -> None:
     if len(b.shape) == 1:
         shape = shape[:-1]
     lw.bind(node.outputs[0], out if shape == out.shape else lw.view(out, shape))
+
+
+# -- Einsum ----------------------------------------------------------------------------------------
+# One or two operands, as transposes, sums and one batched MatMul: the letters both operands and
+# the output have are the batch, those both operands have and the output lacks are contracted,
+# the rest are each side's rows or columns.  (TF's EinsumDense exports attention this way:
+# ``abcd,cde->abe``.)  A letter repeated within an operand (a diagonal) is declined.
+
+_ELLIPSIS = "..."
+
+
+def _einsum_terms(node: ir.Node) -> tuple[list[str], str] | str:
+    """The operand terms and the output term of ``equation``, "..." as it was; or why not."""
+    equation = "".join(attr_str(node, "equation", "").split())
+    inputs_part, arrow, output = equation.partition("->")
+    terms = inputs_part.split(",")
+    if not arrow:  # implicit output: the letters seen once, in alphabetical order
+        letters = "".join(t.replace(_ELLIPSIS, "") for t in terms)
+        output = (_ELLIPSIS if any(_ELLIPSIS in t for t in terms) else "") + "".join(
+            sorted(c for c in set(letters) if letters.count(c) == 1)
+        )
+    if len(terms) != len(node.inputs) or not 1 <= len(terms) <= 2:
+        return f"equation {equation!r} with {len(node.inputs)} operands (one or two are supported)"
+    for term in [*terms, output]:
+        letters = term.replace(_ELLIPSIS, "", 1)
+        if not all(c.isalpha() for c in letters):
+            return f"equation {equation!r} is not understood"
+        if len(set(letters)) != len(letters):
+            return f"equation {equation!r} repeats a letter within a term (a diagonal), which is not supported"
+    return terms, output
+
+
+def _check_einsum(node: ir.Node) -> str:
+    terms = _einsum_terms(node)
+    if isinstance(terms, str):
+        return terms
+    if any(rank_of(v) is None for v in node.inputs):
+        return "an operand's rank is unknown"
+    return ""
+
+
+def _spelled(term: str, rank: int, ellipsis_rank: int) -> str:
+    """``term`` with "..." replaced by one character per dimension it covers, the same
+    characters for the same (right-aligned) dimensions in every term."""
+    if _ELLIPSIS not in term:
+        if len(term) != rank:
+            raise LoweringError(f"einsum term {term!r} does not match an operand of rank {rank}")
+        return term
+    covered = rank - (len(term) - len(_ELLIPSIS))
+    if covered < 0:
+        raise LoweringError(f"einsum term {term!r} does not match an operand of rank {rank}")
+    marks = "".join(chr(0x100 + i) for i in range(ellipsis_rank - covered, ellipsis_rank))
+    return term.replace(_ELLIPSIS, marks)
+
+
+def _transposed(lw: Lowerer, x: g.Tensor, term: str, order: str) -> g.Tensor:
+    perm = tuple(term.index(c) for c in order)
+    if perm == tuple(range(len(perm))):
+        return x
+    if x.const is not None:
+        return lw.const(np.transpose(x.const, perm))
+    out = lw.new(tuple(x.shape[p] for p in perm))
+    lw.ops.append(g.Transpose([x], out, perm=perm))
+    return out
+
+
+def _summed(lw: Lowerer, x: g.Tensor, term: str, keep: str) -> tuple[g.Tensor, str]:
+    """``x`` summed over the letters of ``term`` not in ``keep``."""
+    from codegraft.backends.c.ops.norm import ReduceMean
+
+    axes = tuple(i for i, c in enumerate(term) if c not in keep)
+    if not axes:
+        return x, term
+    kept = "".join(c for c in term if c in keep)
+    full = tuple(1 if i in axes else d for i, d in enumerate(x.shape))
+    out = lw.new(full)
+    lw.ops.append(ReduceMean([x], out, axes=axes, kind="sum"))
+    return lw.view(out, tuple(d for i, d in enumerate(x.shape) if i not in axes)), kept
+
+
+def _einsum(lw: Lowerer, node: ir.Node) -> None:
+    parsed = _einsum_terms(node)
+    if isinstance(parsed, str):
+        raise LoweringError(parsed)
+    operands = [lw.tensor(v) for v in node.inputs]
+    ellipsis_rank = max(
+        (len(x.shape) - (len(t) - len(_ELLIPSIS)) for x, t in zip(operands, parsed[0], strict=True) if _ELLIPSIS in t),
+        default=0,
+    )
+    terms = [_spelled(t, len(x.shape), ellipsis_rank) for x, t in zip(operands, parsed[0], strict=True)]
+    output = parsed[1].replace(_ELLIPSIS, "".join(chr(0x100 + i) for i in range(ellipsis_rank)))
+    sizes: dict[str, int] = {}
+    for x, term in zip(operands, terms, strict=True):
+        for c, d in zip(term, x.shape, strict=True):
+            if sizes.get(c, d) != d and 1 not in (d, sizes[c]):
+                raise LoweringError(f"einsum letter {c!r} has sizes {sizes[c]} and {d}")
+            sizes[c] = max(d, sizes.get(c, d))
+    if len(operands) == 1:
+        x, term = _summed(lw, operands[0], terms[0], output)
+        lw.bind(node.outputs[0], _transposed(lw, x, term, output))
+        return
+    # a letter only one operand has and the output lacks is summed out of that operand first
+    a, ta = _summed(lw, operands[0], terms[0], output + terms[1])
+    b, tb = _summed(lw, operands[1], terms[1], output + terms[0])
+    batch = "".join(c for c in output if c in ta and c in tb)
+    contracted = "".join(c for c in ta if c in tb and c not in output)
+    rows = "".join(c for c in ta if c not in tb)
+    cols = "".join(c for c in tb if c not in ta)
+    a = _transposed(lw, a, ta, batch + rows + contracted)
+    b = _transposed(lw, b, tb, batch + contracted + cols)
+    nb = len(batch)
+    depth = math.prod(sizes[c] for c in contracted)
+    a3 = lw.view(a, (*a.shape[:nb], math.prod(a.shape[nb : nb + len(rows)]), depth))
+    b3 = lw.view(b, (*b.shape[:nb], depth, math.prod(b.shape[nb + len(contracted) :])))
+    out = lw.new((*np.broadcast_shapes(a3.shape[:nb], b3.shape[:nb]), a3.shape[-2], b3.shape[-1]))
+    lw.ops.append(g.MatMul([a3, b3], out))
+    product = lw.view(out, (*out.shape[:nb], *(sizes[c] for c in rows), *(sizes[c] for c in cols)))
+    lw.bind(node.outputs[0], _transposed(lw, product, batch + rows + cols, output))
 
 
 # -- the kernel both become ------------------------------------------------------------------------
@@ -145,7 +263,11 @@ def emit_matmul(ctx: Context, kernel: Kernel) -> None:
 # -- the family's entries in the op table ----------------------------------------------------------
 
 
-ONNX = (OnnxOp("Gemm", _gemm, _check_gemm), OnnxOp("MatMul", _matmul, _check_matmul))
+ONNX = (
+    OnnxOp("Gemm", _gemm, _check_gemm),
+    OnnxOp("MatMul", _matmul, _check_matmul),
+    OnnxOp("Einsum", _einsum, _check_einsum),
+)
 
 
 KERNELS = (KernelOp(g.MatMul, Layout.PLAIN, emit_matmul),)
