@@ -69,6 +69,7 @@ def test_bench_runs_zero_is_a_clear_error(small: tuple[pathlib.Path, pathlib.Pat
         (["--precision", "fp16"], "precision 'fp16' is not one of: float32, float16, bfloat16, int8"),
         (["--placement", "fastest"], "placement 'fastest' is not one of: first, measured"),
         (["--min-partition-size", "-3"], "min_partition_size must be an integer >= 1, got -3"),
+        (["--min-partition-macs", "-1"], "min_partition_macs must be an integer >= 0 (0: never), got -1"),
         (["--precision", "float16", "-t", "c"], "precision 'float16' is declared by none of the targets (c runs "
                                                 "float32)"),
     ],
@@ -88,6 +89,7 @@ def test_bad_option_values_are_rejected(small: tuple[pathlib.Path, pathlib.Path]
         ("precision", "banana", "precision 'banana' is not one of: float32, float16, bfloat16, int8"),
         ("placement", "fastest", "placement 'fastest' is not one of: first, measured"),
         ("min_partition_size", -3, "min_partition_size must be an integer >= 1, got -3"),
+        ("min_partition_macs", -1, "min_partition_macs must be an integer >= 0 (0: never), got -1"),
         ("threads", -1, "threads must be an integer >= 0 (0: all cores), got -1"),
     ],
 )

@@ -152,7 +152,9 @@ def test_failed_compile_falls_back_to_host_and_strict_raises() -> None:
     assert all(p.backend == "onnxruntime" and p.requested_backend == "flaky" for p in fallbacks)
     assert "fell back from flaky" in str(exe.report())
     with pytest.raises(cg.BackendError, match="simulated failure"):
-        cg.compile(model, targets=[SubsetBackend("flaky", {"Concat"}, fail_on="Concat")], strict=True)
+        # (min_partition_macs=0: Concats alone between host partitions would go to the host)
+        cg.compile(model, targets=[SubsetBackend("flaky", {"Concat"}, fail_on="Concat")], strict=True,
+                   min_partition_macs=0)
 
 
 def _symbolic_model() -> onnx.ModelProto:

@@ -272,7 +272,7 @@ def _inside_partition(
     produced = optimised.node_outputs(members)
     sub, fed = optimised.extract(step.inputs, [value for value, _ in produced])
     expected = {**feeds, **optimised.values([*fed, *(value for value, _ in produced)], feeds)}
-    options = {**compile_options, "min_partition_size": 1}
+    options = {**compile_options, "min_partition_size": 1, "min_partition_macs": 0}
     got = codegraft.compile(sub, targets=[step.backend], **options).run({name: expected[name] for name in fed})
     return tuple(
         _at(check_value(value, got.get(value), expected[value], rtol, atol), step.name, step.backend, node)

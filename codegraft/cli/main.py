@@ -18,6 +18,7 @@ from rich.table import Table
 from codegraft.cli.cache import cache_app, clear_command, info_command
 from codegraft.cli.sign import SignOption, TrustedKeysOption, keygen_command, sign_command, verify_command
 from codegraft.core.gcpause import paused_gc
+from codegraft.core.options import MIN_PARTITION_MACS
 
 app = typer.Typer(
     name="codegraft",
@@ -165,6 +166,10 @@ def compile_command(
         typer.Option("--output", "-o", help="Where to write the artifact (default: the model's name, .cgx, here)."),
     ] = None,
     min_partition_size: Annotated[int, typer.Option(help="Smaller accelerator partitions go to the host.")] = 1,
+    min_partition_macs: Annotated[
+        int, typer.Option(help="Accelerator partitions next to the host's with fewer multiply-adds go to the host "
+                          "(0: never)."),
+    ] = MIN_PARTITION_MACS,
     precision: Annotated[str, typer.Option(help="float32, float16 or bfloat16 (int8: from Python).")] = "float32",
     placement: Annotated[str, typer.Option(help="first or measured.")] = "first",
     strict: Annotated[bool, typer.Option(help="Fail instead of falling back to the host.")] = False,
@@ -188,7 +193,8 @@ def compile_command(
     input_values = parse_values(values or [])
     with _stage_bars(quiet) as progress:
         exe = cg.compile(
-            str(model), targets=targets or [], min_partition_size=min_partition_size, precision=precision,
+            str(model), targets=targets or [], min_partition_size=min_partition_size,
+            min_partition_macs=min_partition_macs, precision=precision,
             placement=placement, strict=strict, export_onnx=onnx_out, progress=progress, cache=cache,
             input_shapes=input_shapes, input_values=input_values,
         )
@@ -326,6 +332,10 @@ def inspect_command(
         typer.Option("--onnx", help="Write the partitioned model as ONNX (open it in Netron)."),
     ] = None,
     min_partition_size: Annotated[int, typer.Option(help="Smaller accelerator partitions go to the host.")] = 1,
+    min_partition_macs: Annotated[
+        int, typer.Option(help="Accelerator partitions next to the host's with fewer multiply-adds go to the host "
+                          "(0: never)."),
+    ] = MIN_PARTITION_MACS,
     quiet: QuietOption = False,
     shapes: FixShapesOption = None,
     values: BindValuesOption = None,
@@ -337,7 +347,8 @@ def inspect_command(
     with _holding_a_whole_model():
         with _stage_bars(quiet) as progress:
             inspection = inspect_model(
-                str(model), targets or [], min_partition_size=min_partition_size, progress=progress,
+                str(model), targets or [], min_partition_size=min_partition_size,
+                min_partition_macs=min_partition_macs, progress=progress,
                 input_shapes=parse_shapes(shapes or []), input_values=parse_values(values or []),
             )
         report = inspection.report

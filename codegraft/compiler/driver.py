@@ -360,7 +360,10 @@ def _build_report(
         1 for i, n in enumerate(nodes) if n.backend == host.name and annotation.capable[i] and not n.declined
     )
     if demoted:
-        notes.append(f"{demoted} supported node(s) run on the host (partition below minimum size or placement)")
+        notes.append(
+            f"{demoted} supported node(s) run on the host (a partition below min_partition_size or "
+            "min_partition_macs, or measured placement)"
+        )
     return Report(
         targets=tuple(b.name for b in backends),
         host=host.name,

@@ -19,7 +19,13 @@ from codegraft.compiler.driver import (
     stage_reports,
 )
 from codegraft.core.gcpause import without_gc
-from codegraft.core.options import CompileOptions, InputShapes, input_shapes_option, input_values_option
+from codegraft.core.options import (
+    MIN_PARTITION_MACS,
+    CompileOptions,
+    InputShapes,
+    input_shapes_option,
+    input_values_option,
+)
 from codegraft.core.stages import Progress, Stages
 from codegraft.frontend.model import ModelSource, import_model
 from codegraft.plan.annotate import Annotation
@@ -50,6 +56,7 @@ def inspect_model(
     targets: Sequence[Target],
     *,
     min_partition_size: int = 1,
+    min_partition_macs: int = MIN_PARTITION_MACS,
     progress: Progress | None = None,
     input_shapes: InputShapes | None = None,
     input_values: Mapping[str, object] | None = None,
@@ -62,7 +69,8 @@ def inspect_model(
     stages = Stages(progress)
     host = OnnxRuntimeBackend()
     backends = resolve_targets(targets)
-    options = CompileOptions(min_partition_size=min_partition_size, input_shapes=input_shapes_option(input_shapes),
+    options = CompileOptions(min_partition_size=min_partition_size, min_partition_macs=min_partition_macs,
+                             input_shapes=input_shapes_option(input_shapes),
                              input_values=input_values_option(input_values))  # fmt: skip
     with stages.stage("import"):
         ir_model = import_model(model)

@@ -12,6 +12,13 @@ from codegraft.errors import OptionError
 
 PRECISIONS = ("float32", "float16", "bfloat16", "int8")
 PLACEMENTS = ("first", "measured")
+# A target's partition next to the host's costs a crossing per edge between them (a copy, a
+# partition call, the host's thread pool woken again); under this many multiply-adds what the
+# target saves cannot pay for them.  Between the int8 units of pipecat's QDQ turn detector
+# (which no target takes) first-fit placement gave c the LayerNorms and GELUs: 54 partitions.
+# The same bound as a Loop body's (plan.control.LOOP_BODY_MIN_MACS): a tenth of a millisecond
+# of one core's multiply-adds.
+MIN_PARTITION_MACS = 1 << 22
 
 
 @dataclass(frozen=True)
@@ -19,6 +26,9 @@ class CompileOptions:
     """How to compile; every field has a keyword of the same name on :func:`compile`.
 
     ``min_partition_size``: non-host partitions with fewer nodes go back to the host.
+    ``min_partition_macs``: with first-fit placement, a non-host partition next to a host one
+    that does fewer multiply-adds (MatMul, Gemm, Conv, ConvTranspose, LSTM, GRU, RNN; known
+    sizes only) goes back to the host (0: never).
     ``strict``: a partition its backend fails to compile is an error instead of a fallback.
     ``precision``: compute precision asked of backends that declare it (one of :data:`PRECISIONS`).
     ``passes``: names of the common passes to run (``None``: the default set; ``()``: none).
@@ -40,6 +50,7 @@ class CompileOptions:
     """
 
     min_partition_size: int = 1
+    min_partition_macs: int = MIN_PARTITION_MACS
     strict: bool = False
     precision: str = "float32"
     passes: Sequence[str] | None = None
@@ -56,6 +67,7 @@ class CompileOptions:
         check_choice("precision", self.precision, PRECISIONS)
         check_choice("placement", self.placement, PLACEMENTS)
         check_at_least("min_partition_size", self.min_partition_size, 1)
+        check_at_least("min_partition_macs", self.min_partition_macs, 0, note=" (0: never)")
         check_at_least("threads", self.threads, 0, note=" (0: all cores)")
 
 

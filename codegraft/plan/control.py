@@ -68,8 +68,8 @@ def mark_control_units(
 
 
 def multiply_adds(node: ir.Node) -> int:
-    """Multiply-adds of a MatMul, Gemm, Conv or ConvTranspose from its shapes (a dimension
-    not known counts as 1, so this errs low); 0 for any other node.
+    """Multiply-adds of a MatMul, Gemm, Conv, ConvTranspose, LSTM, GRU or RNN from its shapes (a
+    dimension not known counts as 1, so this errs low); 0 for any other node.
 
     >>> import onnx_ir as ir
     >>> a = ir.Value(name="a", shape=ir.Shape([64, 256]), type=ir.TensorType(ir.DataType.FLOAT))
@@ -79,7 +79,11 @@ def multiply_adds(node: ir.Node) -> int:
     >>> multiply_adds(node)
     2097152
     """
-    if node.op_type not in ("MatMul", "Gemm", "Conv", "ConvTranspose") or node.domain not in ("", "ai.onnx"):
+    if node.domain not in ("", "ai.onnx"):
+        return 0
+    if node.op_type in _RECURRENT:
+        return _recurrent_multiply_adds(node)
+    if node.op_type not in ("MatMul", "Gemm", "Conv", "ConvTranspose"):
         return 0
     first, second = (node.inputs[i] if len(node.inputs) > i else None for i in (0, 1))
     if first is None or second is None or first.shape is None or second.shape is None or not node.outputs:
@@ -98,6 +102,43 @@ def multiply_adds(node: ir.Node) -> int:
     if node.op_type == "Conv":
         return _elements(output) * (_dim(second.shape[1]) if len(second.shape) > 1 else 1) * taps
     return _elements(first.shape) * (_dim(second.shape[1]) if len(second.shape) > 1 else 1) * taps
+
+
+_RECURRENT = frozenset({"LSTM", "GRU", "RNN"})
+_MULTIPLYING = frozenset({"MatMul", "Gemm", "Conv", "ConvTranspose", *_RECURRENT})
+
+
+def known_multiply_adds(node: ir.Node) -> int | None:
+    """:func:`multiply_adds`, or ``None`` where a size it depends on is not known (where that
+    function would count it as 1): for a decision that must not err low.
+
+    >>> import onnx_ir as ir
+    >>> a = ir.Value(name="a", shape=ir.Shape(["n", 256]), type=ir.TensorType(ir.DataType.FLOAT))
+    >>> b = ir.Value(name="b", shape=ir.Shape([256, 128]), type=ir.TensorType(ir.DataType.FLOAT))
+    >>> node = ir.Node("", "MatMul", [a, b])
+    >>> node.outputs[0].shape = ir.Shape(["n", 128])
+    >>> known_multiply_adds(node) is None, known_multiply_adds(ir.Node("", "Relu", [a]))
+    (True, 0)
+    """
+    if node.op_type not in _MULTIPLYING or node.domain not in ("", "ai.onnx"):
+        return 0
+    values = [*node.inputs[:3], *node.outputs[:1]]
+    for value in values:
+        if value is not None and (value.shape is None or not all(isinstance(d, int) and d >= 0 for d in value.shape)):
+            return None
+    return multiply_adds(node)
+
+
+def _recurrent_multiply_adds(node: ir.Node) -> int:
+    """Every step of every direction multiplies its input by W ([directions, gates x hidden,
+    input]) and its state by R ([directions, gates x hidden, hidden])."""
+    x, w, r = (node.inputs[i] if len(node.inputs) > i else None for i in range(3))
+    if x is None or w is None or r is None or x.shape is None or w.shape is None or r.shape is None:
+        return 0
+    if len(x.shape) != 3 or len(w.shape) != 3 or len(r.shape) != 3:
+        return 0
+    steps_times_batch = _dim(x.shape[0]) * _dim(x.shape[1])
+    return steps_times_batch * _dim(w.shape[0]) * _dim(w.shape[1]) * (_dim(w.shape[2]) + _dim(r.shape[2]))
 
 
 def _dim(d: object) -> int:

@@ -211,3 +211,56 @@ def demote_small_groups(
                 backends[unit] = host
             changed = True
     return changed
+
+
+def demote_light_islands(
+    groups: Sequence[Group],
+    backends: list[str],
+    predecessors: Sequence[Sequence[int]],
+    *,
+    host: str,
+    work: Sequence[int],
+    min_work: int,
+    exempt: Collection[str] = (),
+) -> bool:
+    """Send the units of a non-host group back to the host when it reads from a host group,
+    feeds a host group, and its units do fewer than ``min_work`` multiply-adds (``work[u]``).
+
+    Such an island between host partitions saves the host little (elementwise ops,
+    normalisations, data movement) and costs a crossing each way at least; on the host, the
+    partitions on either side and it become one (its edges with other targets' groups are
+    crossings as before: partitions of one backend meet through the runtime too).  Between the
+    int8 units of a QDQ model that no target takes, first-fit placement gave ``c`` the
+    LayerNorms and GELUs: 27 islands among 27 host partitions.  Mutates ``backends``; returns
+    whether anything changed (the caller re-partitions, and a host group grown so may reach
+    the next island).
+
+    >>> groups = [Group("h", (0,)), Group("a", (1,)), Group("h", (2,))]
+    >>> backends = ["h", "a", "h"]
+    >>> demote_light_islands(groups, backends, [[], [0], [1]], host="h", work=[0, 10, 0], min_work=100)
+    True
+    >>> backends
+    ['h', 'h', 'h']
+    """
+    group_of: dict[int, int] = {}
+    for index, group in enumerate(groups):
+        for unit in group.units:
+            group_of[unit] = index
+    reads_host = [False] * len(groups)
+    feeds_host = [False] * len(groups)
+    for unit, preds in enumerate(predecessors):
+        for pred in preds:
+            source, target = group_of[pred], group_of[unit]
+            if source != target:
+                reads_host[target] |= groups[source].backend == host
+                feeds_host[source] |= groups[target].backend == host
+    changed = False
+    for index, group in enumerate(groups):
+        if group.backend == host or group.backend in exempt or not (reads_host[index] and feeds_host[index]):
+            continue
+        if sum(work[u] for u in group.units) >= min_work:
+            continue
+        for unit in group.units:
+            backends[unit] = host
+        changed = True
+    return changed

@@ -21,9 +21,15 @@ from codegraft.core.names import CONTROL_BACKEND
 from codegraft.core.options import CompileOptions
 from codegraft.core.stages import Stages
 from codegraft.plan.annotate import Annotation, annotate
-from codegraft.plan.control import mark_control_units
+from codegraft.plan.control import known_multiply_adds, mark_control_units
 from codegraft.plan.extract import Plan, plan_partitions
-from codegraft.plan.partition import Group, demote_small_groups, merge_independent_groups, partition_units
+from codegraft.plan.partition import (
+    Group,
+    demote_light_islands,
+    demote_small_groups,
+    merge_independent_groups,
+    partition_units,
+)
 from codegraft.report.report import NodeReport, PlacementReport
 
 Placer = Callable[
@@ -102,7 +108,8 @@ def plan(
             unit_backends, placements = place(model, annotation, backends, host, options)
     with stages.stage("partition"):
         preference = [b.name for b in backends]
-        groups = group_units(annotation, unit_backends, host.name, preference, options.min_partition_size)
+        groups = group_units(annotation, unit_backends, host.name, preference, options.min_partition_size,
+                             min_partition_macs=options.min_partition_macs if place is None else 0)
         partitions = plan_partitions(model, annotation, groups)
     return Planned(annotation, partitions, placements)
 
@@ -113,19 +120,40 @@ def group_units(
     host: str,
     preference: Sequence[str],
     min_partition_size: int = 1,
+    *,
+    min_partition_macs: int = 0,
 ) -> list[Group]:
     """Cycle-free groups of units on their backends; groups under ``min_partition_size`` nodes
-    go to the host (``unit_backends`` is updated) and the rest is regrouped until none is left."""
+    go to the host (``unit_backends`` is updated) and the rest is regrouped until none is left.
+    A target's group next to a host group that does fewer than ``min_partition_macs``
+    multiply-adds goes to the host too (:func:`demote_light_islands`; the planner asks it of
+    first-fit placement, where nothing timed the choice)."""
     preds = annotation.unit_predecessors()
     sizes = [len(unit.nodes) for unit in annotation.units]
+    work = _unit_work(annotation, min_partition_macs) if min_partition_macs else []
     while True:
         groups = partition_units(unit_backends, preds, host=host, preference=preference)
         groups = merge_independent_groups(groups, preds, exempt={CONTROL_BACKEND})
-        if min_partition_size <= 1 or not demote_small_groups(
+        if min_partition_size > 1 and demote_small_groups(
             groups, unit_backends, host=host, min_nodes=min_partition_size, unit_sizes=sizes,
             exempt={CONTROL_BACKEND},
         ):
-            return groups
+            continue
+        if min_partition_macs and demote_light_islands(
+            groups, unit_backends, preds, host=host, work=work, min_work=min_partition_macs, exempt={CONTROL_BACKEND},
+        ):
+            continue
+        return groups
+
+
+def _unit_work(annotation: Annotation, unknown: int) -> list[int]:
+    """Each unit's multiply-adds, ``unknown`` where a size is not known (a convolution over an
+    image of any size is no light partition)."""
+    work = []
+    for unit in annotation.units:
+        counts = [known_multiply_adds(annotation.infos[i].node) for i in unit.nodes]
+        work.append(unknown if None in counts else sum(c for c in counts if c is not None))
+    return work
 
 
 __all__ = ["Placer", "Planned", "group_units", "plan"]

@@ -1,0 +1,107 @@
+"""First-fit placement sends a target's light partitions next to the host's back to the host.
+
+Between the int8 units of a QDQ model that no target declares int8 for, ``c`` took the float
+ops (LayerNorm, GELU, residual adds): as many ``c`` partitions as host ones, each a crossing
+each way for microseconds of work.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from hypothesis import given
+from hypothesis import strategies as st
+from onnx import TensorProto, helper, numpy_helper
+
+import codegraft as cg
+from codegraft.core.options import MIN_PARTITION_MACS
+from codegraft.plan.partition import demote_light_islands, partition_units
+from codegraft.testing import assert_close, run_onnxruntime
+
+
+def _qdq_matmul(name: str, x: str, out: str, weight: np.ndarray) -> tuple[list[onnx.NodeProto], list[onnx.TensorProto]]:
+    """Q -> DQ -> MatMul(DQ(int8 weight)) -> Q -> DQ: one quantized unit."""
+    nodes = [
+        helper.make_node("QuantizeLinear", [x, "s", "z"], [f"{name}_xq"]),
+        helper.make_node("DequantizeLinear", [f"{name}_xq", "s", "z"], [f"{name}_x"]),
+        helper.make_node("DequantizeLinear", [f"{name}_wq", f"{name}_ws"], [f"{name}_w"]),
+        helper.make_node("MatMul", [f"{name}_x", f"{name}_w"], [f"{name}_y"]),
+        helper.make_node("QuantizeLinear", [f"{name}_y", "s", "z"], [f"{name}_yq"]),
+        helper.make_node("DequantizeLinear", [f"{name}_yq", "s", "z"], [out]),
+    ]
+    inits = [numpy_helper.from_array(weight, f"{name}_wq"), numpy_helper.from_array(np.float32(0.02), f"{name}_ws")]
+    return nodes, inits
+
+
+def _qdq_model(
+    middle: list[onnx.NodeProto], middle_inits: list[onnx.TensorProto], batch: int | str = 4
+) -> onnx.ModelProto:
+    rng = np.random.default_rng(0)
+    first, first_inits = _qdq_matmul("a", "x", "h", rng.integers(-30, 30, (64, 64)).astype(np.int8))
+    second, second_inits = _qdq_matmul("b", "m", "y", rng.integers(-30, 30, (64, 64)).astype(np.int8))
+    graph = helper.make_graph(
+        first + middle + second, "qdq",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.float32(0.05), "s"), numpy_helper.from_array(np.uint8(128), "z"),
+         *first_inits, *second_inits, *middle_inits],
+    )  # fmt: skip
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _light_middle() -> tuple[list[onnx.NodeProto], list[onnx.TensorProto]]:
+    return [helper.make_node("Relu", ["h"], ["r"]), helper.make_node("Add", ["r", "h"], ["m"])], []
+
+
+def _backends(model: onnx.ModelProto) -> list[str]:
+    return [p.backend for p in cg.compile(model, targets=["c"]).report().partitions]
+
+
+def test_a_light_target_partition_between_host_ones_goes_to_the_host() -> None:
+    model = _qdq_model(*_light_middle())
+    exe = cg.compile(model, targets=["c"])
+    assert [p.backend for p in exe.report().partitions] == ["onnxruntime"], exe.report()
+    feeds = {"x": np.random.default_rng(1).standard_normal((4, 64)).astype(np.float32)}
+    # within one quantization step (0.05): onnxruntime's fused int8 kernels round their own way
+    assert_close(exe.run(feeds), run_onnxruntime(model, feeds), rtol=0, atol=0.051)
+    assert any("min_partition_macs" in note for note in exe.report().notes)
+    # switched off, or a placement that timed its choice: as the annotation placed it
+    kept = cg.compile(model, targets=["c"], min_partition_macs=0)
+    assert [p.backend for p in kept.report().partitions] == ["onnxruntime", "c", "onnxruntime"]
+
+
+def test_a_target_partition_with_work_or_unknown_sizes_stays() -> None:
+    rng = np.random.default_rng(2)
+    width = MIN_PARTITION_MACS // 512 + 8  # [4, 64] @ [64, w] and [4, w] @ [w, 64]: 512 w, over the bound
+    heavy = [helper.make_node("Relu", ["h"], ["r"]), helper.make_node("MatMul", ["r", "w1"], ["t"]),
+             helper.make_node("MatMul", ["t", "w2"], ["m"])]
+    weights = [numpy_helper.from_array(rng.standard_normal((64, width)).astype(np.float32), "w1"),
+               numpy_helper.from_array(rng.standard_normal((width, 64)).astype(np.float32), "w2")]  # fmt: skip
+    assert "c" in _backends(_qdq_model(heavy, weights))
+    # a multiplication over a size not known (a batch of any size) may be any amount of work
+    small = [helper.make_node("Relu", ["h"], ["r"]), helper.make_node("MatMul", ["r", "w1"], ["m"])]
+    weight = [numpy_helper.from_array(rng.standard_normal((64, 64)).astype(np.float32), "w1")]
+    assert _backends(_qdq_model(small, weight)) == ["onnxruntime"]
+    assert "c" in _backends(_qdq_model(small, weight, batch="n"))
+    # elementwise work is light at any size (memory-bound on either side)
+    assert _backends(_qdq_model(*_light_middle(), batch="n")) == ["onnxruntime"]
+
+
+@given(st.lists(st.sampled_from(["h", "a"]), min_size=1, max_size=12), st.data())
+def test_demoting_only_moves_light_islands_between_host_groups(backends: list[str], data: st.DataObject) -> None:
+    count = len(backends)
+    preds = [sorted(data.draw(st.sets(st.integers(0, u - 1), max_size=2))) if u else [] for u in range(count)]
+    work = data.draw(st.lists(st.integers(0, 10), min_size=count, max_size=count))
+    groups = partition_units(backends, preds, host="h")
+    after = list(backends)
+    demote_light_islands(groups, after, preds, host="h", work=work, min_work=10)
+    group_of = {u: i for i, g in enumerate(groups) for u in g.units}
+    for i, group in enumerate(groups):
+        moved = [after[u] != backends[u] for u in group.units]
+        assert all(moved) or not any(moved)  # groups move whole
+        if any(moved):
+            assert group.backend == "a" and sum(work[u] for u in group.units) < 10
+            sources = {group_of[p] for u in group.units for p in preds[u]} - {i}
+            sinks = {group_of[u] for u in range(count) for p in preds[u] if group_of[p] == i} - {i}
+            assert any(groups[n].backend == "h" for n in sources)
+            assert any(groups[n].backend == "h" for n in sinks)
