@@ -335,7 +335,7 @@ def test_convs_write_their_slices_of_a_concat_directly() -> None:
 
 
 @pytest.mark.parametrize(("op", "attrs"), [("Elu", {"alpha": 0.7}), ("Selu", {}), ("Softplus", {}),
-                                           ("LogSoftmax", {"axis": 1})])
+                                           ("LogSoftmax", {"axis": 1}), ("Sin", {}), ("Cos", {})])
 def test_more_unary(op: str, attrs: dict) -> None:
     one(op, {"x": (3, 17)}, attrs, opset=13)
 

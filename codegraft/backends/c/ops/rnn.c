@@ -1,7 +1,8 @@
 /* ${cell} recurrence (ops/rnn.py): ${dirs} direction(s), batch ${batch}, ${seq} steps, hidden ${H}.
    xp[t][b][d][${GH}] holds every step's input projection X W^T plus the biases folded into
    it (one GEMM before this kernel); this kernel adds h_prev R^T per step and applies the
-   gates.  R is packed at compile time as rt[d][k][j] = R[d][j][k], so h_prev R^T is an
+   gates.  LSTM: rbh holds the peepholes P[d][3H] (i, o, f) when ${peep}; GRU: Rb of the h gate.
+   R is packed at compile time as rt[d][k][j] = R[d][j][k], so h_prev R^T is an
    axpy over contiguous rows of rt (vectorised).  GRU: the z and r gates' rows first
    ([H][2H]), then the h gate's ([H][H]).  y[row][d][b][H]: rows 0..seq-1 are Y, then Y_h
    (row ${h_row}, -1: not written) and Y_c (row ${c_row}).  One task per (direction, batch
@@ -56,6 +57,20 @@ static void ${name}_task(const void* ctx, long task) {
     /* gates i, o, f, c */
     memcpy(g, xp, ${GH} * sizeof(float));
     ${name}_gemv(h, rt, ${GH}, g);
+#if ${peep}
+    /* i and f see the cell state before the step, o the one after it */
+    const float* p = k->rbh + d * 3 * ${H};
+    for (long i = 0; i < ${H}; i++) {
+      const float it = cg_sigmoid(${name}_clip(g[i] + p[i] * c[i]));
+      const float ft = cg_sigmoid(${name}_clip(g[2 * ${H} + i] + p[2 * ${H} + i] * c[i]));
+      const float ct = cg_tanh(${name}_clip(g[3 * ${H} + i]));
+      const float cn = ft * c[i] + it * ct;
+      const float ot = cg_sigmoid(${name}_clip(g[${H} + i] + p[${H} + i] * cn));
+      c[i] = cn;
+      h[i] = ot * cg_tanh(cn);
+      y[i] = h[i];
+    }
+#else
     for (long i = 0; i < ${H}; i++) {
       const float it = cg_sigmoid(${name}_clip(g[i]));
       const float ot = cg_sigmoid(${name}_clip(g[${H} + i]));
@@ -64,6 +79,15 @@ static void ${name}_task(const void* ctx, long task) {
       const float cn = ft * c[i] + it * ct;
       c[i] = cn;
       h[i] = ot * cg_tanh(cn);
+      y[i] = h[i];
+    }
+#endif
+#elif ${rnn}
+    /* h = tanh(x W^T + Wb + Rb + h_prev R^T) */
+    memcpy(g, xp, ${H} * sizeof(float));
+    ${name}_gemv(h, rt, ${H}, g);
+    for (long i = 0; i < ${H}; i++) {
+      h[i] = cg_tanh(${name}_clip(g[i]));
       y[i] = h[i];
     }
 #else

@@ -1,4 +1,4 @@
-"""LSTM and GRU: the input projection on the GEMM engine, the recurrence in hand-written C.
+"""LSTM, GRU and RNN: the input projection on the GEMM engine, the recurrence in hand-written C.
 
 NOTE: ``X W^T`` for every time step and both directions is one ``g.MatMul`` (X viewed as
 ``[seq * batch, input]``, the weights of all directions side by side, the biases folded into
@@ -11,13 +11,14 @@ output).
 
 Taken: ``layout=0``, every direction, the default activations, ``clip``, ``sequence_lens``
 absent or constant and equal to the sequence length, initial states absent, constant or
-computed; GRU with either ``linear_before_reset``.  Declined: peepholes, ``input_forget=1``,
-other activations, ``layout=1``, W/R/B not constant, per-batch sequence lengths.
+computed; LSTM with constant peepholes; GRU with either ``linear_before_reset``.  Declined:
+``input_forget=1``, other activations, ``layout=1``, W/R/B/P not constant, per-batch sequence
+lengths.
 
-Example (gates per cell: LSTM i, o, f, c; GRU z, r, h)::
+Example (gates per cell: LSTM i, o, f, c; GRU z, r, h; RNN one)::
 
-    >>> gate_count("LSTM"), gate_count("GRU")
-    (4, 3)
+    >>> gate_count("LSTM"), gate_count("GRU"), gate_count("RNN")
+    (4, 3, 1)
 """
 
 from __future__ import annotations
@@ -38,22 +39,23 @@ from codegraft.backends.c.ops.data import slice_op
 from codegraft.backends.c.ops.elementwise import c_float
 from codegraft.core.attributes import attributes_of
 
-_DEFAULT_ACTIVATIONS = {"LSTM": ("sigmoid", "tanh", "tanh"), "GRU": ("sigmoid", "tanh")}
+_DEFAULT_ACTIVATIONS = {"LSTM": ("sigmoid", "tanh", "tanh"), "GRU": ("sigmoid", "tanh"), "RNN": ("tanh",)}
 _DIRECTIONS = {"forward": (False,), "reverse": (True,), "bidirectional": (False, True)}
 
 
 def gate_count(cell: str) -> int:
-    return 4 if cell == "LSTM" else 3
+    return {"LSTM": 4, "GRU": 3}.get(cell, 1)
 
 
 @dataclass(eq=False)
 class Recurrence(g.Op):
-    """The recurrence of an LSTM or GRU over a precomputed input projection.
+    """The recurrence of an LSTM, GRU or RNN over a precomputed input projection.
 
     ``inputs``: the projection ``[seq * batch, dirs * gates * hidden]``, then the initial
     ``h`` and (LSTM) ``c`` when given (``has_h0``/``has_c0``).  ``out``: ``[rows, dirs, batch,
     hidden]``, Y in the first ``seq`` rows, Y_h in row ``h_row`` and Y_c in ``c_row`` (-1: not
-    written).  ``rt``: R per direction, transposed (GRU: z and r gates, then h).
+    written).  ``rt``: R per direction, transposed (GRU: z and r gates, then h).  ``peepholes``:
+    an LSTM's P, ``[dirs, 3 * hidden]`` (i, o, f).
     """
 
     cell: str = "LSTM"
@@ -63,6 +65,7 @@ class Recurrence(g.Op):
     reverse: tuple[bool, ...] = (False,)
     rt: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float32))
     rbh: np.ndarray | None = None  # GRU with linear_before_reset: Rb of the h gate, [dirs, hidden]
+    peepholes: np.ndarray | None = None
     clip: float | None = None
     has_h0: bool = False
     has_c0: bool = False
@@ -92,10 +95,8 @@ def check_rnn(node: ir.Node) -> str:
     if cell == "LSTM":
         if attr_int(node, "input_forget", 0) != 0:
             return "input_forget=1 is not supported"
-        if present(node, 7) is not None:
-            return "peepholes (input P) are not supported"
-    for index, what in ((1, "W"), (2, "R"), (3, "B")):
-        value = present(node, index)
+    for index, what in ((1, "W"), (2, "R"), (3, "B"), (7, "P")):
+        value = present(node, index) if index < 7 or cell == "LSTM" else None
         if (value is not None or index < 3) and not is_constant(value):
             return f"{what} must be a constant initializer"
     lens = present(node, 4)
@@ -140,6 +141,8 @@ def _rnn(lw: Lowerer, node: ir.Node) -> None:
         bias = wb + rb
     if linear_before_reset and rbh is None:
         rbh = np.zeros((dirs, hidden), np.float32)
+    p_value = present(node, 7) if cell == "LSTM" else None
+    peepholes = None if p_value is None else lw.known(p_value, "P").astype(np.float32).reshape(dirs, 3 * hidden)
 
     # Input projection of every step and direction: [seq * batch, input] @ [input, dirs * gh] + bias.
     proj = lw.new((seq * batch, dirs * gh), "xproj")
@@ -163,6 +166,7 @@ def _rnn(lw: Lowerer, node: ir.Node) -> None:
     out = lw.new((rows, dirs, batch, hidden), "rnn")
     lw.ops.append(Recurrence(
         inputs, out, cell=cell, seq=seq, batch=batch, hidden=hidden, reverse=reverse, rt=rt, rbh=rbh,
+        peepholes=peepholes,
         clip=attr_float(node, "clip", 0.0) if "clip" in attributes_of(node) else None,
         has_h0=h0 is not None, has_c0=c0 is not None, h_row=h_row, c_row=c_row,
     ))  # fmt: skip
@@ -176,7 +180,7 @@ def _rnn(lw: Lowerer, node: ir.Node) -> None:
 def _pack(r: np.ndarray, cell: str, hidden: int) -> np.ndarray:
     """One direction's R ``[gates * hidden, hidden]`` as the kernel reads it: transposed, so
     row ``k`` holds what ``h_prev[k]`` multiplies (GRU: the z and r gates, then the h gate)."""
-    if cell == "LSTM":
+    if cell != "GRU":
         return np.ascontiguousarray(r.T).reshape(-1)
     return np.concatenate([np.ascontiguousarray(r[: 2 * hidden].T).reshape(-1),
                            np.ascontiguousarray(r[2 * hidden :].T).reshape(-1)])
@@ -190,7 +194,8 @@ def emit_rnn(ctx: Context, kernel: Kernel) -> None:
     scratch = -(-(gh + 2 * op.hidden) // 16) * 16  # per task: gates, h, c (or GRU's h gate), 64-byte apart
     name = ctx.name("rnn")
     ctx.functions.append(filled(
-        "ops/rnn.c", name=name, cell=op.cell, lstm=int(op.cell == "LSTM"), lbr=int(op.rbh is not None),
+        "ops/rnn.c", name=name, cell=op.cell, lstm=int(op.cell == "LSTM"), rnn=int(op.cell == "RNN"),
+        lbr=int(op.rbh is not None), peep=int(op.peepholes is not None),
         dirs=dirs, batch=op.batch, seq=op.seq, H=op.hidden, GH=gh, h_row=op.h_row, c_row=op.c_row,
         has_clip=int(op.clip is not None), clip=c_float(op.clip or 0.0), tasks=tasks, scratch=scratch,
         reverse_mask=sum(1 << d for d, back in enumerate(op.reverse) if back),
@@ -198,9 +203,11 @@ def emit_rnn(ctx: Context, kernel: Kernel) -> None:
     states = iter(op.inputs[1:])
     h0 = ctx.ptr(next(states)) if op.has_h0 else "(const float*)0"
     c0 = ctx.ptr(next(states)) if op.has_c0 else "(const float*)0"
-    rbh = ctx.weight(op.rbh) if op.rbh is not None else "(const float*)0"
+    # GRU: Rb of the h gate; LSTM: the peepholes (one per cell: the kernel's "extra" weights)
+    extra = op.rbh if op.rbh is not None else op.peepholes
+    extra_ptr = ctx.weight(extra) if extra is not None else "(const float*)0"
     ctx.body.append(
-        f"  {name}({ctx.ptr(op.inputs[0])}, {h0}, {c0}, {ctx.weight(op.rt)}, {rbh}, {ctx.ptr(op.out)}, "
+        f"  {name}({ctx.ptr(op.inputs[0])}, {h0}, {c0}, {ctx.weight(op.rt)}, {extra_ptr}, {ctx.ptr(op.out)}, "
         f"{ctx.temp(tasks * scratch)});"
     )
 
@@ -214,6 +221,7 @@ def recurrence_flops(op: Recurrence) -> float:
 ONNX = (
     OnnxOp("LSTM", _rnn, check_rnn, non_data=frozenset({4})),
     OnnxOp("GRU", _rnn, check_rnn, non_data=frozenset({4})),
+    OnnxOp("RNN", _rnn, check_rnn, non_data=frozenset({4})),
 )
 
 KERNELS = (KernelOp(Recurrence, Layout.PLAIN, emit_rnn),)
