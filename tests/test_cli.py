@@ -24,7 +24,9 @@ def test_compile_then_run(tmp_path: pathlib.Path) -> None:
     artifact = tmp_path / "m.cgx"
     netron = tmp_path / "partitioned.onnx"
     result = runner.invoke(
-        app, ["compile", str(model), "-t", "numpy_example", "-o", str(artifact), "--onnx", str(netron)]
+        # (--min-partition-macs 0: the example's elementwise partitions between host ones stay on it)
+        app, ["compile", str(model), "-t", "numpy_example", "-o", str(artifact), "--onnx", str(netron),
+              "--min-partition-macs", "0"],
     )
     assert result.exit_code == 0, result.output
     assert artifact.exists() and "partitions" in result.output

@@ -168,9 +168,15 @@ def compare_configs(
     **compile_options: Any,
 ) -> Comparison:
     """Compile and run ``model`` once per configuration (a list of targets) and compare every
-    output (and, with ``boundaries``, every partition boundary value) with onnxruntime."""
+    output (and, with ``boundaries``, every partition boundary value) with onnxruntime.
+
+    What each configuration's backends take is what is checked: light partitions between host
+    ones stay on their backend (``min_partition_macs=0`` unless given).
+    """
     from codegraft.core.options import check_at_least
     from codegraft.core.reference import run_reference
+
+    compile_options.setdefault("min_partition_macs", 0)
 
     if rtol < 0 or atol < 0:
         raise CodegraftError(f"tolerances must be >= 0, got rtol={rtol}, atol={atol}")
