@@ -473,3 +473,30 @@ def test_an_einsum_diagonal_stays_on_the_host() -> None:
     exe = cg.compile(make_model(nodes, {"a": (3, 3)}, ["y"]), targets=["c"])
     reasons = [reason for _, op, reason, _ in exe.report().decline_reasons() if op == "Einsum"]
     assert any("diagonal" in r for r in reasons), reasons
+
+
+@pytest.mark.parametrize(
+    "axis,k,largest,shape",
+    [(-1, 3, 1, (2, 5, 9)), (1, 5, 0, (2, 5, 9)), (0, 1, 1, (4, 3)), (-1, 9, 1, (2, 5, 9)), (1, 300, 1, (1, 8400))],
+)
+def test_topk_values_and_int64_indices(axis: int, k: int, largest: int, shape: tuple[int, ...]) -> None:
+    # a detector's 300 best of 8,400 boxes; ties go to the lower index, as onnxruntime orders them
+    import codegraft as cg
+    from codegraft.testing import run_onnxruntime
+
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"]),
+        helper.make_node("TopK", ["r", "k"], ["v", "i"], axis=axis, largest=largest),
+        helper.make_node("Neg", ["v"], ["y"]),
+    ]
+    model = make_model(nodes, {"x": shape}, ["y"], {"k": np.array([k], I64)})
+    model.graph.output.append(helper.make_tensor_value_info("i", 7, None))
+    exe = cg.compile(model, targets=["c"])
+    assert [p.backend for p in exe.report().partitions] == ["c"], exe.report()
+    rng = np.random.default_rng(k)
+    ties = shape[-1] < 100  # small integers: many equal values
+    x = (rng.integers(-3, 4, shape) if ties else rng.standard_normal(shape)).astype(np.float32)
+    got, want = exe.run({"x": x}), run_onnxruntime(model, {"x": x})
+    assert got["i"].dtype == np.int64
+    np.testing.assert_array_equal(got["i"], want["i"])
+    np.testing.assert_array_equal(got["y"], want["y"])

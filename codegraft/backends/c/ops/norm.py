@@ -28,6 +28,7 @@ from codegraft.backends.c._node import (
     rank_of,
 )
 from codegraft.backends.c.ops._spec import KernelOp, Layout, OnnxOp, core_of
+from codegraft.backends.c.ops.data import slice_op
 from codegraft.backends.c.ops.elementwise import c_float
 
 # -- BatchNormalization (inference: folded to a per-channel Mul and Add) ---------------------------
@@ -373,6 +374,84 @@ def emit_arg_extreme(ctx: Context, kernel: Kernel) -> None:
     ctx.body.append(f"  {fn}({ctx.ptr(op.inputs[0])}, {ctx.ptr(op.out)});")
 
 
+# -- TopK --------------------------------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class TopK(g.Op):
+    """The ``k`` largest (``smallest``) values along the middle of ``[outer, n, inner]`` and their
+    indices, sorted, ties to the lower index (as onnxruntime orders them); ``out`` is
+    ``[2, outer, k, inner]``: the values, then the indices as exact floats."""
+
+    outer: int = 1
+    n: int = 1
+    inner: int = 1
+    k: int = 1
+    smallest: bool = False
+
+
+def _check_topk(node: ir.Node) -> str:
+    if rank_of(node.inputs[0]) is None:
+        return "the input rank is unknown"
+    if attr_int(node, "sorted", 1) == 0:
+        return "sorted=0 is not supported (onnxruntime's order of unsorted results is its own)"
+    return ""
+
+
+def _topk(lw: Lowerer, node: ir.Node) -> None:
+    x = lw.tensor(node.inputs[0])
+    rank = len(x.shape)
+    axis = attr_int(node, "axis", -1) % max(rank, 1)
+    known = lw.ints(node, 1)
+    if known is None or len(known) != 1:
+        raise LoweringError("K is not known at compile time")
+    k, n = known[0], x.shape[axis]
+    if not 0 < k <= n:
+        raise LoweringError(f"K={k} is out of range for an axis of {n}")
+    if n > 1 << 24:
+        raise LoweringError(f"axis {axis} has {n} entries: float32 indices are exact up to 2**24")
+    outer, inner = math.prod(x.shape[:axis]), math.prod(x.shape[axis + 1 :])
+    out = lw.new((2, outer, k, inner), "topk")
+    lw.ops.append(TopK([x], out, outer=outer, n=n, inner=inner, k=k, smallest=attr_int(node, "largest", 1) == 0))
+    shape = (*x.shape[:axis], k, *x.shape[axis + 1 :])
+    for index in (0, 1):
+        if index < len(node.outputs) and node.outputs[index].name:
+            lw.bind(node.outputs[index], lw.view(slice_op(lw, out, {0: (index, index + 1, 1)}), shape))
+
+
+def emit_topk(ctx: Context, kernel: Kernel) -> None:
+    """Per row, a sorted buffer of the best ``k`` so far, each value inserted where it belongs
+    (``k`` x ``n`` comparisons at worst; a detector's 300 of 8,400 boxes is 2.5M)."""
+    op = core_of(kernel, TopK)
+    better = "<" if op.smallest else ">"
+    fn = ctx.name("topk")
+    values, where = ctx.temp(op.k), ctx.temp(op.k)
+    ctx.functions.append(
+        "\n".join([
+            f"static void {fn}(const float* x, float* y, float* bv, float* bi) {{",
+            f"  float* yv = y; float* yi = y + {op.outer * op.k * op.inner}L;",
+            f"  for (long o = 0; o < {op.outer}; o++)",
+            f"    for (long i = 0; i < {op.inner}; i++) {{",
+            f"      const float* row = x + o * {op.n * op.inner}L + i;",
+            "      long count = 0;",
+            f"      for (long j = 0; j < {op.n}; j++) {{",
+            f"        const float v = row[j * {op.inner}L];",
+            f"        if (count == {op.k} && !(v {better} bv[{op.k - 1}])) continue;  /* ties keep the lower index */",
+            f"        long p = count < {op.k} ? count++ : {op.k - 1};",
+            f"        while (p > 0 && v {better} bv[p - 1]) {{ bv[p] = bv[p - 1]; bi[p] = bi[p - 1]; p--; }}",
+            "        bv[p] = v; bi[p] = (float)j;",
+            "      }",
+            f"      for (long r = 0; r < {op.k}; r++) {{",
+            f"        yv[(o * {op.k} + r) * {op.inner}L + i] = bv[r];",
+            f"        yi[(o * {op.k} + r) * {op.inner}L + i] = bi[r];",
+            "      }",
+            "    }",
+            "}",
+        ])
+    )  # fmt: skip
+    ctx.body.append(f"  {fn}({ctx.ptr(op.inputs[0])}, {ctx.ptr(op.out)}, {values}, {where});")
+
+
 # -- the family's entries in the op table ----------------------------------------------------------
 
 
@@ -392,6 +471,7 @@ ONNX = (
     OnnxOp("ReduceL2", _reduce_mean, _check_reduce_mean, non_data=frozenset({1})),
     OnnxOp("ArgMax", _arg_extreme, _check_arg_extreme, index_output=True),
     OnnxOp("ArgMin", _arg_extreme, _check_arg_extreme, index_output=True),
+    OnnxOp("TopK", _topk, _check_topk, non_data=frozenset({1}), index_output=True),
 )
 
 
@@ -401,4 +481,5 @@ KERNELS = (
     KernelOp(Lrn, Layout.KEEP_INPUT, emit_lrn),
     KernelOp(ReduceMean, Layout.PLAIN, emit_reduce_mean),
     KernelOp(ArgExtreme, Layout.PLAIN, emit_arg_extreme),
+    KernelOp(TopK, Layout.PLAIN, emit_topk),
 )
