@@ -138,28 +138,27 @@ def run_common_passes(
         records.append(_run_one(name, run))
         if after_each is not None:
             after_each(records[-1])
+
+    def again(names: Iterable[str], why: str) -> None:
+        for name in names:
+            if getattr(options, name):
+                record = _run_one(name, run)
+                records.append(replace(record, detail=f"{why}: {record.detail}"))
+                if after_each is not None:
+                    after_each(records[-1])
+
     for round_ in range(2, MAX_FOLD_ROUNDS + 1):
         if not _another_round(run):
             break
         run.round, run.fold_modified, run.inlined_ifs = round_, False, False  # an idle fold leaves them so
-        for name in _ROUND_PASSES:
-            if getattr(options, name):
-                record = _run_one(name, run)
-                records.append(replace(record, detail=f"round {round_}: {record.detail}"))
-                if after_each is not None:
-                    after_each(records[-1])
+        again(_ROUND_PASSES, f"round {round_}")
     changed = any(r.nodes_before != r.nodes_after or r.constants_folded for r in records)
     if options.shape_inference and len(records) > 1 and changed:
         records.append(_run_one("shape_inference", run))
         if after_each is not None:
             after_each(records[-1])
         if options.fold_constants and _empty_concat_operands(run):
-            for name in _EMPTY_OPERAND_PASSES:
-                if getattr(options, name):
-                    record = _run_one(name, run)
-                    records.append(replace(record, detail=f"empty Concat operands: {record.detail}"))
-                    if after_each is not None:
-                        after_each(records[-1])
+            again(_EMPTY_OPERAND_PASSES, "empty Concat operands")
     return PipelineResult(model=model, records=tuple(records))
 
 

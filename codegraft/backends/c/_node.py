@@ -70,6 +70,11 @@ def rank_of(value: ir.Value | None) -> int | None:
     return None if value is None or value.shape is None else len(value.shape)
 
 
+def input_rank_known(node: ir.Node) -> str:
+    """The check of an op that needs only its first input's rank: ``""``, or why not."""
+    return "" if rank_of(node.inputs[0] if node.inputs else None) is not None else "the input rank is unknown"
+
+
 def is_constant(value: ir.Value | None) -> bool:
     """A constant initializer (one that is also a graph input is only a default the caller may override)."""
     return value is not None and value.const_value is not None and not value.is_graph_input()

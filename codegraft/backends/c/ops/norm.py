@@ -22,6 +22,7 @@ from codegraft.backends.c._node import (
     attr_float,
     attr_int,
     check_axes_input,
+    input_rank_known,
     is_constant,
     opset_of,
     present,
@@ -331,12 +332,6 @@ class ArgExtreme(g.Op):
     last: bool = False
 
 
-def _check_arg_extreme(node: ir.Node) -> str:
-    if rank_of(node.inputs[0]) is None:
-        return "the input rank is unknown"
-    return ""
-
-
 def _arg_extreme(lw: Lowerer, node: ir.Node) -> None:
     x = lw.tensor(node.inputs[0])
     rank = len(x.shape)
@@ -391,11 +386,9 @@ class TopK(g.Op):
 
 
 def _check_topk(node: ir.Node) -> str:
-    if rank_of(node.inputs[0]) is None:
-        return "the input rank is unknown"
     if attr_int(node, "sorted", 1) == 0:
         return "sorted=0 is not supported (onnxruntime's order of unsorted results is its own)"
-    return ""
+    return input_rank_known(node)
 
 
 def _topk(lw: Lowerer, node: ir.Node) -> None:
@@ -469,8 +462,8 @@ ONNX = (
     OnnxOp("ReduceSumSquare", _reduce_mean, _check_reduce_mean, non_data=frozenset({1})),
     OnnxOp("ReduceL1", _reduce_mean, _check_reduce_mean, non_data=frozenset({1})),
     OnnxOp("ReduceL2", _reduce_mean, _check_reduce_mean, non_data=frozenset({1})),
-    OnnxOp("ArgMax", _arg_extreme, _check_arg_extreme, index_output=True),
-    OnnxOp("ArgMin", _arg_extreme, _check_arg_extreme, index_output=True),
+    OnnxOp("ArgMax", _arg_extreme, input_rank_known, index_output=True),
+    OnnxOp("ArgMin", _arg_extreme, input_rank_known, index_output=True),
     OnnxOp("TopK", _topk, _check_topk, non_data=frozenset({1}), index_output=True),
 )
 
