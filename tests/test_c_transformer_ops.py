@@ -96,15 +96,16 @@ def test_matmul_of_many_rows_by_one_matrix_with_an_epilogue(a: tuple, b: tuple) 
     check(make_model(nodes, {"a": a}, ["y"], {"w": rand(*b), "bias": rand(b[1])}, opset=20))
 
 
-def test_casts_to_integers_are_declined_with_the_reason() -> None:
+def test_casts_to_narrow_integers_are_declined_with_the_reason() -> None:
     def verdict(nodes: list, inputs: dict, inits: dict | None = None) -> str:
         model = ir.from_proto(make_model(nodes, inputs, ["y"], inits))
         answer = CBackend().supports(list(model.graph)[-1])
         assert not answer
         return answer.reason
 
-    cast = helper.make_node("Cast", ["x"], ["y"], to=7)
-    assert "a cast to int64 is not supported" in verdict([cast], {"x": (3,)})
+    # int32 and int64 hold every exact float; a narrower type would wrap, which c does not do
+    cast = helper.make_node("Cast", ["x"], ["y"], to=3)
+    assert "a cast to int8 is not supported" in verdict([cast], {"x": (3,)})
 
 
 def test_a_run_time_mask_and_casts_from_integers_run_on_c() -> None:
@@ -500,3 +501,73 @@ def test_topk_values_and_int64_indices(axis: int, k: int, largest: int, shape: t
     assert got["i"].dtype == np.int64
     np.testing.assert_array_equal(got["i"], want["i"])
     np.testing.assert_array_equal(got["y"], want["y"])
+
+
+def _integer_arithmetic_model() -> onnx.ModelProto:
+    """An ASR front end's frame count from sample lengths, both Mods, a float cast to int64."""
+    nodes = [
+        helper.make_node("Sub", ["lens", "win"], ["a"]),
+        helper.make_node("Div", ["a", "hop"], ["b"]),  # truncated toward zero
+        helper.make_node("Add", ["b", "one"], ["frames"]),
+        helper.make_node("Mul", ["frames", "scale"], ["c"]),
+        helper.make_node("Mod", ["a", "minus7"], ["floored"], fmod=0),  # the divisor's sign
+        helper.make_node("Mod", ["a", "minus7"], ["truncated"], fmod=1),  # the dividend's sign
+        helper.make_node("Cast", ["x"], ["xi"], to=7),  # toward zero
+        helper.make_node("Add", ["xi", "c"], ["z"]),
+        helper.make_node("Cast", ["z"], ["zf"], to=1),
+        helper.make_node("Relu", ["zf"], ["y"]),
+    ]
+    constants = {"win": np.array([400], I64), "hop": np.array([160], I64), "one": np.array(1, I64),
+                 "scale": np.array(3, I64), "minus7": np.array(-7, I64)}  # fmt: skip
+    model = make_model(nodes, {"x": (4,)}, ["y"], constants)
+    model.graph.input.append(helper.make_tensor_value_info("lens", 7, [4]))
+    model.graph.output.extend(helper.make_tensor_value_info(n, 7, None) for n in ("frames", "floored", "truncated"))
+    return model
+
+
+def test_integer_arithmetic_runs_on_c_exactly() -> None:
+    # onnx-asr's Kaldi and NeMo front ends and swift-f0 compute lengths and frame counts in int64
+    import codegraft as cg
+    from codegraft.testing import run_onnxruntime
+
+    model = _integer_arithmetic_model()
+    exe = cg.compile(model, targets=["c"])
+    assert [p.backend for p in exe.report().partitions] == ["c"], exe.report()
+    feeds = {"lens": np.array([16000, 400, 10, 123456], I64), "x": np.array([1.7, -2.5, 3.99, -0.2], np.float32)}
+    got, want = exe.run(feeds), run_onnxruntime(model, feeds)
+    for name in ("frames", "floored", "truncated"):
+        assert got[name].dtype == np.int64
+        np.testing.assert_array_equal(got[name], want[name])
+    np.testing.assert_array_equal(got["y"], want["y"])
+
+
+def test_integer_arithmetic_float32_cannot_hold_goes_to_the_host(caplog: pytest.LogCaptureFixture) -> None:
+    import codegraft as cg
+    from codegraft.testing import run_onnxruntime
+
+    model = _integer_arithmetic_model()
+    exe = cg.compile(model, targets=["c"])
+    # every input within 2**24, a product beyond it: (10**7 - 400) // 160 + 1 = 62498, x 3 fits;
+    # with scale 300 it would not
+    scale = next(t for t in model.graph.initializer if t.name == "scale")
+    scale.CopyFrom(numpy_helper.from_array(np.array(300, I64), "scale"))
+    exe = cg.compile(model, targets=["c"])
+    feeds = {"lens": np.array([10**7, 400, 10, 5], I64), "x": np.array([1.0, 2.0, 3.0, 4.0], np.float32)}
+    got, want = exe.run(feeds), run_onnxruntime(model, feeds)
+    np.testing.assert_array_equal(got["y"], want["y"])
+    assert "beyond 2**24" in caplog.text
+
+
+def test_an_integer_division_by_zero_goes_to_the_host() -> None:
+    from codegraft.backend import Partition
+    from codegraft.errors import BackendError
+
+    nodes = [helper.make_node("Div", ["a", "b"], ["y"])]
+    model = make_model(nodes, {}, [])
+    model.graph.input.extend(helper.make_tensor_value_info(n, 7, [3]) for n in ("a", "b"))
+    model.graph.output.append(helper.make_tensor_value_info("y", 7, [3]))
+    backend = CBackend()
+    runnable = backend.load(backend.compile(Partition("p", ir.from_proto(model))))
+    np.testing.assert_array_equal(runnable.run([np.array([7, -7, 9], I64), np.array([2, 2, -4], I64)])[0], [3, -3, -2])
+    with pytest.raises(BackendError, match="divided by zero"):
+        runnable.run([np.array([7, 1, 2], I64), np.array([2, 0, 1], I64)])

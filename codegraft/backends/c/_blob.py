@@ -65,6 +65,7 @@ class Blob:
     bool_outputs: tuple[int, ...] = ()
     exact_inputs: tuple[int, ...] = ()
     integer_outputs: tuple[tuple[int, str], ...] = ()  # (output, numpy dtype name)
+    integer_checks: bool = False  # read cg_int_overflow after each call
 
     @staticmethod
     def built(program: GeneratedProgram, library: bytes, target: Target, scratch_floats: int = 0) -> Blob:
@@ -82,6 +83,7 @@ class Blob:
             bool_outputs=tuple(getattr(program, "bool_outputs", ())),
             exact_inputs=tuple(getattr(program, "exact_inputs", ())),
             integer_outputs=tuple(getattr(program, "integer_outputs", ())),
+            integer_checks=bool(getattr(program, "integer_checks", False)),
         )
 
     def encode(self) -> bytes:
@@ -101,6 +103,7 @@ class Blob:
             "bool_outputs": list(self.bool_outputs),
             "exact_inputs": list(self.exact_inputs),
             "integer_outputs": [[i, dtype] for i, dtype in self.integer_outputs],
+            "integer_checks": self.integer_checks,
             "source_bytes": len(source),
             "library_bytes": len(self.library),
             "weight_bytes": weights.nbytes,
@@ -144,6 +147,7 @@ class Blob:
             bool_outputs=tuple(int(i) for i in header.get("bool_outputs", ())),
             exact_inputs=tuple(int(i) for i in header.get("exact_inputs", ())),
             integer_outputs=_integer_outputs(header.get("integer_outputs", ())),
+            integer_checks=header.get("integer_checks", False) is True,
         )
 
 

@@ -81,6 +81,7 @@ class CRunnable:
         self._bool_outputs = blob.bool_outputs
         self._exact_inputs = blob.exact_inputs
         self._integer_outputs = [(index, np.dtype(name)) for index, name in blob.integer_outputs]
+        self._overflow = ctypes.c_int.in_dll(self._lib, "cg_int_overflow") if blob.integer_checks else None
         self._threads = int(num_threads or 0)
         self._lock = threading.Lock()
         # The arena's addresses never change; asking numpy for them costs ~2 us a call.
@@ -139,14 +140,23 @@ class CRunnable:
             if values.size and (int(values.max()) > EXACT_INTEGERS or int(values.min()) < -EXACT_INTEGERS):
                 raise BackendError(
                     f"C partition input {index} holds integers beyond 2**24, which float32 cannot hold "
-                    "exactly (its comparisons or moves of integer data)"
+                    "exactly (it compares them, or moves, computes or casts integers)"
                 )
         arrays = checked_inputs(inputs, self._inputs, "C partition")
         outputs = [np.empty(shape, np.float32) for shape in self._outputs]
         in_ptrs = self._in_array(*[a.__array_interface__["data"][0] for a in arrays])
         out_ptrs = self._out_array(*[a.__array_interface__["data"][0] for a in outputs])
         with self._lock:
-            self._entry(in_ptrs, out_ptrs, self._weights_address, self._scratch_address, self._threads)
+            if self._overflow is None:
+                self._entry(in_ptrs, out_ptrs, self._weights_address, self._scratch_address, self._threads)
+            else:
+                self._overflow.value = 0
+                self._entry(in_ptrs, out_ptrs, self._weights_address, self._scratch_address, self._threads)
+                if self._overflow.value:
+                    raise BackendError(
+                        "C partition: integer arithmetic gave a value beyond 2**24, which float32 cannot hold "
+                        "exactly, or divided by zero; the host computes it"
+                    )
         for index in self._bool_outputs:  # computed as 0/1 floats
             outputs[index] = outputs[index] != 0  # type: ignore[call-overload]
         for index, dtype in self._integer_outputs:  # integers moved as exact floats

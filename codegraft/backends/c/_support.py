@@ -14,6 +14,7 @@ import onnx_ir as ir
 from codegraft.backend import Support
 from codegraft.backends.c._node import FOLDABLE, NHWC_DOMAIN, SHAPE_OPS, compile_time
 from codegraft.backends.c.ops import ONNX_OPS
+from codegraft.backends.c.ops._spec import INTEGER_DTYPES
 
 
 def supports(node: ir.Node) -> Support:
@@ -75,15 +76,17 @@ def float_data(node: ir.Node) -> str:
     skip = entry.non_data if entry is not None else _NO_INPUTS
     converted = entry.converted if entry is not None else _NO_INPUTS
     moves_data = entry is not None and entry.moves_data
+    arithmetic = entry is not None and entry.integer_arithmetic
     for index, value in enumerate(node.inputs):
         if value is None or index in skip:
             continue
         dtype = value.dtype
         if dtype is None or dtype == _FLOAT:
             continue
-        if not (index in converted or moves_data) or dtype not in CONVERTED_DTYPES:
+        integers = arithmetic and dtype in INTEGER_DTYPES
+        if not (index in converted or moves_data or integers) or dtype not in CONVERTED_DTYPES:
             return f"input {index} is {dtype.name.lower()}, only float32 is supported"
-        if moves_data and index not in converted and not held_exactly(value):
+        if (moves_data or integers) and index not in converted and not held_exactly(value):
             return f"input {index} holds integers beyond 2**24, which float32 cannot hold exactly"
     bool_output = entry is not None and entry.bool_output
     integer_output = moves_data or (entry is not None and entry.index_output)
@@ -91,7 +94,8 @@ def float_data(node: ir.Node) -> str:
         dtype = value.dtype
         if dtype is None or dtype == _FLOAT or not value.uses():
             continue
-        if not ((bool_output and dtype == _BOOL) or (integer_output and dtype in CONVERTED_DTYPES)):
+        if not ((bool_output and dtype == _BOOL) or (integer_output and dtype in CONVERTED_DTYPES)
+                or (arithmetic and dtype in INTEGER_DTYPES)):
             return f"output {index} is {dtype.name.lower()}, only float32 is supported"
     return ""
 

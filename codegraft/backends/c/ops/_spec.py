@@ -31,6 +31,13 @@ def accept(node: ir.Node) -> str:
     return ""
 
 
+# The integer types (bool aside) the backend holds as exact floats (every value up to 2**24).
+INTEGER_DTYPES = frozenset({
+    ir.DataType.INT8, ir.DataType.UINT8, ir.DataType.INT16, ir.DataType.UINT16,
+    ir.DataType.INT32, ir.DataType.UINT32, ir.DataType.INT64, ir.DataType.UINT64,
+})  # fmt: skip
+
+
 @dataclass(frozen=True)
 class OnnxOp:
     """One ONNX op type the backend takes: why a node may not be taken, and what it becomes.
@@ -46,7 +53,8 @@ class OnnxOp:
     reshaped and gathered, token ids sliced before their embedding; a partition output of them is
     converted back at the exit, and an integer input beyond 2**24 sends the partition to the
     host at run time); ``index_output``: its output is integer indices, computed as exact floats
-    (ArgMax); ``nhwc``: also taken in the
+    (ArgMax); ``integer_arithmetic``: it computes on integers too, held as exact floats (a
+    result float32 cannot hold sends the call to the host: ``INTEGER_HELPERS``); ``nhwc``: also taken in the
     ``codegraft.nhwc`` domain.
 
     Example::
@@ -63,6 +71,7 @@ class OnnxOp:
     bool_output: bool = False
     moves_data: bool = False
     index_output: bool = False
+    integer_arithmetic: bool = False
     nhwc: bool = False
 
 

@@ -33,7 +33,7 @@ from codegraft.backends.c._node import (
     opset_of,
     present,
 )
-from codegraft.backends.c.ops._spec import KernelOp, Layout, OnnxOp
+from codegraft.backends.c.ops._spec import INTEGER_DTYPES, KernelOp, Layout, OnnxOp
 
 
 @dataclass(frozen=True)
@@ -107,8 +107,46 @@ EXPRESSIONS: dict[str, str] = {
     "clip_max": "cg_clamp({a}, -INFINITY, {b})",
     "gelu": "0.5f * {a} * (1.0f + cg_erf({a} * 0x1.6a09e6p-1f))",
     "gelu_tanh": "0.5f * {a} * (1.0f + cg_tanh(0x1.988454p-1f * ({a} + 0x1.6e5ba6p-5f * {a} * {a} * {a})))",
+    "fmod": "fmodf({a}, {b})",  # Mod of floats (fmod=1; C's fmod, the dividend's sign)
     **{op.kind: op.c for op in UNARY},
+    **{kind: c for kind, c in (
+        # Integers held as exact floats (every one up to 2**24): a result that float32 cannot
+        # hold exactly, or a division by zero, raises cg_int_overflow and the call goes to the
+        # host (INTEGER_HELPERS; the runtime reads the flag after each call).
+        ("iadd", "cg_int({a} + {b})"),
+        ("isub", "cg_int({a} - {b})"),
+        ("imul", "cg_int({a} * {b})"),
+        ("idiv", "cg_idiv({a}, {b})"),
+        ("imod", "cg_imod({a}, {b})"),
+        ("ifmod", "cg_ifmod({a}, {b})"),
+        ("itrunc", "cg_int(truncf({a}))"),  # Cast of a float to an integer type
+    )},
 }
+INTEGER_KINDS = frozenset({"iadd", "isub", "imul", "idiv", "imod", "ifmod", "itrunc"})
+# Defined in a program only where an integer kind is used (float programs' C is unchanged).
+# Below 2**24 in magnitude (strictly: 2**24 + 1 rounds to 2**24) a float32 result of integer
+# operands is exact; the quotient and remainder are taken in double, exact for such operands.
+INTEGER_HELPERS = """
+int cg_int_overflow;
+static inline float cg_int(float v) {
+  if (!(fabsf(v) < 16777216.0f)) cg_int_overflow = 1;
+  return v;
+}
+static inline float cg_idiv(float a, float b) {  /* truncated, as C and onnxruntime divide */
+  if (b == 0.0f) { cg_int_overflow = 1; return 0.0f; }
+  return (float)trunc((double)a / (double)b);
+}
+static inline float cg_ifmod(float a, float b) {  /* the dividend's sign (fmod=1) */
+  if (b == 0.0f) { cg_int_overflow = 1; return 0.0f; }
+  return (float)fmod((double)a, (double)b);
+}
+static inline float cg_imod(float a, float b) {  /* the divisor's sign (fmod=0, as Python's %) */
+  if (b == 0.0f) { cg_int_overflow = 1; return 0.0f; }
+  double r = fmod((double)a, (double)b);
+  if (r != 0.0 && ((r < 0.0) != (b < 0.0f))) r += b;
+  return (float)r;
+}
+"""
 
 
 def c_float(value: float) -> str:
@@ -189,9 +227,26 @@ def _clip_bounds(node: ir.Node) -> tuple[float, float]:
 _BINARY_KIND = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Pow": "pow", "PRelu": "prelu"}
 
 
+_INTEGER_KIND = {"add": "iadd", "sub": "isub", "mul": "imul", "div": "idiv"}
+
+
+def integer_valued(value: ir.Value | None) -> bool:
+    """Whether ``value`` holds integers (not bool): computed on as exact floats."""
+    return value is not None and value.dtype in INTEGER_DTYPES
+
+
+def _check_binary(node: ir.Node) -> str:
+    if integer_valued(node.outputs[0]) and node.op_type not in ("Add", "Sub", "Mul", "Div"):
+        return f"{node.op_type} of integers is not supported"
+    return ""
+
+
 def _binary(lw: Lowerer, node: ir.Node) -> None:
     inputs = [lw.tensor(node.inputs[0]), lw.tensor(node.inputs[1])]
     kind = _BINARY_KIND[node.op_type]
+    if integer_valued(node.outputs[0]):
+        lw.bind(node.outputs[0], lw.elementwise(_INTEGER_KIND[kind], inputs))
+        return
     x, slope = inputs
     if kind == "prelu" and opset_of(node) < 7 and len(x.shape) > 2 and slope.shape == (x.shape[1],):
         # opset < 7 PRelu: a [C] slope is per channel (axis 1), not numpy-broadcast on the last axis
@@ -247,6 +302,21 @@ def _variadic(lw: Lowerer, node: ir.Node) -> None:
     lw.bind(node.outputs[0], y)
 
 
+def _check_mod(node: ir.Node) -> str:
+    if not integer_valued(node.outputs[0]) and attr_int(node, "fmod", 0) != 1:
+        return "Mod of floats needs fmod=1"
+    return ""
+
+
+def _mod(lw: Lowerer, node: ir.Node) -> None:
+    inputs = [lw.tensor(node.inputs[0]), lw.tensor(node.inputs[1])]
+    if not integer_valued(node.outputs[0]):
+        kind = "fmod"
+    else:
+        kind = "ifmod" if attr_int(node, "fmod", 0) else "imod"
+    lw.bind(node.outputs[0], lw.elementwise(kind, inputs))
+
+
 def _where(lw: Lowerer, node: ir.Node) -> None:
     condition = node.inputs[0]
     x, y = lw.tensor(node.inputs[1]), lw.tensor(node.inputs[2])
@@ -261,7 +331,8 @@ ONNX = (
     *(OnnxOp(op.op_type, op.lower) for op in UNARY),
     OnnxOp("Gelu", _gelu, _check_gelu),
     OnnxOp("Clip", _clip, check_clip),
-    *(OnnxOp(op_type, _binary) for op_type in _BINARY_KIND),
+    *(OnnxOp(op_type, _binary, _check_binary, integer_arithmetic=True) for op_type in _BINARY_KIND),
+    OnnxOp("Mod", _mod, _check_mod, integer_arithmetic=True),
     *(OnnxOp(op_type, _variadic) for op_type in _VARIADIC_KIND),
     OnnxOp("Where", _where, converted=frozenset({0})),
     *(OnnxOp(op_type, _compare, converted=frozenset({0, 1}), bool_output=True)

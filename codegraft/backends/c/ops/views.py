@@ -96,19 +96,29 @@ def _identity(lw: Lowerer, node: ir.Node) -> None:
 # -- Cast (to float32: the bytes are unchanged) and Constant ---------------------------------------
 
 
+# Integer types every exact float (|x| < 2**24) fits in: a cast to them changes no value.
+_WIDE_TARGETS = (ir.DataType.INT32, ir.DataType.INT64)
+
+
 def _check_cast(node: ir.Node) -> str:
     to = attr_int(node, "to", 0)
-    if to not in (ir.DataType.FLOAT, ir.DataType.BOOL):
-        return f"a cast to {ir.DataType(to).name.lower()} is not supported (only float32 data and bool)"
+    if to not in (ir.DataType.FLOAT, ir.DataType.BOOL, *_WIDE_TARGETS):
+        return f"a cast to {ir.DataType(to).name.lower()} is not supported (only float32, bool, int32 and int64)"
     return ""
 
 
 def _cast(lw: Lowerer, node: ir.Node) -> None:
     x = lw.tensor(node.inputs[0])
-    if attr_int(node, "to", 0) == ir.DataType.BOOL:  # 0/1 floats (NaN is true, as ONNX casts it)
+    to = attr_int(node, "to", 0)
+    if to == ir.DataType.BOOL:  # 0/1 floats (NaN is true, as ONNX casts it)
         lw.bind(node.outputs[0], lw.elementwise("nonzero", [x]))
         return
-    lw.bind(node.outputs[0], lw.view(x, x.shape))  # to float32: the data (converted at the entry) is unchanged
+    source = node.inputs[0].dtype if node.inputs[0] is not None else None
+    if to in _WIDE_TARGETS and source in (ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.DOUBLE):
+        lw.bind(node.outputs[0], lw.elementwise("itrunc", [x]))  # toward zero, as onnxruntime casts
+        return
+    # to float32, or an integer to a wide integer type: the data (exact floats) is unchanged
+    lw.bind(node.outputs[0], lw.view(x, x.shape))
 
 
 def _check_constant(node: ir.Node) -> str:
@@ -159,7 +169,7 @@ ONNX = (
     OnnxOp("Unsqueeze", _unsqueeze, check_axes_input, non_data=frozenset({1}), moves_data=True),
     OnnxOp("Identity", _identity, moves_data=True),
     OnnxOp("Dropout", _identity, check_dropout, non_data=frozenset({1, 2})),
-    OnnxOp("Cast", _cast, _check_cast, converted=frozenset({0}), bool_output=True),
+    OnnxOp("Cast", _cast, _check_cast, converted=frozenset({0}), bool_output=True, index_output=True),
     OnnxOp("Constant", _constant, _check_constant),
     OnnxOp("Expand", _expand, known_at_compile_time(1, "shape"), non_data=frozenset({1}), moves_data=True),
 )
