@@ -49,6 +49,11 @@ CASES: dict[str, tuple[Any, ...]] = {
     "dilation-2": ((1, 3, 8, 9), 5, (3, 3), 1, True, {"dilations": [2, 2], "pads": [1, 0, 2, 1]}),
     "groups-2": ((1, 6, 7, 8), 4, (3, 2), 2, True, {"strides": [2, 3]}),
     "depthwise": ((1, 8, 9, 9), 8, (4, 4), 8, True, {"strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    # DeepFilterNet's decoders: 64 channels, 1x3 taps, stride 1x2 (the gather multiplies itself)
+    "depthwise-1x3-s1x2": ((1, 64, 20, 8), 64, (1, 3), 64, True,
+                           {"strides": [1, 2], "pads": [0, 1, 0, 1], "output_padding": [0, 1]}),
+    "depthwise-exact-no-bias": ((2, 16, 5, 6), 16, (2, 2), 16, False, {"strides": [2, 2]}),
+    "depthwise-1-D-dilated": ((1, 5, 11), 5, (3,), 5, True, {"strides": [2], "dilations": [2], "pads": [1, 2]}),
     "stride-above-kernel": ((1, 3, 5, 5), 4, (2, 2), 1, True, {"strides": [3, 3]}),
     "1-D": ((1, 6, 17), 5, (5,), 1, True, {"strides": [3], "pads": [2, 1], "output_padding": [1]}),
     "batch-2": ((2, 7, 6, 5), 9, (2, 2), 1, True, {"strides": [2, 2]}),
@@ -94,8 +99,9 @@ def test_ocr_head() -> None:
 @st.composite
 def conv_transpose_cases(draw: st.DrawFn) -> tuple[tuple, int, tuple, int, bool, dict]:
     spatial = draw(st.sampled_from([1, 2]))
-    group = draw(st.sampled_from([1, 1, 2, 3]))
-    cg_in, cg_out = draw(st.integers(1, 4)), draw(st.integers(1, 5))
+    group = draw(st.sampled_from([1, 1, 2, 3, 7]))
+    depthwise = draw(st.booleans())  # one input and one output channel per group: its own path
+    cg_in, cg_out = (1, 1) if depthwise else (draw(st.integers(1, 4)), draw(st.integers(1, 5)))
     kernel = tuple(draw(st.integers(1, 4)) for _ in range(spatial))
     strides = [draw(st.integers(1, 3)) for _ in range(spatial)]
     dilations = [draw(st.integers(1, 2)) for _ in range(spatial)]

@@ -208,6 +208,7 @@ class Col2Im(g.SpatialOp):
     group: int = 1
     bias: np.ndarray | None = None
     exact: bool = False  # kernel == stride, no dilation, no output_padding: one tap per output pixel
+    taps: np.ndarray | None = None  # depthwise: [taps][C] weights, and ``inputs[0]`` is the input itself
     row_epilogue: ClassVar[bool] = True
 
 
@@ -284,6 +285,22 @@ def _conv_transpose(lw: Lowerer, node: ir.Node) -> None:
         raise LoweringError(f"channels {c} do not match weight {w.shape} with group={group}")
     cg_in, taps, m = cin // group, math.prod(kernel), cg_out * group
     window, out_spatial = conv_transpose_geometry(node, spatial, kernel)
+    extra = attr_ints(node, "output_padding") or [0] * len(kernel)
+    exact = not any(extra) and all(
+        k == s and (d == 1 or k == 1) for k, s, d in zip(kernel, window.strides, window.dilations, strict=True)
+    )
+    bias = present(node, 2)
+    bias_values = None
+    if bias is not None:
+        b = lw.tensor(bias)
+        assert b.const is not None
+        bias_values = np.ascontiguousarray(b.const.astype(np.float32).reshape(m))
+    out = lw.new((n, m, *out_spatial))
+    if cg_in == 1 and cg_out == 1:  # depthwise: the gather multiplies by each tap's weight itself
+        per_tap = np.ascontiguousarray(weight.reshape(cin, taps).T)  # [t][c]
+        lw.ops.append(Col2Im([x], out, window=window, group=group, bias=bias_values, exact=exact, taps=per_tap))
+        lw.bind(node.outputs[0], out)
+        return
     # The 1x1 Conv's OHWI weight: output channel gi * (taps * Cg) + t * Cg + c reads input
     # channel gi * Cg_in + ci with the ONNX weight [gi * Cg_in + ci, c, ky, kx].
     per_group = weight.reshape(group, cg_in, cg_out, taps)  # [gi][ci][c][t]
@@ -293,17 +310,6 @@ def _conv_transpose(lw: Lowerer, node: ir.Node) -> None:
     col = lw.new((n, group * taps * cg_out, *spatial), hint="col")
     lw.ops.append(g.Conv([x], col, weight=np.ascontiguousarray(ohwi), group=group,
                          window=g.Window(ones, ones, zeros, zeros, ones)))
-    bias = present(node, 2)
-    bias_values = None
-    if bias is not None:
-        b = lw.tensor(bias)
-        assert b.const is not None
-        bias_values = np.ascontiguousarray(b.const.astype(np.float32).reshape(m))
-    out = lw.new((n, m, *out_spatial))
-    extra = attr_ints(node, "output_padding") or [0] * len(kernel)
-    exact = not any(extra) and all(
-        k == s and (d == 1 or k == 1) for k, s, d in zip(kernel, window.strides, window.dilations, strict=True)
-    )
     lw.ops.append(Col2Im([col], out, window=window, group=group, bias=bias_values, exact=exact))
     lw.bind(node.outputs[0], out)
 
@@ -320,16 +326,17 @@ def emit_col2im(ctx: Context, kernel: Kernel) -> None:
     if len(spatial) == 1:  # 1-D: one row
         spatial, out_spatial = [1, *spatial], [1, *out_spatial]
         size, strides, dil, pb = [1, *size], [1, *strides], [1, *dil], [0, *pb]
-    assert phys_in[-1] == m * size[0] * size[1]
+    assert phys_in[-1] == (m if op.taps is not None else m * size[0] * size[1])
     fn = ctx.define_once("cg_col2im", lambda: c_file("ops/conv_transpose.c"))
     bias = ctx.weight(op.bias if op.bias is not None else np.zeros(m, np.float32))
+    taps = ctx.weight(op.taps) if op.taps is not None else "NULL"
     ep = emit_epilogue(ctx, kernel) if kernel.steps else ""
     flat = all(index.row_stride == 0 and index.col_stride == 0 for index in kernel.indexing)
     ctx.body.append(
         f"  {fn}({ctx.ptr(col)}, {bias}, {ctx.ptr(out)}, {n}, {spatial[0]}, {spatial[1]}, {op.group}, "
         f"{m // op.group}, {out_spatial[0]}, {out_spatial[1]}, {size[0]}, {size[1]}, {strides[0]}, {strides[1]}, "
         f"{pb[0]}, {pb[1]}, {dil[0]}, {dil[1]}, {int(op.exact)}, {ep or 'NULL'}, {ep + '_ops' if ep else 'NULL'}, "
-        f"{int(flat)});"
+        f"{int(flat)}, {taps});"
     )
 
 
