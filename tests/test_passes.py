@@ -332,3 +332,4 @@ def test_an_empty_concat_operand_found_after_folding_is_dropped() -> None:
     # the Concat on the host
     exe = cg.compile(_empty_slice_concat_model(), targets=["c"])
     assert [p.backend for p in exe.report().partitions] == ["c"]
+

@@ -438,6 +438,11 @@ def _fold_constants(run: _Run) -> str:
     inlined = ifs - _if_nodes(model)
     _forget_shapes_after(model, inlined)
     run.inlined_ifs = bool(inlined)
+    if inlined and any(node.op_type == "Constant" for node in model.graph):
+        # an inlined branch brings its Constant nodes (import lifted the graph's own): as
+        # initializers, every backend reads them as the weights they are; a Constant node left
+        # in, a backend that declines its dtype made a partition of it (pyannote's segmenter)
+        ir_passes.LiftConstantsToInitializersPass(lift_all_constants=True, size_limit=0)(model)
     folded = len(_folded_values(model) - before)
     return (
         f"{folded} values folded into constants, {filled} ConstantOfShape fills materialised "
