@@ -167,7 +167,7 @@ def compile_command(
     ] = None,
     min_partition_size: Annotated[int, typer.Option(help="Smaller accelerator partitions go to the host.")] = 1,
     min_partition_macs: Annotated[
-        int, typer.Option(help="Accelerator partitions next to the host's with fewer multiply-adds go to the host "
+        int, typer.Option(help="Accelerator partitions between host ones with fewer multiply-adds go to the host "
                           "(0: never)."),
     ] = MIN_PARTITION_MACS,
     precision: Annotated[str, typer.Option(help="float32, float16 or bfloat16 (int8: from Python).")] = "float32",
@@ -333,7 +333,7 @@ def inspect_command(
     ] = None,
     min_partition_size: Annotated[int, typer.Option(help="Smaller accelerator partitions go to the host.")] = 1,
     min_partition_macs: Annotated[
-        int, typer.Option(help="Accelerator partitions next to the host's with fewer multiply-adds go to the host "
+        int, typer.Option(help="Accelerator partitions between host ones with fewer multiply-adds go to the host "
                           "(0: never)."),
     ] = MIN_PARTITION_MACS,
     quiet: QuietOption = False,

@@ -12,12 +12,12 @@ from codegraft.errors import OptionError
 
 PRECISIONS = ("float32", "float16", "bfloat16", "int8")
 PLACEMENTS = ("first", "measured")
-# A target's partition next to the host's costs a crossing per edge between them (a copy, a
+# A target's partition between the host's costs a crossing per edge with them (a copy, a
 # partition call, the host's thread pool woken again); under this many multiply-adds what the
 # target saves cannot pay for them.  Between the int8 units of pipecat's QDQ turn detector
 # (which no target takes) first-fit placement gave c the LayerNorms and GELUs: 54 partitions.
-# The same bound as a Loop body's (plan.control.LOOP_BODY_MIN_MACS): a tenth of a millisecond
-# of one core's multiply-adds.
+# A tenth of a millisecond of one core's multiply-adds; plan.control.LOOP_BODY_MIN_MACS, a
+# Loop body's bound, is the same.
 MIN_PARTITION_MACS = 1 << 22
 
 
@@ -26,7 +26,7 @@ class CompileOptions:
     """How to compile; every field has a keyword of the same name on :func:`compile`.
 
     ``min_partition_size``: non-host partitions with fewer nodes go back to the host.
-    ``min_partition_macs``: with first-fit placement, a non-host partition next to a host one
+    ``min_partition_macs``: with first-fit placement, a non-host partition between host ones
     that does fewer multiply-adds (MatMul, Gemm, Conv, ConvTranspose, LSTM, GRU, RNN; known
     sizes only) goes back to the host (0: never).
     ``strict``: a partition its backend fails to compile is an error instead of a fallback.

@@ -21,6 +21,7 @@ import onnx_ir as ir
 
 from codegraft.backend import Backend
 from codegraft.core.names import CONTROL_BACKEND, CONTROL_OPS
+from codegraft.core.options import MIN_PARTITION_MACS
 from codegraft.plan.annotate import Annotation, NodeDecline, check_node
 
 # A Loop runs its body once per iteration from Python, each partition of it a call (tens of
@@ -28,8 +29,8 @@ from codegraft.plan.annotate import Annotation, NodeDecline, check_node
 # this many multiply-adds per iteration on the targets, what they save cannot pay for that:
 # SLANet's decoder, 0.6M on c in 6 partitions, took 400 ms over its 501 steps run by
 # codegraft and 200 ms whole on the host (2-core VM).  A body that convolves a feature map
-# (millions per step) is worth it.
-LOOP_BODY_MIN_MACS = 1 << 22
+# (millions per step) is worth it.  The same bound as a light partition's between host ones.
+LOOP_BODY_MIN_MACS = MIN_PARTITION_MACS
 
 
 def mark_control_units(

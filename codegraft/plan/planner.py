@@ -125,9 +125,9 @@ def group_units(
 ) -> list[Group]:
     """Cycle-free groups of units on their backends; groups under ``min_partition_size`` nodes
     go to the host (``unit_backends`` is updated) and the rest is regrouped until none is left.
-    A target's group next to a host group that does fewer than ``min_partition_macs``
-    multiply-adds goes to the host too (:func:`demote_light_islands`; the planner asks it of
-    first-fit placement, where nothing timed the choice)."""
+    A target's group between host groups (reading from one, feeding one) that does fewer than
+    ``min_partition_macs`` multiply-adds goes to the host too (:func:`demote_light_islands`; the
+    planner asks it of first-fit placement, where nothing timed the choice)."""
     preds = annotation.unit_predecessors()
     sizes = [len(unit.nodes) for unit in annotation.units]
     work = _unit_work(annotation, min_partition_macs) if min_partition_macs else []
