@@ -48,8 +48,6 @@ def library_for_this_machine(blob: Blob, toolchain: Toolchain) -> bytes:
         ) from None
 
 
-
-
 def checked_inputs(inputs: Sequence[np.ndarray], shapes: tuple[tuple[int, ...], ...], what: str) -> list[np.ndarray]:
     """``inputs`` as C-contiguous float32 arrays of the compiled ``shapes``, or an :class:`InputError`."""
     if len(inputs) != len(shapes):
@@ -147,16 +145,14 @@ class CRunnable:
         in_ptrs = self._in_array(*[a.__array_interface__["data"][0] for a in arrays])
         out_ptrs = self._out_array(*[a.__array_interface__["data"][0] for a in outputs])
         with self._lock:
-            if self._overflow is None:
-                self._entry(in_ptrs, out_ptrs, self._weights_address, self._scratch_address, self._threads)
-            else:
+            if self._overflow is not None:
                 self._overflow.value = 0
-                self._entry(in_ptrs, out_ptrs, self._weights_address, self._scratch_address, self._threads)
-                if self._overflow.value:
-                    raise BackendError(
-                        "C partition: integer arithmetic gave a value beyond 2**24, which float32 cannot hold "
-                        "exactly, or divided by zero; the host computes it"
-                    )
+            self._entry(in_ptrs, out_ptrs, self._weights_address, self._scratch_address, self._threads)
+            if self._overflow is not None and self._overflow.value:
+                raise BackendError(
+                    "C partition: integer arithmetic gave a value beyond 2**24, which float32 cannot hold "
+                    "exactly, or divided by zero; the host computes it"
+                )
         for index in self._bool_outputs:  # computed as 0/1 floats
             outputs[index] = outputs[index] != 0  # type: ignore[call-overload]
         for index, dtype in self._integer_outputs:  # integers moved as exact floats

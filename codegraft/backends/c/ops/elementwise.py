@@ -236,7 +236,7 @@ def integer_valued(value: ir.Value | None) -> bool:
 
 
 def _check_binary(node: ir.Node) -> str:
-    if integer_valued(node.outputs[0]) and node.op_type not in ("Add", "Sub", "Mul", "Div"):
+    if integer_valued(node.outputs[0]) and _BINARY_KIND[node.op_type] not in _INTEGER_KIND:
         return f"{node.op_type} of integers is not supported"
     return ""
 

@@ -113,8 +113,8 @@ def _cast(lw: Lowerer, node: ir.Node) -> None:
     if to == ir.DataType.BOOL:  # 0/1 floats (NaN is true, as ONNX casts it)
         lw.bind(node.outputs[0], lw.elementwise("nonzero", [x]))
         return
-    source = node.inputs[0].dtype if node.inputs[0] is not None else None
-    if to in _WIDE_TARGETS and source in (ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.DOUBLE):
+    # (the input is float32, bool or an integer: the common check refuses other floats)
+    if to in _WIDE_TARGETS and node.inputs[0] is not None and node.inputs[0].dtype == ir.DataType.FLOAT:
         lw.bind(node.outputs[0], lw.elementwise("itrunc", [x]))  # toward zero, as onnxruntime casts
         return
     # to float32, or an integer to a wide integer type: the data (exact floats) is unchanged
