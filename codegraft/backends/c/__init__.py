@@ -63,7 +63,12 @@ class CBackend:
     version = source_version(pathlib.Path(__file__).parent, "**/*.py", "**/*.c")
     # dtypes=None: ``supports`` checks the dtype of *data* inputs itself, so a Reshape whose
     # shape input is an int64 constant is still taken (a declared {"float32"} would refuse it).
-    capabilities = Capabilities(dynamic_shapes=False, dtypes=None, layout="NHWC", native_code=True)
+    # int8: it takes dynamically quantized layers (DynamicQuantizeLinear, MatMulInteger,
+    # ConvInteger, ``ops/quantize.py``); a QDQ unit's QuantizeLinear it declines, so such units
+    # stay whole elsewhere.
+    capabilities = Capabilities(
+        dynamic_shapes=False, dtypes=None, layout="NHWC", native_code=True, precisions=frozenset({"float32", "int8"})
+    )
 
     def __init__(
         self,

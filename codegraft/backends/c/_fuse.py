@@ -232,8 +232,16 @@ def _extend(
 ) -> Kernel | None:
     for tensor in op.inputs:
         kernel = groups.get(id(tensor))
+        source = tensor.view_of
+        if kernel is None and source is not None and source.shape == tensor.shape and source.perm == tensor.perm:
+            # the same bytes under the same shape (a Cast of integers to float): read through
+            kernel = groups.get(id(source)) if source.view_of is None else None
+            if kernel is not None and uses.get(id(source), 0) == 1 and id(source) not in pinned:
+                del groups[id(source)]
+                groups[id(tensor)] = kernel
         heads_a_diamond = diamonds.get(id(tensor)) == id(op)
-        if kernel is None or (uses.get(id(tensor), 0) != 1 and not heads_a_diamond) or id(tensor) in pinned:
+        root = id(tensor.root())
+        if kernel is None or (uses.get(root, 0) != 1 and not heads_a_diamond) or root in pinned:
             continue
         if tensor.shape != op.out.shape or tensor.perm != op.out.perm:
             continue

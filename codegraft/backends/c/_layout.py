@@ -101,6 +101,8 @@ def assign_layout(graph: g.Graph) -> g.Graph:
             op.out.perm = perm
         elif rule is Layout.KEEP_INPUT:
             op.out.perm = op.inputs[0].perm
+        elif rule is Layout.ANY_ORDER:
+            pass  # its input as it is kept, its output plain
         elif rule is Layout.VIEW and op.out.shape == op.inputs[0].shape:
             op.out.perm = op.inputs[0].perm  # Identity keeps any order
         elif rule is Layout.VIEW and absorbed(op.out) and _keep_reshaped(lay, op, consumers[id(op.out)]):

@@ -14,6 +14,7 @@ import onnx_ir as ir
 from codegraft.core.attributes import attributes_of
 
 NHWC_DOMAIN = "codegraft.nhwc"
+CONTRIB_DOMAIN = "com.microsoft"  # onnxruntime's contrib ops (ops/_spec.OnnxOp.contrib)
 
 # Evaluated at compile time when every input is (ops on shapes and constants: exporters' shape
 # arithmetic).  The backend compiles per concrete input shape, so ``Shape`` is always a constant.

@@ -12,7 +12,7 @@ from __future__ import annotations
 import onnx_ir as ir
 
 from codegraft.backend import Support
-from codegraft.backends.c._node import FOLDABLE, NHWC_DOMAIN, SHAPE_OPS, compile_time
+from codegraft.backends.c._node import CONTRIB_DOMAIN, FOLDABLE, NHWC_DOMAIN, SHAPE_OPS, compile_time
 from codegraft.backends.c.ops import ONNX_OPS
 from codegraft.backends.c.ops._spec import INTEGER_DTYPES
 
@@ -24,6 +24,9 @@ def supports(node: ir.Node) -> Support:
     if node.domain == NHWC_DOMAIN:
         if entry is None or not entry.nhwc:
             return Support.no(f"{op}: not implemented in the {NHWC_DOMAIN} domain")
+    elif node.domain == CONTRIB_DOMAIN:
+        if entry is None or not entry.contrib:
+            return Support.no(f"{op}: not implemented in the {CONTRIB_DOMAIN} domain")
     elif node.domain not in ("", "ai.onnx"):
         return Support.no(f"{op}: domain {node.domain!r} is not supported")
     elif op in SHAPE_OPS or (op in FOLDABLE and all(compile_time(v) for v in node.inputs)):

@@ -55,7 +55,9 @@ class OnnxOp:
     host at run time); ``index_output``: its output is integer indices, computed as exact floats
     (ArgMax); ``integer_arithmetic``: it computes on integers too, held as exact floats (a
     result float32 cannot hold sends the call to the host: ``INTEGER_HELPERS``); ``nhwc``: also taken in the
-    ``codegraft.nhwc`` domain.
+    ``codegraft.nhwc`` domain; ``contrib``: taken in onnxruntime's ``com.microsoft`` domain,
+    where the op of this name is onnxruntime's contrib op (SkipLayerNormalization, BiasGelu:
+    what onnxruntime's transformer optimizer leaves in a model).
 
     Example::
 
@@ -73,6 +75,7 @@ class OnnxOp:
     index_output: bool = False
     integer_arithmetic: bool = False
     nhwc: bool = False
+    contrib: bool = False
 
 
 class Layout(enum.Enum):
@@ -83,6 +86,7 @@ class Layout(enum.Enum):
     FOLLOW_INPUTS = "follow-inputs"  # elementwise: the order of the first non-plain operand, broadcasting
     ALIGN_INPUTS = "align-inputs"  # Concat: every input converted to the first non-plain one's order
     KEEP_INPUT = "keep-input"  # input untouched, output in its order (works along any channel axis)
+    ANY_ORDER = "any-order"  # input untouched, output plain (reads all of its input, in any order)
     VIEW = "view"  # no code: the output shares the input's bytes (plain unless the shape is unchanged)
     PERMUTE = "permute"  # a logical transpose: a view of a non-plain input (no bytes move), else a plain transpose
 

@@ -46,15 +46,20 @@ def constant_weight_dims(node: ir.Node) -> tuple[int, ...] | None:
 
 
 def check_conv(node: ir.Node) -> str:
+    bias = present(node, 2)
+    if bias is not None and not is_constant(bias):
+        return "the bias must be a constant initializer"
+    return check_conv_geometry(node)
+
+
+def check_conv_geometry(node: ir.Node) -> str:
+    """Why the weight, window or rank of a Conv (or ConvInteger) is not taken, or ``""``."""
     weight_dims = constant_weight_dims(node)
     if weight_dims is None:
         return "the weight must be a constant initializer"
     rank = len(weight_dims)
     if rank not in (3, 4, 5):
         return f"{rank - 2}-D convolution is not supported (only 1-D and 2-D, and 3-D of kernel depth 1)"
-    bias = present(node, 2)
-    if bias is not None and not is_constant(bias):
-        return "the bias must be a constant initializer"
     window = check_window(node, rank - 2, weight_dims)
     if window or rank < 5:
         return window
@@ -84,26 +89,30 @@ def _dims(tensor: ir.TensorProtocol) -> tuple[int, ...]:
 
 
 def _conv(lw: Lowerer, node: ir.Node) -> None:
+    bias = present(node, 2)
+    bias_values = None if bias is None else lw.known(bias, "bias").astype(np.float32)
+    lower_conv(lw, node, lw.tensor(node.inputs[0]), lw.known(node.inputs[1], "weight"), bias_values)
+
+
+def lower_conv(lw: Lowerer, node: ir.Node, x: g.Tensor, weight: np.ndarray, bias: np.ndarray | None) -> None:
+    """``node``'s convolution of ``x`` by ``weight`` (OIHW, or OHWI in the ``codegraft.nhwc``
+    domain) plus ``bias``, its window from ``node``'s attributes (ConvInteger passes its
+    operands less their zero points)."""
     native = node.domain == NHWC_DOMAIN
-    x = lw.tensor(node.inputs[0])
-    w = lw.tensor(node.inputs[1])
-    assert w.const is not None
-    weight = w.const.astype(np.float32)
+    given = weight.shape
+    weight = weight.astype(np.float32)
     if not native:  # OIHW -> OHWI
         weight = np.moveaxis(weight, 1, -1)
     n, c, spatial = split_layout(x, native)
     group = attr_int(node, "group", 1)
     m, cg = weight.shape[0], weight.shape[-1]
     if c != cg * group or m % group:
-        raise LoweringError(f"channels {c} do not match weight {w.shape} with group={group}")
+        raise LoweringError(f"channels {c} do not match weight {given} with group={group}")
     window, out_spatial = window_of(node, spatial, tuple(weight.shape[1:-1]), ceil=False)
     out = lw.new(join_layout(n, m, out_spatial, native))
     lw.ops.append(g.Conv([x], out, weight=np.ascontiguousarray(weight), group=group, window=window, native_nhwc=native))
-    bias = present(node, 2)
     if bias is not None:
-        b = lw.tensor(bias)
-        assert b.const is not None
-        out = lw.elementwise("add", [out, lw.per_channel(b.const.astype(np.float32), len(out.shape), native)])
+        out = lw.elementwise("add", [out, lw.per_channel(bias, len(out.shape), native)])
     lw.bind(node.outputs[0], out)
 
 

@@ -74,6 +74,9 @@ UNARY = (
     Unary("Neg", "-{a}"),
     Unary("Abs", "fabsf({a})"),
     Unary("Reciprocal", "1.0f / {a}"),
+    Unary("Floor", "floorf({a})"),  # (an old dynamic quantizer's int32 bias: Floor(b / scale))
+    Unary("Ceil", "ceilf({a})"),
+    Unary("Round", "rintf({a})"),  # half to even, as ONNX rounds
 )
 
 # The C expression of every elementwise kind (``g.Elementwise.kind``): operands ``{a}``, ``{b}``,
@@ -108,6 +111,9 @@ EXPRESSIONS: dict[str, str] = {
     "gelu": "0.5f * {a} * (1.0f + cg_erf({a} * 0x1.6a09e6p-1f))",
     "gelu_tanh": "0.5f * {a} * (1.0f + cg_tanh(0x1.988454p-1f * ({a} + 0x1.6e5ba6p-5f * {a} * {a} * {a})))",
     "fmod": "fmodf({a}, {b})",  # Mod of floats (fmod=1; C's fmod, the dividend's sign)
+    # uint8 quantization by a scale {b} and zero point {c} (held as exact floats), clamped
+    # before rounding as onnxruntime's MlasQuantizeLinear does (the bounds are integers)
+    "quantize_u8": "rintf(cg_clamp({a} / {b}, -{c}, 255.0f - {c})) + {c}",
     **{op.kind: op.c for op in UNARY},
     **{kind: c for kind, c in (
         # Integers held as exact floats (every one up to 2**24): a result that float32 cannot
@@ -130,6 +136,15 @@ INTEGER_HELPERS = """
 int cg_int_overflow;
 static inline float cg_int(float v) {
   if (!(fabsf(v) < 16777216.0f)) cg_int_overflow = 1;
+  return v;
+}
+/* cg_int lane by lane, for a Conv's or MatMul's register tiles (an int32 bias added to a
+   ConvInteger's sums: ddddocr's int8 model) */
+static inline vf cg_vint(vf v) {
+  const vi beyond = ~((vf)((vi)v & 0x7fffffff) < 16777216.0f);
+  int any = 0;
+  for (int l = 0; l < VW; l++) any |= beyond[l];
+  if (any) cg_int_overflow = 1;
   return v;
 }
 static inline float cg_idiv(float a, float b) {  /* truncated, as C and onnxruntime divide */
@@ -196,6 +211,15 @@ def _check_gelu(node: ir.Node) -> str:
 def _gelu(lw: Lowerer, node: ir.Node) -> None:
     tanh = attr_str(node, "approximate", "none") == "tanh"
     lw.bind(node.outputs[0], lw.elementwise("gelu_tanh" if tanh else "gelu", [lw.tensor(node.inputs[0])]))
+
+
+def _bias_gelu(lw: Lowerer, node: ir.Node) -> None:
+    """onnxruntime's BiasGelu (erf) and FastGelu (tanh): GELU of ``x + bias``, the bias optional."""
+    x = lw.tensor(node.inputs[0])
+    bias = present(node, 1)
+    if bias is not None:
+        x = lw.elementwise("add", [x, lw.tensor(bias)])
+    lw.bind(node.outputs[0], lw.elementwise("gelu_tanh" if node.op_type == "FastGelu" else "gelu", [x]))
 
 
 def _clip(lw: Lowerer, node: ir.Node) -> None:
@@ -329,7 +353,9 @@ def _where(lw: Lowerer, node: ir.Node) -> None:
 
 ONNX = (
     *(OnnxOp(op.op_type, op.lower) for op in UNARY),
-    OnnxOp("Gelu", _gelu, _check_gelu),
+    OnnxOp("Gelu", _gelu, _check_gelu, contrib=True),
+    OnnxOp("BiasGelu", _bias_gelu, contrib=True),
+    OnnxOp("FastGelu", _bias_gelu, contrib=True),
     OnnxOp("Clip", _clip, check_clip),
     *(OnnxOp(op_type, _binary, _check_binary, integer_arithmetic=True) for op_type in _BINARY_KIND),
     OnnxOp("Mod", _mod, _check_mod, integer_arithmetic=True),
@@ -537,6 +563,9 @@ VECTOR_FORMS = {
     "clip": "cg_vclamp({a}, {p0}, {p1})",
     "hardsigmoid": "cg_vhardsigmoid({a}, {p0}, {p1})",
     "hardswish": "{a} * cg_vhardsigmoid({a}, 0x1.555556p-3f, 0.5f)",
+    "iadd": "cg_vint({a} + {b})",
+    "isub": "cg_vint({a} - {b})",
+    "imul": "cg_vint({a} * {b})",
 }
 
 

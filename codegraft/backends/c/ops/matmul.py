@@ -66,7 +66,12 @@ def _check_matmul(node: ir.Node) -> str:
 
 
 def _matmul(lw: Lowerer, node: ir.Node) -> None:
-    a, b = lw.tensor(node.inputs[0]), lw.tensor(node.inputs[1])
+    bind_matmul(lw, node, lw.tensor(node.inputs[0]), lw.tensor(node.inputs[1]))
+
+
+def bind_matmul(lw: Lowerer, node: ir.Node, a: g.Tensor, b: g.Tensor) -> None:
+    """``node``'s output bound to ``a @ b`` with numpy's MatMul semantics (MatMulInteger passes
+    its operands less their zero points)."""
     a2 = lw.view(a, (1, a.shape[0])) if len(a.shape) == 1 else a
     b2 = lw.view(b, (b.shape[0], 1)) if len(b.shape) == 1 else b
     if a2.shape[-1] != b2.shape[-2]:

@@ -115,6 +115,37 @@ def _layernorm(lw: Lowerer, node: ir.Node) -> None:
     lw.bind(node.outputs[0], out)
 
 
+def _check_skip_layernorm(node: ir.Node) -> str:
+    for index, name in ((2, "gamma"), (3, "beta"), (4, "bias")):
+        value = present(node, index)
+        if (value is not None or index == 2) and not is_constant(value):
+            return f"{name} must be a constant initializer"
+    if any(v.uses() or v.is_graph_output() for v in node.outputs[1:3]):
+        return "the mean and inverse standard deviation outputs are not supported"
+    return ""
+
+
+def _skip_layernorm(lw: Lowerer, node: ir.Node) -> None:
+    """onnxruntime's SkipLayerNormalization: ``input + skip (+ bias)``, normalised over the last
+    axis by ``gamma`` and ``beta``; its fourth output is the sum (the next block's residual)."""
+    x, skip = lw.tensor(node.inputs[0]), lw.tensor(node.inputs[1])
+    total = lw.elementwise("add", [x, skip])
+    bias = present(node, 4)
+    if bias is not None:
+        total = lw.elementwise("add", [total, lw.const(lw.known(bias, "bias").astype(np.float32))])
+    n = total.shape[-1]
+    beta = present(node, 3)
+    out = lw.new(total.shape)
+    lw.ops.append(LayerNorm(
+        [total], out, outer=total.size // n, n=n, epsilon=attr_float(node, "epsilon", 1e-12),
+        scale=np.asarray(lw.known(node.inputs[2], "gamma"), np.float32).reshape(-1),
+        bias=None if beta is None else np.asarray(lw.known(beta, "beta"), np.float32).reshape(-1),
+    ))  # fmt: skip
+    lw.bind(node.outputs[0], out)
+    if len(node.outputs) > 3 and node.outputs[3].name:
+        lw.bind(node.outputs[3], total)
+
+
 def check_instancenorm(node: ir.Node) -> str:
     if not (is_constant(present(node, 1)) and is_constant(present(node, 2))):
         return "scale and B must be constant initializers"
@@ -451,6 +482,7 @@ def emit_topk(ctx: Context, kernel: Kernel) -> None:
 ONNX = (
     OnnxOp("BatchNormalization", _batchnorm, check_batchnorm, nhwc=True),
     OnnxOp("LayerNormalization", _layernorm, check_layernorm),
+    OnnxOp("SkipLayerNormalization", _skip_layernorm, _check_skip_layernorm, contrib=True),
     OnnxOp("InstanceNormalization", _instancenorm, check_instancenorm),
     OnnxOp("LRN", _lrn, check_lrn),
     OnnxOp("Softmax", _softmax),
