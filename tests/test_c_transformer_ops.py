@@ -596,3 +596,37 @@ def test_integer_outputs_and_checks_survive_an_artifact(tmp_path: pathlib.Path) 
     far = {"lens": np.array([10**7, 400, 10, 5], I64), "x": np.array([1.0, 2.0, 3.0, 4.0], np.float32)}
     with pytest.raises(cg.BackendError, match=r"beyond 2\*\*24"):
         cg.load_executable(tmp_path / "big.cgx").run(far)
+
+
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_onnxruntimes_contrib_transformer_ops_run_on_c(with_bias: bool) -> None:
+    # what onnxruntime's transformer optimizer leaves in a model (pnm's int8 decoder: 18
+    # SkipLayerNormalizations, 6 BiasGelus): the residual sum, normalised, and its GELUs
+    import codegraft as cg
+    from codegraft.testing import assert_close, run_onnxruntime
+
+    hidden = 32
+    skip_inputs = ["x", "skip", "gamma", "beta", *(["bias"] if with_bias else [])]
+    nodes = [
+        helper.make_node("SkipLayerNormalization", skip_inputs, ["normed", "", "", "summed"], domain="com.microsoft",
+                         epsilon=1e-5),
+        helper.make_node("MatMul", ["normed", "w"], ["h"]),
+        helper.make_node("BiasGelu", ["h", "b"], ["g"], domain="com.microsoft"),
+        helper.make_node("FastGelu", ["g", "b"], ["f"], domain="com.microsoft"),
+        helper.make_node("Gelu", ["f"], ["y0"], domain="com.microsoft"),
+        helper.make_node("Add", ["y0", "summed"], ["y"]),
+    ]  # fmt: skip
+    inits = {"gamma": rand(hidden) + 1, "beta": rand(hidden), "bias": rand(hidden), "w": rand(hidden, hidden),
+             "b": rand(hidden)}  # fmt: skip
+    model = make_model(nodes, {"x": (2, 5, hidden), "skip": (2, 5, hidden)}, ["y"], inits, domains=["com.microsoft"])
+    exe = cg.compile(model, targets=["c"])
+    assert [p.backend for p in exe.report().partitions] == ["c"], exe.report()
+    feeds = {"x": rand(2, 5, hidden), "skip": rand(2, 5, hidden)}
+    assert_close(exe.run(feeds), run_onnxruntime(model, feeds), rtol=1e-4)
+
+
+def test_a_contrib_op_c_lacks_names_the_domain() -> None:
+    node = helper.make_node("QuickGelu", ["x"], ["y"], domain="com.microsoft")
+    model = make_model([node], {"x": (4,)}, ["y"], domains=["com.microsoft"])
+    verdict = CBackend().supports(next(iter(ir.from_proto(model).graph)))
+    assert not verdict and "com.microsoft" in verdict.reason
