@@ -409,6 +409,21 @@ def test_tile(shape: tuple[int, ...], repeats: tuple[int, ...]) -> None:
     check(make_model([node], {"x": shape}, ["y"], {"r": np.array(repeats, np.int64)}, opset=13))
 
 
+@pytest.mark.parametrize(
+    ("op_type", "mode", "shape"),
+    [("DepthToSpace", "DCR", (2, 12, 3, 5)), ("DepthToSpace", "CRD", (1, 8, 4, 4)), ("SpaceToDepth", "", (2, 3, 6, 4))],
+)
+@pytest.mark.parametrize("after_conv", [False, True])
+def test_depth_to_space_and_back(op_type: str, mode: str, shape: tuple[int, ...], after_conv: bool) -> None:
+    # a super-resolution model's pixel shuffle after its last Conv (espcn, trueocr's detector)
+    attrs = {"blocksize": 2, **({"mode": mode} if mode else {})}
+    nodes, inits = [helper.make_node(op_type, ["h" if after_conv else "x"], ["y"], **attrs)], {}
+    if after_conv:
+        nodes.insert(0, helper.make_node("Conv", ["x", "w"], ["h"], pads=[1, 1, 1, 1]))
+        inits["w"] = np.random.default_rng(0).standard_normal((shape[1], shape[1], 3, 3)).astype(np.float32)
+    check(make_model(nodes, {"x": shape}, ["y"], inits, opset=13))
+
+
 def test_reflect_pads_as_long_as_the_axis_run_on_the_host() -> None:
     """Lowering declines them (onnxruntime too refuses them, when run): no guessed border."""
     node = helper.make_node("Pad", ["x", "p"], ["y"], mode="reflect")

@@ -324,6 +324,36 @@ def _transpose(lw: Lowerer, node: ir.Node) -> None:
     lw.bind(node.outputs[0], out)
 
 
+def _check_depth_to_space(node: ir.Node) -> str:
+    if rank_of(node.inputs[0]) not in (None, 4):
+        return "only 4-D inputs are supported"
+    if node.op_type == "DepthToSpace" and attr_str(node, "mode", "DCR") not in ("DCR", "CRD"):
+        return f"mode={attr_str(node, 'mode', 'DCR')!r} is not supported"
+    return ""
+
+
+def _depth_to_space(lw: Lowerer, node: ir.Node) -> None:
+    """DepthToSpace and SpaceToDepth as ONNX defines them: a view, one transpose, a view
+    (a super-resolution model's pixel shuffle: the transpose follows a channels-last input)."""
+    x = lw.tensor(node.inputs[0])
+    if len(x.shape) != 4:
+        raise LoweringError(f"the input is {len(x.shape)}-D, only 4-D is supported")
+    n, c, h, w = x.shape
+    b = attr_int(node, "blocksize", 0)
+    if b < 1 or (node.op_type == "DepthToSpace" and c % (b * b)) or (node.op_type == "SpaceToDepth" and (h % b or w % b)):
+        raise LoweringError(f"blocksize {b} does not divide the input {x.shape}")
+    if node.op_type == "SpaceToDepth":
+        split, perm, shape = (n, c, h // b, b, w // b, b), (0, 3, 5, 1, 2, 4), (n, c * b * b, h // b, w // b)
+    elif attr_str(node, "mode", "DCR") == "DCR":
+        split, perm, shape = (n, b, b, c // (b * b), h, w), (0, 3, 4, 1, 5, 2), (n, c // (b * b), h * b, w * b)
+    else:  # CRD
+        split, perm, shape = (n, c // (b * b), b, b, h, w), (0, 1, 4, 2, 5, 3), (n, c // (b * b), h * b, w * b)
+    parts = lw.view(x, split)
+    moved = lw.new(tuple(split[a] for a in perm))
+    lw.ops.append(g.Transpose([parts], moved, perm=perm))
+    lw.bind(node.outputs[0], lw.view(moved, shape))
+
+
 def transpose_block(vector: int) -> str:
     """``cg_transpose_block``: a ``VW x VW`` block transposed in registers.
 
@@ -707,6 +737,8 @@ ONNX = (
     OnnxOp("Pad", _pad, _check_pad, non_data=frozenset({1, 3})),
     OnnxOp("Tile", _tile, known_at_compile_time(1, "repeats"), non_data=frozenset({1})),
     OnnxOp("Transpose", _transpose, moves_data=True),
+    OnnxOp("DepthToSpace", _depth_to_space, _check_depth_to_space, moves_data=True),
+    OnnxOp("SpaceToDepth", _depth_to_space, _check_depth_to_space, moves_data=True),
     OnnxOp("Gather", _gather, _check_gather, converted=frozenset({1}), moves_data=True),
     OnnxOp("GatherElements", _elements, _check_elements, converted=frozenset({1}), moves_data=True),
     OnnxOp("GatherND", _gather_nd, _check_gather_nd, converted=frozenset({1}), moves_data=True),
