@@ -246,3 +246,20 @@ def test_a_stored_shape_that_inference_contradicts_is_dropped_as_onnxruntime_dro
     np.testing.assert_array_equal(exe.run({"x": x})["y"], -np.maximum(x, 0))
     # both at once, as in the table detector
     np.testing.assert_array_equal(cg.compile(model, targets=["c"]).run({"x": x})["y"], -np.maximum(x, 0))
+
+
+@pytest.mark.parametrize("declared", [[], [6], [2, 4]])
+def test_a_declared_output_shape_that_inference_contradicts_is_dropped(declared: list[int]) -> None:
+    # ocrspine's PP-OCRv5 classifier declares its [N, 2] output as []: onnxruntime warns
+    # ("lenient merge") and runs it; the output is the shape computed
+    import numpy as np
+
+    model = _out_of_order_model()
+    model.graph.node.sort(key=lambda n: n.op_type != "Relu")
+    model.graph.output[0].type.tensor_type.shape.ClearField("dim")
+    for size in declared:
+        model.graph.output[0].type.tensor_type.shape.dim.add().dim_value = size
+    x = np.random.default_rng(2).standard_normal((2, 3)).astype(np.float32)
+    got = cg.compile(model, targets=["c"]).run({"x": x})["y"]
+    np.testing.assert_array_equal(got, -np.maximum(x, 0))
+    assert got.shape == (2, 3)

@@ -89,16 +89,19 @@ def _checked_and_inferred(proto: onnx.ModelProto, where: str) -> onnx.ModelProto
     Shapes the file stores for intermediate values (``value_info``) are an exporter's notes:
     where one contradicts what inference finds (PaddleOCR's table detector stores ``[N]`` for a
     ``[N, 1]`` gather), onnxruntime warns and takes the inferred one, and so does codegraft:
-    inference runs again without them.
+    inference runs again without them, and without the graph outputs' declared shapes, which
+    are such notes too (ocrspine's PP-OCRv5 classifier declares ``[]`` for an ``[N, 2]``).
     """
     check_model_proto(proto, where)
     try:
         return onnx.shape_inference.infer_shapes(proto, strict_mode=True)
     except Exception as error:  # onnx raises several internal error types here
-        if proto.graph.value_info:
+        if proto.graph.value_info or any(o.type.tensor_type.HasField("shape") for o in proto.graph.output):
             without = onnx.ModelProto()
             without.CopyFrom(proto)
             del without.graph.value_info[:]
+            for output in without.graph.output:  # a declared output shape is a note too (onnxruntime: lenient merge)
+                output.type.tensor_type.ClearField("shape")
             try:
                 return onnx.shape_inference.infer_shapes(without, strict_mode=True)
             except Exception:  # noqa: BLE001 - the first error says what is wrong with the model
