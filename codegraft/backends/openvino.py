@@ -215,6 +215,12 @@ class OpenVINOBackend:
             return Support.no(f"OpenVINO CPU plugin rejected {op}: {_first_line(str(exc))}")
         refused = sorted({o.get_type_name() for o in _compute_ops(ov_model) if o.get_friendly_name() not in supported})
         if refused:
+            rankless = [v.name for v in node.inputs if v is not None and v.shape is None]
+            if rankless:  # its kernels exist; the plugin takes no input of dynamic rank
+                return Support.no(
+                    f"OpenVINO CPU plugin takes no input of unknown rank: {op}'s input {rankless[0]!r} has none "
+                    f"(query_model refused {', '.join(refused)})"
+                )
             return Support.no(
                 f"OpenVINO CPU plugin does not support {op} (query_model: no CPU kernel for {', '.join(refused)})"
             )
