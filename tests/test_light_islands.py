@@ -109,3 +109,22 @@ def test_demoting_only_moves_light_islands_beside_host_groups(backends: list[str
             assert any(groups[n].backend == "h" for n in sources | sinks)
             assert not sources or any(groups[n].backend == "h" for n in sources)
             assert not sinks or any(groups[n].backend == "h" for n in sinks)
+
+
+def test_integer_products_count_as_work() -> None:
+    # a dynamically quantized CNN's ConvIntegers are its work: counted as none, ddddocr's int8
+    # model went whole to the host beside its one host op
+    import onnx_ir as ir
+
+    from codegraft.plan.control import multiply_adds
+
+    x = ir.Value(name="x", shape=ir.Shape([1, 24, 32, 32]), type=ir.TensorType(ir.DataType.UINT8))
+    w = ir.Value(name="w", shape=ir.Shape([48, 24, 3, 3]), type=ir.TensorType(ir.DataType.INT8))
+    conv = ir.Node("", "ConvInteger", [x, w])
+    conv.outputs[0].shape = ir.Shape([1, 48, 32, 32])
+    a = ir.Value(name="a", shape=ir.Shape([64, 256]), type=ir.TensorType(ir.DataType.UINT8))
+    b = ir.Value(name="b", shape=ir.Shape([256, 128]), type=ir.TensorType(ir.DataType.INT8))
+    matmul = ir.Node("", "MatMulInteger", [a, b])
+    matmul.outputs[0].shape = ir.Shape([64, 128])
+    assert multiply_adds(conv) == 48 * 32 * 32 * 24 * 9
+    assert multiply_adds(matmul) == 64 * 128 * 256

@@ -69,8 +69,9 @@ def mark_control_units(
 
 
 def multiply_adds(node: ir.Node) -> int:
-    """Multiply-adds of a MatMul, Gemm, Conv, ConvTranspose, LSTM, GRU or RNN from its shapes (a
-    dimension not known counts as 1, so this errs low); 0 for any other node.
+    """Multiply-adds of a MatMul, Gemm, Conv, ConvTranspose (or MatMulInteger, ConvInteger), LSTM,
+    GRU or RNN from its shapes (a dimension not known counts as 1, so this errs low); 0 for any
+    other node.
 
     >>> import onnx_ir as ir
     >>> a = ir.Value(name="a", shape=ir.Shape([64, 256]), type=ir.TensorType(ir.DataType.FLOAT))
@@ -84,13 +85,13 @@ def multiply_adds(node: ir.Node) -> int:
         return 0
     if node.op_type in _RECURRENT:
         return _recurrent_multiply_adds(node)
-    if node.op_type not in ("MatMul", "Gemm", "Conv", "ConvTranspose"):
+    if node.op_type not in _PRODUCTS:
         return 0
     first, second = (node.inputs[i] if len(node.inputs) > i else None for i in (0, 1))
     if first is None or second is None or first.shape is None or second.shape is None or not node.outputs:
         return 0
     output = node.outputs[0].shape
-    if node.op_type == "MatMul":
+    if node.op_type in ("MatMul", "MatMulInteger"):
         reduced = _dim(first.shape[-1]) if len(first.shape) else 1
         return _elements(output) * reduced
     if node.op_type == "Gemm":
@@ -100,13 +101,16 @@ def multiply_adds(node: ir.Node) -> int:
     # Conv: each output value sums (input channels / group) x kernel taps; ConvTranspose: each
     # input value spreads over (output channels / group) x kernel taps
     taps = math.prod(_dim(d) for d in second.shape[2:]) if len(second.shape) > 2 else 1
-    if node.op_type == "Conv":
+    if node.op_type in ("Conv", "ConvInteger"):
         return _elements(output) * (_dim(second.shape[1]) if len(second.shape) > 1 else 1) * taps
     return _elements(first.shape) * (_dim(second.shape[1]) if len(second.shape) > 1 else 1) * taps
 
 
 _RECURRENT = frozenset({"LSTM", "GRU", "RNN"})
-_MULTIPLYING = frozenset({"MatMul", "Gemm", "Conv", "ConvTranspose", *_RECURRENT})
+# (the integer forms of dynamically quantized models: ddddocr's int8 CNN counted as no work, and
+# the light-partition rule sent it all to the host)
+_PRODUCTS = frozenset({"MatMul", "Gemm", "Conv", "ConvTranspose", "MatMulInteger", "ConvInteger"})
+_MULTIPLYING = frozenset({*_PRODUCTS, *_RECURRENT})
 
 
 def known_multiply_adds(node: ir.Node) -> int | None:
