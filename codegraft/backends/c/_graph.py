@@ -100,6 +100,11 @@ class Op:
     # (``emit_epilogue``), so fusion treats it as an anchor, like Conv and MatMul (_fuse.py).
     row_epilogue: ClassVar[bool] = False
 
+    def checks_at_run_time(self) -> bool:
+        """Whether its kernel may find a run-time value it cannot compute with (a sequence
+        length out of range) and set ``cg_int_overflow``, which hands the call to the host."""
+        return False
+
 
 @dataclass(eq=False)
 class SpatialOp(Op):

@@ -151,7 +151,8 @@ class CRunnable:
             if self._overflow is not None and self._overflow.value:
                 raise BackendError(
                     "C partition: integer arithmetic gave a value beyond 2**24, which float32 cannot hold "
-                    "exactly, or divided by zero; the host computes it"
+                    "exactly, or divided by zero, or a sequence length was outside the sequence; the host "
+                    "computes it"
                 )
         for index in self._bool_outputs:  # computed as 0/1 floats
             outputs[index] = outputs[index] != 0  # type: ignore[call-overload]

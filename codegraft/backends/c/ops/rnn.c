@@ -6,9 +6,10 @@
    axpy over contiguous rows of rt (vectorised).  GRU: the z and r gates' rows first
    ([H][2H]), then the h gate's ([H][H]).  y[row][d][b][H]: rows 0..seq-1 are Y, then Y_h
    (row ${h_row}, -1: not written) and Y_c (row ${c_row}).  One task per (direction, batch
-   row): they are independent, each walks its steps in order (backwards in reverse). */
-typedef struct { const float* xp; const float* h0; const float* c0; const float* rt; const float* rbh; float* y;
-                 float* scratch; } ${name}_t;
+   row): they are independent, each walks its steps in order (backwards in reverse), the
+   first lens[b] of them where lens is given (Y is 0 past it). */
+typedef struct { const float* xp; const float* h0; const float* c0; const float* rt; const float* rbh;
+                 const float* lens; float* y; float* scratch; } ${name}_t;
 
 /* g[j] += sum_k h[k] * rt[k * n + j] for j < n (k < ${H}). */
 static inline void ${name}_gemv(const float* restrict h, const float* restrict rt, long n, float* restrict g) {
@@ -49,8 +50,21 @@ static void ${name}_task(const void* ctx, long task) {
 #if ${lstm}
   if (k->c0) memcpy(c, k->c0 + state, ${H} * sizeof(float)); else memset(c, 0, ${H} * sizeof(float));
 #endif
-  for (long s = 0; s < ${seq}; s++) {
-    const long t = reverse ? ${seq} - 1 - s : s;
+  /* this row's length (lens: exact floats): its steps, backwards within it in reverse */
+  long len = ${seq};
+  if (k->lens) {
+    const float given = k->lens[b];
+    if (!(given >= 0.0f && given <= (float)${seq})) {
+#if ${check_lens}
+      cg_int_overflow = 1;  /* out of range: the host reports it */
+#endif
+      return;
+    }
+    len = (long)given;
+  }
+  for (long t = len; t < ${seq}; t++) memset(k->y + ((t * ${dirs} + d) * ${batch} + b) * ${H}, 0, ${H} * sizeof(float));
+  for (long s = 0; s < len; s++) {
+    const long t = reverse ? len - 1 - s : s;
     const float* restrict xp = k->xp + (t * ${batch} + b) * ${dirs} * ${GH} + d * ${GH};
     float* restrict y = k->y + ((t * ${dirs} + d) * ${batch} + b) * ${H};
 #if ${lstm}
@@ -128,8 +142,8 @@ static void ${name}_task(const void* ctx, long task) {
 #endif
 }
 
-static void ${name}(const float* xp, const float* h0, const float* c0, const float* rt, const float* rbh, float* y,
-                    float* scratch) {
-  const ${name}_t k = {xp, h0, c0, rt, rbh, y, scratch};
+static void ${name}(const float* xp, const float* h0, const float* c0, const float* rt, const float* rbh,
+                    const float* lens, float* y, float* scratch) {
+  const ${name}_t k = {xp, h0, c0, rt, rbh, lens, y, scratch};
   cg_parallel(${tasks}, ${name}_task, &k);
 }

