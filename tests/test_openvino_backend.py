@@ -393,7 +393,8 @@ def test_an_input_of_unknown_rank_is_named_as_the_reason() -> None:
     import codegraft as cg
 
     for shape, reason in ((None, "unknown rank: Mul's input 'f'"), (["N"], None)):
-        nodes = [helper.make_node("Cast", ["ids"], ["f"], to=TensorProto.FLOAT), helper.make_node("Mul", ["f", "w"], ["y"])]
+        nodes = [helper.make_node("Cast", ["ids"], ["f"], to=TensorProto.FLOAT),
+                 helper.make_node("Mul", ["f", "w"], ["y"])]
         graph = helper.make_graph(
             nodes, "g",
             [helper.make_tensor_value_info("ids", TensorProto.INT64, shape),

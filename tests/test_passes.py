@@ -353,7 +353,8 @@ def test_an_ml_label_encoder_keeps_its_inputs_shape() -> None:
     ]  # fmt: skip
     graph = helper.make_graph(
         nodes, "g",
-        [helper.make_tensor_value_info("x", TensorProto.STRING, ["N"]), helper.make_tensor_value_info("w", TensorProto.FLOAT, ["N"])],
+        [helper.make_tensor_value_info("x", TensorProto.STRING, ["N"]),
+         helper.make_tensor_value_info("w", TensorProto.FLOAT, ["N"])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
     )  # fmt: skip
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11), helper.make_opsetid("ai.onnx.ml", 1)])
