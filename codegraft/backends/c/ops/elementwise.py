@@ -69,8 +69,8 @@ UNARY = (
     Unary("Exp", "cg_exp_op({a})"),
     Unary("Sqrt", "sqrtf({a})"),
     Unary("Log", "logf({a})"),
-    Unary("Sin", "sinf({a})"),  # a diffusion model's timestep embedding, an STFT's window
-    Unary("Cos", "cosf({a})"),
+    Unary("Sin", "cg_sin({a})"),  # a diffusion model's timestep embedding, an STFT's window, a DFT
+    Unary("Cos", "cg_cos({a})"),
     Unary("Neg", "-{a}"),
     Unary("Abs", "fabsf({a})"),
     Unary("Reciprocal", "1.0f / {a}"),
