@@ -295,7 +295,7 @@ def _shape_inference(run: _Run) -> str:
     for value, tensor in zip(strings, tensors, strict=True):
         assert tensor is not None
         value.const_value = None
-        value.shape = ir.Shape(tensor.shape)
+        value.shape = ir.Shape(tensor.shape.numpy())
     try:
         for _ in range(4):  # each round may give ranks that let the next infer further
             model.graph.inputs.extend(strings)
