@@ -225,9 +225,8 @@ def demote_light_islands(
 ) -> bool:
     """Send the units of a non-host group back to the host when it reads from a host group,
     feeds a host group, and its units do fewer than ``min_work`` multiply-adds (``work[u]``).
-    A group at either end of the model counts as between host groups when its one neighbour
-    side is the host: reading only graph inputs, or feeding only graph outputs (a QDQ model's
-    last DequantizeLinear after a host unit).
+    (A group at either end of the model stays: a vendor's first backend, taking a small model's
+    first Conv, would see the host run it; it costs one crossing, not two.)
 
     Such an island between host partitions saves the host little (elementwise ops,
     normalisations, data movement) and costs a crossing each way at least; on the host, the
@@ -251,20 +250,15 @@ def demote_light_islands(
             group_of[unit] = index
     reads_host = [False] * len(groups)
     feeds_host = [False] * len(groups)
-    reads_group = [False] * len(groups)
-    feeds_group = [False] * len(groups)
     for unit, preds in enumerate(predecessors):
         for pred in preds:
             source, target = group_of[pred], group_of[unit]
             if source != target:
                 reads_host[target] |= groups[source].backend == host
                 feeds_host[source] |= groups[target].backend == host
-                reads_group[target] = feeds_group[source] = True
     changed = False
     for index, group in enumerate(groups):
-        if group.backend == host or group.backend in exempt or not (reads_host[index] or feeds_host[index]):
-            continue
-        if not ((reads_host[index] or not reads_group[index]) and (feeds_host[index] or not feeds_group[index])):
+        if group.backend == host or group.backend in exempt or not (reads_host[index] and feeds_host[index]):
             continue
         if sum(work[u] for u in group.units) >= min_work:
             continue
