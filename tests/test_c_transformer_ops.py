@@ -651,3 +651,27 @@ def test_a_contrib_op_c_lacks_names_the_domain() -> None:
     model = make_model([node], {"x": (4,)}, ["y"], domains=["com.microsoft"])
     verdict = CBackend().supports(next(iter(ir.from_proto(model).graph)))
     assert not verdict and "com.microsoft" in verdict.reason
+
+
+@pytest.mark.parametrize(
+    ("activation", "params", "with_z"),
+    [("Relu", None, False), ("LeakyRelu", [0.2], False), ("Clip", [-0.5, 0.7], True), ("HardSigmoid", [0.3, 0.4], True),
+     ("Sigmoid", None, False), ("Tanh", None, True), ("", None, False)],
+)
+def test_onnxruntimes_fused_conv_runs_on_c(activation: str, params: list[float] | None, with_z: bool) -> None:
+    # NeMo's MarbleNet as onnxruntime's optimizer saved it: six FusedConvs (1-D, Relu) had cut it
+    # into 11 partitions
+    import codegraft as cg
+    from codegraft.testing import assert_close, run_onnxruntime
+
+    attrs: dict[str, object] = {"pads": [1, 1, 1, 1], **({"activation": activation} if activation else {})}
+    if params is not None:
+        attrs["activation_params"] = params
+    inputs = ["x", "w", "b", *(["z"] if with_z else [])]
+    node = helper.make_node("FusedConv", inputs, ["y"], domain="com.microsoft", **attrs)
+    shapes = {"x": (2, 4, 7, 6), **({"z": (2, 8, 7, 6)} if with_z else {})}
+    model = make_model([node], shapes, ["y"], {"w": rand(8, 4, 3, 3), "b": rand(8)}, domains=["com.microsoft"])
+    exe = cg.compile(model, targets=["c"])
+    assert [p.backend for p in exe.report().partitions] == ["c"], exe.report()
+    feeds = {name: rand(*shape) for name, shape in shapes.items()}
+    assert_close(exe.run(feeds), run_onnxruntime(model, feeds), rtol=1e-5)

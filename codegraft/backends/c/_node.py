@@ -55,6 +55,11 @@ def attr_ints(node: ir.Node, name: str) -> list[int] | None:
     return None if attr is None else list(attr.as_ints())
 
 
+def attr_floats(node: ir.Node, name: str) -> list[float] | None:
+    attr = attributes_of(node).get(name)
+    return None if attr is None else list(attr.as_floats())
+
+
 def attr_str(node: ir.Node, name: str, default: str) -> str:
     attr = attributes_of(node).get(name)
     return default if attr is None else attr.as_string()

@@ -28,7 +28,7 @@ from codegraft.backends.c._c_files import c_file
 from codegraft.backends.c._emit import Context
 from codegraft.backends.c._fuse import Kernel
 from codegraft.backends.c._lowerer import Lowerer, LoweringError
-from codegraft.backends.c._node import NHWC_DOMAIN, attr_int, attr_ints, attr_str, is_constant, present
+from codegraft.backends.c._node import NHWC_DOMAIN, attr_floats, attr_int, attr_ints, attr_str, is_constant, present
 from codegraft.backends.c.ops._spec import KernelOp, Layout, OnnxOp, core_of
 from codegraft.backends.c.ops._window import check_window, join_layout, split_layout, window_of
 from codegraft.backends.c.ops.depthwise import DepthwiseShape, depthwise_function
@@ -91,13 +91,45 @@ def _dims(tensor: ir.TensorProtocol) -> tuple[int, ...]:
 def _conv(lw: Lowerer, node: ir.Node) -> None:
     bias = present(node, 2)
     bias_values = None if bias is None else lw.known(bias, "bias").astype(np.float32)
-    lower_conv(lw, node, lw.tensor(node.inputs[0]), lw.known(node.inputs[1], "weight"), bias_values)
+    lw.bind(node.outputs[0], lower_conv(lw, node, lw.tensor(node.inputs[0]), lw.known(node.inputs[1], "weight"),
+                                        bias_values))
 
 
-def lower_conv(lw: Lowerer, node: ir.Node, x: g.Tensor, weight: np.ndarray, bias: np.ndarray | None) -> None:
+# onnxruntime's FusedConv: activation -> (elementwise kind, its attribute parameters' defaults)
+_FUSED_ACTIVATIONS: dict[str, tuple[str, tuple[float, ...]]] = {
+    "Relu": ("relu", ()), "Tanh": ("tanh", ()), "Sigmoid": ("sigmoid", ()), "LeakyRelu": ("leakyrelu", (0.01,)),
+    "Clip": ("clip", (float("-inf"), float("inf"))), "HardSigmoid": ("hardsigmoid", (0.2, 0.5)),
+}  # fmt: skip
+
+
+def _check_fused_conv(node: ir.Node) -> str:
+    activation = attr_str(node, "activation", "")
+    if activation and activation not in _FUSED_ACTIVATIONS:
+        return f"activation {activation!r} is not supported"
+    return check_conv(node)
+
+
+def _fused_conv(lw: Lowerer, node: ir.Node) -> None:
+    """onnxruntime's FusedConv (its optimizer's Conv + activation): ``act(conv(X, W) + B + Z)``."""
+    bias = present(node, 2)
+    bias_values = None if bias is None else lw.known(bias, "bias").astype(np.float32)
+    out = lower_conv(lw, node, lw.tensor(node.inputs[0]), lw.known(node.inputs[1], "weight"), bias_values)
+    z = present(node, 3)
+    if z is not None:
+        out = lw.elementwise("add", [out, lw.tensor(z)])
+    activation = attr_str(node, "activation", "")
+    if activation:
+        kind, defaults = _FUSED_ACTIVATIONS[activation]
+        given = attr_floats(node, "activation_params") or []
+        params = tuple(float(v) for v in given[: len(defaults)]) + defaults[len(given) :]
+        out = lw.elementwise(kind, [out], params)
+    lw.bind(node.outputs[0], out)
+
+
+def lower_conv(lw: Lowerer, node: ir.Node, x: g.Tensor, weight: np.ndarray, bias: np.ndarray | None) -> g.Tensor:
     """``node``'s convolution of ``x`` by ``weight`` (OIHW, or OHWI in the ``codegraft.nhwc``
     domain) plus ``bias``, its window from ``node``'s attributes (ConvInteger passes its
-    operands less their zero points)."""
+    operands less their zero points, FusedConv adds its activation)."""
     native = node.domain == NHWC_DOMAIN
     given = weight.shape
     weight = weight.astype(np.float32)
@@ -113,7 +145,7 @@ def lower_conv(lw: Lowerer, node: ir.Node, x: g.Tensor, weight: np.ndarray, bias
     lw.ops.append(g.Conv([x], out, weight=np.ascontiguousarray(weight), group=group, window=window, native_nhwc=native))
     if bias is not None:
         out = lw.elementwise("add", [out, lw.per_channel(bias, len(out.shape), native)])
-    lw.bind(node.outputs[0], out)
+    return out
 
 
 def emit_conv(ctx: Context, kernel: Kernel) -> None:
@@ -354,6 +386,7 @@ def emit_col2im(ctx: Context, kernel: Kernel) -> None:
 
 ONNX = (
     OnnxOp("Conv", _conv, check_conv, nhwc=True),
+    OnnxOp("FusedConv", _fused_conv, _check_fused_conv, contrib=True),
     OnnxOp("ConvTranspose", _conv_transpose, check_conv_transpose),
 )
 KERNELS = (

@@ -224,7 +224,7 @@ def _conv_integer(lw: Lowerer, node: ir.Node) -> None:
     if weight_zero is not None:
         zp = lw.known(weight_zero, "weight's zero point").astype(np.float32)
         weight = weight - (zp.reshape(-1, *([1] * (weight.ndim - 1))) if zp.ndim == 1 else zp)
-    lower_conv(lw, node, x, weight, None)
+    lw.bind(node.outputs[0], lower_conv(lw, node, x, weight, None))
 
 
 # -- the family's entries in the op table ----------------------------------------------------------
