@@ -71,7 +71,7 @@ def test_bench_runs_zero_is_a_clear_error(small: tuple[pathlib.Path, pathlib.Pat
         (["--min-partition-size", "-3"], "min_partition_size must be an integer >= 1, got -3"),
         (["--min-partition-macs", "-1"], "min_partition_macs must be an integer >= 0 (0: never), got -1"),
         (["--precision", "float16", "-t", "c"], "precision 'float16' is declared by none of the targets (c runs "
-                                                "float32)"),
+                                                "float32, int8)"),
     ],
 )
 def test_bad_option_values_are_rejected(small: tuple[pathlib.Path, pathlib.Path], tmp_path: pathlib.Path,
