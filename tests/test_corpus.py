@@ -148,3 +148,29 @@ def test_the_reference_sums_integer_matmuls_exactly() -> None:
     got = run_onnxruntime(exact, {"a": a})["y"]
     assert got.dtype == np.int32
     np.testing.assert_array_equal(got, want)
+
+
+def test_the_reference_sums_integer_convolutions_exactly() -> None:
+    # onnxruntime has no float64 Conv: the weight splits into two small-integer Convs whose
+    # float32 sums are exact
+    from codegraft.testing import run_onnxruntime
+
+    rng = np.random.default_rng(1)
+    x = rng.integers(0, 256, (1, 64, 9, 9)).astype(np.uint8)
+    w = rng.integers(-128, 128, (16, 64, 3, 3)).astype(np.int8)  # the full int8 range
+    w_zero = rng.integers(-3, 4, 16).astype(np.int8)  # one per output channel
+    node = helper.make_node("ConvInteger", ["x", "w", "xz", "wz"], ["y"], pads=[1, 1, 1, 1], strides=[2, 2])
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("x", TensorProto.UINT8, [1, 64, 9, 9])],
+        [helper.make_tensor_value_info("y", TensorProto.INT32, None)],
+        [onnx.numpy_helper.from_array(v, n) for n, v in (("w", w), ("xz", np.uint8(131)), ("wz", w_zero))],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    exact = corpus.exact_integer_matmuls(model)
+    assert exact is not None and not any(n.op_type == "ConvInteger" for n in exact.graph.node)
+    padded = np.pad(x.astype(np.int64) - 131, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    windows = np.lib.stride_tricks.sliding_window_view(padded, (3, 3), axis=(2, 3))[:, :, ::2, ::2]
+    want = np.einsum("nchwij,mcij->nmhw", windows, w.astype(np.int64) - w_zero[:, None, None, None].astype(np.int64))
+    got = run_onnxruntime(exact, {"x": x})["y"]
+    assert got.dtype == np.int32
+    np.testing.assert_array_equal(got, want)
