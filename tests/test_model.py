@@ -196,13 +196,43 @@ def test_an_input_of_unknown_rank_is_accepted_as_onnxruntime_accepts_it() -> Non
     assert acc.compiled == [[(2, 3)]]
 
 
-def test_a_model_onnx_ir_cannot_hold_names_the_first_cause() -> None:
-    # onnxruntime's own sample: a ZipMap whose output is a sequence of maps, which onnx-ir
-    # cannot represent yet; the error says that, not which deserialiser wrapped it
-    path = pathlib.Path(onnxruntime.__file__).parent / "datasets" / "logreg_iris.onnx"
-    expected = r"logreg_iris\.onnx cannot be read into the IR: NotImplementedError: Map types"
+def test_a_model_onnx_ir_cannot_hold_names_the_first_cause(tmp_path: pathlib.Path) -> None:
+    # a DictVectorizer reading a map, which onnx-ir cannot represent yet; the error says
+    # that, not which deserialiser wrapped it
+    vectorizer = helper.make_node("DictVectorizer", ["x"], ["y"], domain="ai.onnx.ml", int64_vocabulary=[1, 2, 3])
+    graph = helper.make_graph(
+        [vectorizer], "g", [helper.make_value_info("x", helper.make_map_type_proto(TensorProto.INT64,
+                                                                                 helper.make_tensor_type_proto(TensorProto.FLOAT, [])))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("ai.onnx.ml", 1)])
+    onnx.save(model, tmp_path / "vectorizer.onnx")
+    expected = r"vectorizer\.onnx cannot be read into the IR: NotImplementedError: Map types"
     with pytest.raises(cg.ModelError, match=expected):
-        import_model(path)
+        import_model(tmp_path / "vectorizer.onnx")
+
+
+def test_a_classifiers_zipmap_is_built_after_the_run(tmp_path: pathlib.Path) -> None:
+    # skl2onnx ends every classifier in ZipMap (onnxruntime's own sample here), whose sequence of
+    # maps onnx-ir cannot hold: the graph computes the tensor, the maps are built from it, as
+    # onnxruntime returns them, and an artifact carries the labels
+    import numpy as np
+
+    path = pathlib.Path(onnxruntime.__file__).parent / "datasets" / "logreg_iris.onnx"
+    x = np.random.default_rng(0).standard_normal((3, 2)).astype(np.float32)
+    want = dict(zip(["label", "probabilities"], onnxruntime.InferenceSession(
+        str(path), providers=["CPUExecutionProvider"]).run(None, {"float_input": x}), strict=True))  # fmt: skip
+    exe = cg.compile(path, targets=["c"])
+    assert [s for s in exe.outputs] == ["label", "probabilities"]
+    for got in (exe.run({"float_input": x}), cg.load_executable(_saved(exe, tmp_path)).run({"float_input": x})):
+        np.testing.assert_array_equal(got["label"], want["label"])
+        assert got["probabilities"] == want["probabilities"]  # [{0: p0, 1: p1, 2: p2}, ...]
+        assert all(type(k) is int for k in got["probabilities"][0])
+
+
+def _saved(exe: cg.Executable, folder: pathlib.Path) -> pathlib.Path:
+    exe.save(folder / "m.cgx")
+    return folder / "m.cgx"
 
 
 def _out_of_order_model(*, listed_shape: list[int] | None = None) -> onnx.ModelProto:
@@ -263,3 +293,25 @@ def test_a_declared_output_shape_that_inference_contradicts_is_dropped(declared:
     got = cg.compile(model, targets=["c"]).run({"x": x})["y"]
     np.testing.assert_array_equal(got, -np.maximum(x, 0))
     assert got.shape == (2, 3)
+
+
+def test_a_zipmap_of_string_labels_and_the_probabilities_too() -> None:
+    # a classifier exporting both the probabilities and their maps: both outputs, in order
+    import numpy as np
+
+    nodes = [helper.make_node("Softmax", ["x"], ["p"], axis=1),
+             helper.make_node("ZipMap", ["p"], ["maps"], domain="ai.onnx.ml", classlabels_strings=["cat", "dog"])]
+    maps_type = helper.make_sequence_type_proto(helper.make_map_type_proto(
+        TensorProto.STRING, helper.make_tensor_type_proto(TensorProto.FLOAT, [])))  # fmt: skip
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 2])],
+        [helper.make_value_info("maps", maps_type), helper.make_tensor_value_info("p", TensorProto.FLOAT, ["N", 2])],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("ai.onnx.ml", 1)])
+    x = np.random.default_rng(1).standard_normal((4, 2)).astype(np.float32)
+    want = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    got = cg.compile(model, targets=["c"]).run({"x": x})
+    assert list(got) == ["maps", "p"]
+    assert [{k: round(v, 5) for k, v in row.items()} for row in got["maps"]] == [
+        {k: round(v, 5) for k, v in row.items()} for row in want[0]]  # fmt: skip
+    np.testing.assert_allclose(got["p"], want[1], rtol=1e-6)

@@ -261,6 +261,9 @@ def run_command(
         table.add_column(column)
     for name, value in outputs.items():
         stats = _summary(value)
+        if isinstance(value, list):  # a ZipMap's maps
+            table.add_row(name, "maps", f"[{len(value)}]", "", "", "")
+            continue
         table.add_row(name, str(value.dtype), str(list(value.shape)),
                       *(f"{stats[k]:.4g}" if k in stats else "" for k in ("min", "max", "mean")))
     console.print(table)
@@ -269,7 +272,9 @@ def run_command(
         typer.echo(str(result))
 
 
-def _summary(value: np.ndarray) -> dict[str, object]:
+def _summary(value: np.ndarray | list[dict[object, float]]) -> dict[str, object]:
+    if isinstance(value, list):  # a classifier's ZipMap: one {label: probability} per row
+        return {"maps": len(value), "labels": [str(k) for k in (value[0] if value else {})]}
     stats: dict[str, object] = {"dtype": str(value.dtype), "shape": list(value.shape)}
     if value.size and np.issubdtype(value.dtype, np.number):
         stats.update(min=float(value.min()), max=float(value.max()), mean=float(value.mean()))
@@ -284,6 +289,10 @@ def _save_outputs(outputs: dict[str, np.ndarray], folder: pathlib.Path | None) -
     try:
         folder.mkdir(parents=True, exist_ok=True)
         for name, value in outputs.items():
+            if isinstance(value, list):  # a ZipMap's maps, as JSON (labels as text)
+                rows = [{str(k): v for k, v in row.items()} for row in value]
+                (folder / f"{name.replace('/', '_')}.json").write_text(json.dumps(rows), encoding="utf-8")
+                continue
             np.save(folder / f"{name.replace('/', '_')}.npy", value, allow_pickle=False)
     except (OSError, ValueError) as error:
         reason = getattr(error, "strerror", None) or error

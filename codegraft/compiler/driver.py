@@ -25,6 +25,7 @@ from codegraft.errors import BackendError, ModelError, OptionError
 from codegraft.frontend.fixed_inputs import bind_input_values, control_flow_hint, fix_input_shapes
 from codegraft.frontend.model import ModelSource, import_model
 from codegraft.frontend.torch_export import DynamicShapes, export_module, is_torch_module
+from codegraft.frontend.zipmap import of_model as output_maps_of
 from codegraft.passes import pipeline as passes_pipeline
 from codegraft.passes.pipeline import PassOptions, PassRecord
 from codegraft.plan.annotate import Annotation
@@ -155,9 +156,11 @@ def compile(  # noqa: A001 - the public name the README promises
     report = replace(report, notes=import_notes + report.notes, stages=stage_reports(stages))
     if precision_note:
         report = replace(report, notes=(*report.notes, precision_note))
+    output_maps, visible = output_maps_of(ir_model)
     return Executable(
         inputs=input_specs,
-        outputs=[v.name or "" for v in ir_model.graph.outputs],
+        outputs=visible or [v.name or "" for v in ir_model.graph.outputs],
+        output_maps=output_maps,
         steps=steps,
         runnables=runnables,
         constants=constants,

@@ -31,6 +31,8 @@ from codegraft.errors import ModelError
 from codegraft.frontend import aside
 from codegraft.frontend.torch_export import export_module, is_torch_module
 from codegraft.frontend.utf8 import all_text_is_utf8
+from codegraft.frontend.zipmap import attach as attach_output_maps
+from codegraft.frontend.zipmap import split_zipmaps
 
 ModelSource = str | os.PathLike[str] | bytes | onnx.ModelProto | ir.Model | Any
 
@@ -43,6 +45,8 @@ def import_model(source: ModelSource, *, example_inputs: Sequence[Any] | None = 
     builds the IR (:mod:`codegraft.frontend.aside`); the result is the same.
     """
     proto = _to_proto(source, example_inputs)
+    visible = [o.name for o in proto.graph.output]
+    proto, output_maps = split_zipmaps(proto)  # (a sequence of maps: onnx-ir holds no map type)
     graphs = _graphs(proto.graph)
     proto = _layer_norm_as_opset_17(proto, graphs, _describe(source))
     graphs = _graphs(proto.graph)
@@ -60,6 +64,7 @@ def import_model(source: ModelSource, *, example_inputs: Sequence[Any] | None = 
             raise
         model = _checked_ir(ordered, where, flat=len(graphs) == 1)
     _drop_repeated_outputs(model)
+    attach_output_maps(model, output_maps, visible)
     # Initializers are no longer inputs, which IR 3 required; and an IR version newer than the
     # installed onnxruntime reads would make every partition unloadable (see core.irversion).
     model.ir_version = ir_version_for(model)

@@ -34,6 +34,7 @@ from codegraft._version import __version__
 from codegraft.backend import Capture, Composite
 from codegraft.core.names import CONTROL_BACKEND
 from codegraft.errors import ArtifactError
+from codegraft.frontend.zipmap import OutputMap
 from codegraft.report.report import Report
 from codegraft.runtime.artifact_schema import validate_header
 from codegraft.runtime.signature import KeySource, sign_artifact
@@ -71,6 +72,8 @@ class Stored(Protocol):
     def steps(self) -> Sequence[Step]: ...
     @property
     def constants(self) -> Mapping[str, np.ndarray]: ...
+    @property
+    def output_maps(self) -> Mapping[str, OutputMap]: ...
     def report(self) -> Report: ...
 
 
@@ -162,6 +165,7 @@ def artifact_bytes(exe: Stored) -> bytes:
                     **({} if s.bound is None else {"bound": s.bound.reshape(-1).tolist()})}
                    for s in exe.inputs],
         "outputs": list(exe.outputs),
+        **({"output_maps": [m.to_json() for m in exe.output_maps.values()]} if exe.output_maps else {}),
         "steps": steps,
         "constants": constants,
         "native_code": any(step.native_code for step in exe.steps),

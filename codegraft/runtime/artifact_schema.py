@@ -154,12 +154,29 @@ def validate_header(header: Any, *, payload_size: int, where: str, control_backe
                                                          "step provides")
         for i, name in enumerate(check.strings(step["outputs"], f"{path}.outputs", unique=True)):
             _add(check, available, name, f"{path}.outputs[{i}]")
+    built = _output_maps(check, header.get("output_maps", []), available)
     outputs = check.strings(header["outputs"], "outputs", unique=True)
     if not outputs:
         raise check.fail("outputs", "is empty: the model would compute nothing")
     for index, name in enumerate(outputs):
-        if name not in available:
+        if name not in available and name not in built:
             raise check.fail(f"outputs[{index}]", f"names {name!r}, which nothing computes")
+
+
+def _output_maps(check: _Checker, entries: Any, available: set[str]) -> set[str]:
+    """The outputs built from a computed tensor after the run (a ZipMap's); their names."""
+    if not isinstance(entries, list):
+        raise check.fail("output_maps", f"is {_kind(entries)}, expected a list")
+    names = set()
+    for index, entry in enumerate(entries):
+        path = f"output_maps[{index}]"
+        check.fields(entry, path, {"name": str, "tensor": str, "labels": list})
+        if entry["tensor"] not in available:
+            raise check.fail(f"{path}.tensor", f"names {entry['tensor']!r}, which nothing computes")
+        if not all(isinstance(v, (int, str)) and not isinstance(v, bool) for v in entry["labels"]):
+            raise check.fail(f"{path}.labels", "must be integers or strings")
+        names.add(entry["name"])
+    return names
 
 
 def _add(check: _Checker, available: set[str], name: str, path: str) -> None:

@@ -25,6 +25,7 @@ import numpy as np
 
 from codegraft.backend import Backend, OpTime, ProfilingRunnable, Runnable
 from codegraft.errors import BackendError, CodegraftError, InputError
+from codegraft.frontend.zipmap import OutputMap
 from codegraft.lower.lowering import ShapeSpecialisingRunnable
 from codegraft.report.report import Report
 from codegraft.runtime.artifact import write_artifact
@@ -122,9 +123,12 @@ class Executable:
         backends: Mapping[str, Backend],
         host_fallbacks: Mapping[str, HostFallback] | None = None,
         strict: bool = False,
+        output_maps: Sequence[OutputMap] = (),
     ) -> None:
         self.inputs = tuple(inputs)
         self.outputs = tuple(outputs)
+        # outputs built after the run from a computed tensor (a classifier's ZipMap)
+        self.output_maps = {entry.name: entry for entry in output_maps}
         self.steps = tuple(steps)
         self._runnables = tuple(runnables)
         self._host_fallbacks = dict(host_fallbacks or {})
@@ -136,7 +140,8 @@ class Executable:
         self._backends = dict(backends)
         self._input_by_name = {spec.name: spec for spec in self.inputs}
         self._expected = tuple(_Expected.of(spec) for spec in self.inputs)
-        self._drop_after = _last_uses(self.steps, set(self.outputs))
+        computed = {self.output_maps[n].tensor if n in self.output_maps else n for n in self.outputs}
+        self._drop_after = _last_uses(self.steps, computed)
         for runnable in self._runnables:
             if isinstance(runnable, ShapeSpecialisingRunnable):
                 runnable.on_failure = self._shape_failed_to_compile
@@ -156,8 +161,12 @@ class Executable:
             env.update(self._run_step_at(index, env))
             for name in drop:
                 del env[name]
-        outputs = {name: env[name] for name in self.outputs}
-        return {name: _to_torch(value) for name, value in outputs.items()} if as_torch else outputs
+        outputs: dict[str, Any] = {name: env[name] for name in self.outputs if name not in self.output_maps}
+        if as_torch:
+            outputs = {name: _to_torch(value) for name, value in outputs.items()}
+        for name, entry in self.output_maps.items():
+            outputs[name] = entry.build(env[entry.tensor])
+        return {name: outputs[name] for name in self.outputs}
 
     def __call__(self, *inputs: object) -> Any:
         """``exe(x)``: the output itself for a single-output model, a tuple in output order otherwise.

@@ -23,6 +23,7 @@ from codegraft.backends import get_backend
 from codegraft.backends.onnxruntime import OnnxRuntimeBackend
 from codegraft.core.names import CONTROL_BACKEND
 from codegraft.errors import ArtifactError, BackendError
+from codegraft.frontend.zipmap import OutputMap
 from codegraft.lower.cache import compile_cache
 from codegraft.lower.lowering import LoweringRequest, ShapeSpecialisingRunnable, load_runnable
 from codegraft.report.report import Report
@@ -92,13 +93,15 @@ def executable_from_bytes(
                   for i in header["inputs"]]
         report = Report.from_json(json.dumps(header["report"]))
         outputs = list(header["outputs"])
+        output_maps = [OutputMap.from_json(entry) for entry in header.get("output_maps", [])]
     except (KeyError, TypeError, ValueError) as error:
         raise ArtifactError(f"{where}: malformed artifact header ({type(error).__name__}: {error})") from None
     # A partition kept as ONNX (compiled per shape at run time) can also move to the host if
     # its backend fails while running; one stored only as its backend's blob cannot.
     fallbacks = {s.name: _template_on_host(s, host) for s in steps if s.template is not None and s.backend != host.name}
     return Executable(inputs=inputs, outputs=outputs, steps=steps, runnables=runnables,
-                      constants=constants, report=report, backends=resolved, host_fallbacks=fallbacks, strict=strict)
+                      constants=constants, report=report, backends=resolved, host_fallbacks=fallbacks, strict=strict,
+                      output_maps=output_maps)
 
 
 def _template_on_host(step: Step, host: Backend) -> HostFallback:
