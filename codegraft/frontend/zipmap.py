@@ -37,8 +37,8 @@ class OutputMap:
 
     def build(self, values: np.ndarray) -> list[dict[int | str, float]]:
         """The maps of ``values`` (``[rows, labels]``, or one row), as onnxruntime gives them."""
-        rows = np.asarray(values, dtype=np.float32).reshape(-1, len(self.labels))
-        return [dict(zip(self.labels, (float(v) for v in row), strict=True)) for row in rows]
+        rows = np.asarray(values, dtype=np.float32).reshape(-1, len(self.labels)).tolist()  # Python floats
+        return [dict(zip(self.labels, row, strict=True)) for row in rows]
 
     def to_json(self) -> dict[str, object]:
         return {"name": self.name, "tensor": self.tensor, "labels": list(self.labels)}
