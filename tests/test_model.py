@@ -200,9 +200,9 @@ def test_a_model_onnx_ir_cannot_hold_names_the_first_cause(tmp_path: pathlib.Pat
     # a DictVectorizer reading a map, which onnx-ir cannot represent yet; the error says
     # that, not which deserialiser wrapped it
     vectorizer = helper.make_node("DictVectorizer", ["x"], ["y"], domain="ai.onnx.ml", int64_vocabulary=[1, 2, 3])
+    floats = helper.make_tensor_type_proto(TensorProto.FLOAT, [])
     graph = helper.make_graph(
-        [vectorizer], "g", [helper.make_value_info("x", helper.make_map_type_proto(TensorProto.INT64,
-                                                                                 helper.make_tensor_type_proto(TensorProto.FLOAT, [])))],
+        [vectorizer], "g", [helper.make_value_info("x", helper.make_map_type_proto(TensorProto.INT64, floats))],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
     )  # fmt: skip
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("ai.onnx.ml", 1)])
@@ -309,7 +309,8 @@ def test_a_zipmap_of_string_labels_and_the_probabilities_too() -> None:
     )  # fmt: skip
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("ai.onnx.ml", 1)])
     x = np.random.default_rng(1).standard_normal((4, 2)).astype(np.float32)
-    want = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    want = session.run(None, {"x": x})
     got = cg.compile(model, targets=["c"]).run({"x": x})
     assert list(got) == ["maps", "p"]
     assert [{k: round(v, 5) for k, v in row.items()} for row in got["maps"]] == [
