@@ -202,3 +202,25 @@ def test_a_dynamically_quantized_cnn_runs_whole_on_c() -> None:
         # activation across a half step now and then (1e-4 of the output's range at most
         # on these inputs; a wrong zero point or scale is the whole range)
         assert np.abs(got - want).max() <= 1e-3 * np.abs(want).max(), seed
+
+
+def test_a_wide_conv_integer_read_through_an_integer_bias_add_is_taken() -> None:
+    # ddddocr's old quantizer adds the bias in int32 before casting: that Add still reads the
+    # sum as a step to a float (its own result is checked against 2**24), so the ConvInteger
+    # (576 products of up to 255 x 128: sums may pass 2**24) is taken; left an int32 output, not
+    weight = RNG.integers(-128, 128, size=(8, 64, 3, 3)).astype(np.int8)
+    conv = helper.make_node("ConvInteger", ["x", "w"], ["acc"], pads=[1, 1, 1, 1])
+    biased = [conv, helper.make_node("Add", ["acc", "bias"], ["sum"]),
+              helper.make_node("Cast", ["sum"], ["y"], to=TensorProto.FLOAT)]  # fmt: skip
+    inits = {"w": weight, "bias": RNG.integers(-1000, 1000, size=(1, 8, 1, 1)).astype(np.int32)}
+    inputs = {"x": (TensorProto.UINT8, [1, 64, 5, 5])}
+    as_float = _model(biased, inputs, {"y": TensorProto.FLOAT}, inits)
+    assert backend().supports(next(iter(ir.from_proto(as_float).graph)))
+    x = RNG.integers(0, 256, size=(1, 64, 5, 5)).astype(np.uint8)
+    padded = np.pad(x.astype(np.int64), ((0, 0), (0, 0), (1, 1), (1, 1)))
+    windows = np.lib.stride_tricks.sliding_window_view(padded, (3, 3), axis=(2, 3))
+    exact = np.einsum("nchwij,mcij->nmhw", windows, weight.astype(np.int64)) + inits["bias"]
+    np.testing.assert_allclose(run_c(as_float, {"x": x})["y"], exact, rtol=1e-6)
+    left_integer = _model([conv], inputs, {"acc": TensorProto.INT32}, {"w": weight})
+    verdict = backend().supports(next(iter(ir.from_proto(left_integer).graph)))
+    assert not verdict and "read as an integer" in verdict.reason
