@@ -82,6 +82,15 @@ def test_any_size_matches_onnxruntime(h: int, w: int, oh: int, ow: int, mode: st
                   nearest_mode=rounding))  # fmt: skip
 
 
+@pytest.mark.parametrize(("h", "oh"), [(5, 3), (9, 5), (7, 11)])
+@pytest.mark.parametrize("mode", ["nearest", "linear"])
+def test_half_pixel_symmetric_in_onnxruntimes_arithmetic(h: int, oh: int, mode: str) -> None:
+    # onnxruntime adds the halves in double for this mode: 5 rows resized to 3 take row 1 by
+    # floor (1.9999999), where float32 gave 2 (hypothesis found it)
+    check(_resize((1, 3, h, 4), sizes=[1, 3, oh, 4], mode=mode, coordinate_transformation_mode="half_pixel_symmetric",
+                  nearest_mode="floor"))  # fmt: skip
+
+
 def test_in_a_model_it_runs_channels_last() -> None:
     """Conv -> Resize -> Conv compiled by codegraft: the layout pass makes the Resize a
     ``codegraft.nhwc`` op between two channels-last Convs, and the whole model one partition."""

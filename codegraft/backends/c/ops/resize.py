@@ -154,7 +154,9 @@ def axis_table(
     elif coordinates == "half_pixel_symmetric":
         adjustment = f(resized) / (s * f(length))
         offset = f(length) / f(2) * (f(1) - adjustment)
-        x = offset + (out + f(0.5)) / s - f(0.5)
+        # onnxruntime adds its halves as doubles here (0.5, not 0.5f): 1.5 / 0.6f - 0.5 is
+        # 1.9999999 then, not 2, and a floor takes row 1 (5 rows resized to 3)
+        x = (np.float64(offset) + (out.astype(np.float64) + 0.5) / np.float64(s) - 0.5).astype(np.float32)
     else:
         raise LoweringError(f"coordinate_transformation_mode={coordinates} is not supported")
     x = x.astype(np.float32)
