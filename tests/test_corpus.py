@@ -174,3 +174,22 @@ def test_the_reference_sums_integer_convolutions_exactly() -> None:
     got = run_onnxruntime(exact, {"x": x})["y"]
     assert got.dtype == np.int32
     np.testing.assert_array_equal(got, want)
+
+
+def test_a_model_computing_in_float16_inside_is_judged_at_float16s_tolerance() -> None:
+    # mk8dx's Keras model returns float32 from float16 convolutions inside Loop bodies
+    cast = helper.make_node("Cast", ["x"], ["h"], to=TensorProto.FLOAT16)
+    body = helper.make_graph([helper.make_node("Identity", ["c"], ["c_out"]), cast], "body", [], [])
+    loop = helper.make_node("Loop", ["n", "", "c"], ["c_end"], body=body)
+    plain = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])  # fmt: skip
+    assert not corpus.computes_in_half(helper.make_model(plain))
+    inside = onnx.GraphProto()
+    inside.CopyFrom(plain)
+    inside.node.append(loop)
+    assert corpus.computes_in_half(helper.make_model(inside))
+    weights = onnx.GraphProto()
+    weights.CopyFrom(plain)
+    weights.initializer.append(onnx.numpy_helper.from_array(np.zeros(2, np.float16), "w"))
+    assert corpus.computes_in_half(helper.make_model(weights))
