@@ -89,10 +89,14 @@ def _dims(tensor: ir.TensorProtocol) -> tuple[int, ...]:
 
 
 def _conv(lw: Lowerer, node: ir.Node) -> None:
+    lw.bind(node.outputs[0], _conv_with_bias(lw, node))
+
+
+def _conv_with_bias(lw: Lowerer, node: ir.Node) -> g.Tensor:
+    """Conv's (and FusedConv's) ``X * W + B`` from inputs 0, 1 and 2."""
     bias = present(node, 2)
     bias_values = None if bias is None else lw.known(bias, "bias").astype(np.float32)
-    lw.bind(node.outputs[0], lower_conv(lw, node, lw.tensor(node.inputs[0]), lw.known(node.inputs[1], "weight"),
-                                        bias_values))
+    return lower_conv(lw, node, lw.tensor(node.inputs[0]), lw.known(node.inputs[1], "weight"), bias_values)
 
 
 # onnxruntime's FusedConv: activation -> (elementwise kind, its attribute parameters' defaults)
@@ -111,9 +115,7 @@ def _check_fused_conv(node: ir.Node) -> str:
 
 def _fused_conv(lw: Lowerer, node: ir.Node) -> None:
     """onnxruntime's FusedConv (its optimizer's Conv + activation): ``act(conv(X, W) + B + Z)``."""
-    bias = present(node, 2)
-    bias_values = None if bias is None else lw.known(bias, "bias").astype(np.float32)
-    out = lower_conv(lw, node, lw.tensor(node.inputs[0]), lw.known(node.inputs[1], "weight"), bias_values)
+    out = _conv_with_bias(lw, node)
     z = present(node, 3)
     if z is not None:
         out = lw.elementwise("add", [out, lw.tensor(z)])

@@ -89,16 +89,17 @@ def _along_axis(lw: Lowerer, node: ir.Node, x: g.Tensor, per: g.Tensor) -> g.Ten
     return lw.view(per, tuple(per.shape[0] if a == axis else 1 for a in range(len(x.shape))))
 
 
+def _exact_floats(lw: Lowerer, value: ir.Value | None) -> g.Tensor:
+    """``value``'s tensor, a constant of integers turned into float32 (exact: 8- to 32-bit data)."""
+    tensor = lw.tensor(value)
+    return tensor if tensor.const is None else lw.const(tensor.const.astype(np.float32))
+
+
 def _dequantize(lw: Lowerer, node: ir.Node) -> None:
-    x = lw.tensor(node.inputs[0])
-    if x.const is not None:
-        x = lw.const(x.const.astype(np.float32))
+    x = _exact_floats(lw, node.inputs[0])
     zero_value = present(node, 2)
     if zero_value is not None:
-        zp = lw.tensor(zero_value)
-        if zp.const is not None:
-            zp = lw.const(zp.const.astype(np.float32))
-        x = lw.elementwise("sub", [x, _along_axis(lw, node, x, zp)])
+        x = lw.elementwise("sub", [x, _along_axis(lw, node, x, _exact_floats(lw, zero_value))])
     scale = lw.tensor(node.inputs[1])
     lw.bind(node.outputs[0], lw.elementwise("mul", [x, _along_axis(lw, node, x, scale)]))
 
@@ -194,17 +195,13 @@ def _less_zero_point(lw: Lowerer, node: ir.Node, data: int, zero: int) -> g.Tens
     One subtraction per (operand, zero point), however many MatMulIntegers share them (the
     query, key and value projections of one quantized input).
     """
-    x = lw.tensor(node.inputs[data])
-    if x.const is not None:
-        x = lw.const(x.const.astype(np.float32))
+    x = _exact_floats(lw, node.inputs[data])
     zero_value = present(node, zero)
     if zero_value is None:
         return x
-    zp = lw.tensor(zero_value)
-    if zp.const is not None:
-        if not zp.const.any():
-            return x
-        zp = lw.const(zp.const.astype(np.float32))
+    zp = _exact_floats(lw, zero_value)
+    if zp.const is not None and not zp.const.any():
+        return x
     if data == 0 and len(zp.shape) == 1 and len(x.shape) >= 2 and zp.shape[0] == x.shape[-2] != 1:
         zp = lw.view(zp, (zp.shape[0], 1))
     key = f"({x.name}) - ({zp.name})"
