@@ -45,7 +45,8 @@ log = logging.getLogger("codegraft")
 
 
 class CBackend:
-    """Generates, compiles and runs C for float32 partitions with static shapes.
+    """Generates, compiles and runs C for float32 partitions with static shapes (float16 ones
+    computed in float32, integers as exact floats).
 
     ``compiler``: the C compiler (default: ``cc``/``gcc``/``clang`` on PATH);
     ``cache_dir``: where compiled libraries are cached (default

@@ -70,6 +70,8 @@ class Program:
     integer_outputs: tuple[tuple[int, str], ...] = ()
     # integer arithmetic: the runtime reads cg_int_overflow after each call (INTEGER_HELPERS)
     integer_checks: bool = False
+    # float16 outputs (computed in float32, ops/_spec.FLOATS), rounded to float16 at the exit
+    half_outputs: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -171,6 +173,7 @@ def generate(
             if v.dtype in CONVERTED_DTYPES and v.dtype != ir.DataType.BOOL
         ),
         integer_checks=integer_checks,
+        half_outputs=tuple(i for i, v in enumerate(model.graph.outputs) if v.dtype == ir.DataType.FLOAT16),
     )
 
 

@@ -33,6 +33,11 @@ _FOLD: dict[str, Callable[..., np.ndarray]] = {
 }
 
 
+def _widened(array: np.ndarray) -> np.ndarray:
+    """A float16 constant as float32 (exactly): the backend computes float16 in float32."""
+    return array.astype(np.float32) if array.dtype == np.float16 else array
+
+
 class Lowerer:
     """The backend's graph being built: ONNX values bound to tensors, and the ops so far."""
 
@@ -49,7 +54,7 @@ class Lowerer:
         if found is not None:
             return found
         if value.const_value is not None:
-            array = np.asarray(value.const_value.numpy())
+            array = _widened(np.asarray(value.const_value.numpy()))
             tensor = g.Tensor(value.name or self.fresh("const"), tuple(array.shape), const=array)
             self.values[tensor.name] = tensor
             return tensor
@@ -88,7 +93,7 @@ class Lowerer:
 
     def folded(self, array: np.ndarray) -> g.Tensor:
         """A constant computed at compile time, its dtype kept (shape arithmetic is int64)."""
-        array = np.asarray(array)
+        array = _widened(np.asarray(array))
         return g.Tensor(self.fresh("folded"), tuple(array.shape), const=array)
 
     def per_channel(self, values: np.ndarray, rank: int, native: bool) -> g.Tensor:

@@ -77,6 +77,7 @@ class CRunnable:
         self._inputs = blob.input_shapes
         self._outputs = blob.output_shapes
         self._bool_outputs = blob.bool_outputs
+        self._half_outputs = blob.half_outputs
         self._exact_inputs = blob.exact_inputs
         self._integer_outputs = [(index, np.dtype(name)) for index, name in blob.integer_outputs]
         self._overflow = ctypes.c_int.in_dll(self._lib, "cg_int_overflow") if blob.integer_checks else None
@@ -154,6 +155,8 @@ class CRunnable:
                     "exactly, or divided by zero, or a sequence length was outside the sequence; the host "
                     "computes it"
                 )
+        for index in self._half_outputs:  # float16 computed in float32: rounded as a Cast rounds (to even)
+            outputs[index] = outputs[index].astype(np.float16)  # type: ignore[call-overload]
         for index in self._bool_outputs:  # computed as 0/1 floats
             outputs[index] = outputs[index] != 0  # type: ignore[call-overload]
         for index, dtype in self._integer_outputs:  # integers moved as exact floats

@@ -14,7 +14,7 @@ import onnx_ir as ir
 from codegraft.backend import Support
 from codegraft.backends.c._node import CONTRIB_DOMAIN, FOLDABLE, NHWC_DOMAIN, SHAPE_OPS, compile_time
 from codegraft.backends.c.ops import ONNX_OPS
-from codegraft.backends.c.ops._spec import INTEGER_DTYPES
+from codegraft.backends.c.ops._spec import FLOATS, INTEGER_DTYPES
 
 
 def supports(node: ir.Node) -> Support:
@@ -56,7 +56,6 @@ def _empty(node: ir.Node) -> str:
     return ""
 
 
-_FLOAT = ir.DataType.FLOAT
 _BOOL = ir.DataType.BOOL
 _NO_INPUTS: frozenset[int] = frozenset()
 
@@ -72,7 +71,7 @@ WIDE_INTEGERS = frozenset({ir.DataType.INT32, ir.DataType.INT64, ir.DataType.UIN
 
 
 def float_data(node: ir.Node) -> str:
-    """Why a data input or a used output of ``node`` is not float32, or ``""`` (shape/axes inputs are
+    """Why a data input or a used output of ``node`` is not float32 (or float16), or ``""`` (shape/axes inputs are
     skipped, a ``converted`` input may be bool or an integer, and an op that only moves data
     may move bool or integer data, a constant one only with integers float32 holds exactly)."""
     entry = ONNX_OPS.get(node.op_type)
@@ -84,22 +83,22 @@ def float_data(node: ir.Node) -> str:
         if value is None or index in skip:
             continue
         dtype = value.dtype
-        if dtype is None or dtype == _FLOAT:
+        if dtype is None or dtype in FLOATS:
             continue
         integers = arithmetic and dtype in INTEGER_DTYPES
         if not (index in converted or moves_data or integers) or dtype not in CONVERTED_DTYPES:
-            return f"input {index} is {dtype.name.lower()}, only float32 is supported"
+            return f"input {index} is {dtype.name.lower()}, only float32 and float16 are supported"
         if (moves_data or integers) and index not in converted and not held_exactly(value):
             return f"input {index} holds integers beyond 2**24, which float32 cannot hold exactly"
     bool_output = entry is not None and entry.bool_output
     integer_output = moves_data or (entry is not None and entry.index_output)
     for index, value in enumerate(node.outputs):
         dtype = value.dtype
-        if dtype is None or dtype == _FLOAT or not value.uses():
+        if dtype is None or dtype in FLOATS or not value.uses():
             continue
         if not ((bool_output and dtype == _BOOL) or (integer_output and dtype in CONVERTED_DTYPES)
                 or (arithmetic and dtype in INTEGER_DTYPES)):
-            return f"output {index} is {dtype.name.lower()}, only float32 is supported"
+            return f"output {index} is {dtype.name.lower()}, only float32 and float16 are supported"
     return ""
 
 

@@ -84,6 +84,19 @@ static inline float cg_clamp(float x, float lo, float hi) {
   return x > hi ? hi : x;
 }
 
+/* A Cast to float16 in a partition computing float16 in float32: the nearest float16 (ties to
+   even, as IEEE conversion rounds; from 65520 on, infinity), held as a float.  Adding and
+   subtracting 2^13 times the input's power of two (2^-14 at least: float16's subnormals)
+   rounds at float16's step, in float32's own rounding (ties to even); every compiler and CPU
+   rounds alike, and the loop vectorises. */
+static inline float cg_half(float x) {
+  union { float f; unsigned u; } m = { fabsf(x) }, power;
+  power.u = m.u & 0x7f800000u;
+  const float shift = (power.f < 0x1p-14f ? 0x1p-14f : power.f) * 0x1p13f;
+  const float r = m.f >= 65520.0f ? INFINITY : (m.f + shift) - shift;
+  return copysignf(r, x);
+}
+
 /* One GEMM-shaped job: rows of a (padded, channels-last) input times packed weights. */
 typedef struct {
   const float* x; long pstride; long cstride; long cg;

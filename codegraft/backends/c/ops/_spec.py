@@ -37,6 +37,11 @@ INTEGER_DTYPES = frozenset({
     ir.DataType.INT32, ir.DataType.UINT32, ir.DataType.INT64, ir.DataType.UINT64,
 })  # fmt: skip
 
+# float16 data is computed in float32, as onnxruntime's CPU provider computes it (it casts
+# around every op without a float16 kernel, and drops the casts between such ops): widened
+# exactly at a partition's entry, rounded again where the model casts to float16 and at its exit.
+FLOATS = frozenset({ir.DataType.FLOAT, ir.DataType.FLOAT16})
+
 
 @dataclass(frozen=True)
 class OnnxOp:

@@ -114,6 +114,7 @@ EXPRESSIONS: dict[str, str] = {
     # uint8 quantization by a scale {b} and zero point {c} (held as exact floats), clamped
     # before rounding as onnxruntime's MlasQuantizeLinear does (the bounds are integers)
     "quantize_u8": "rintf(cg_clamp({a} / {b}, -{c}, 255.0f - {c})) + {c}",
+    "round_half": "cg_half({a})",  # Cast to float16 (computed in float32: ops/_spec.FLOATS)
     **{op.kind: op.c for op in UNARY},
     **{kind: c for kind, c in (
         # Integers held as exact floats (every one up to 2**24): a result that float32 cannot

