@@ -33,7 +33,14 @@ from codegraft.backends.c.ops._spec import KernelOp, Layout, OnnxOp, core_of
 from codegraft.backends.c.ops._window import check_window, join_layout, split_layout, window_of
 from codegraft.backends.c.ops.depthwise import DepthwiseShape, depthwise_function
 from codegraft.backends.c.ops.elementwise import emit_epilogue, vector_epilogue
-from codegraft.backends.c.ops.gemm import c_longs, choose_tile, gemm_function, pack_weights, write_over_residual
+from codegraft.backends.c.ops.gemm import (
+    c_longs,
+    choose_tile,
+    gemm_function,
+    negligible_terms,
+    pack_weights,
+    write_over_residual,
+)
 
 
 def constant_weight_dims(node: ir.Node) -> tuple[int, ...] | None:
@@ -200,7 +207,7 @@ def emit_conv(ctx: Context, kernel: Kernel) -> None:
                                strides[0], strides[1], dilations[0], dilations[1], pads_b[0], pads_b[1])
         fn = ctx.name("dw")
         ctx.functions.append(depthwise_function(fn, shape, ep, ctx.target.vector_floats))
-        dw = ctx.weight(np.ascontiguousarray(weight.T))
+        dw = ctx.weight(np.ascontiguousarray(negligible_terms(weight).T))
         ctx.body.append(f"  {fn}({src}, {dw}, {y}, {ep}_ops);")
         return
     if (any(pads_b) or any(pads_e)) and not kernel.padded_input:
