@@ -338,6 +338,57 @@ def test_scatter_nd_by_run_time_indices(depth: int, reduction: str) -> None:
     np.testing.assert_allclose(exe.run(feeds)["y"], run_onnxruntime(model, feeds)["y"], rtol=1e-6, atol=1e-6)
 
 
+def test_integer_min_max_and_where_run_on_c() -> None:
+    # T5's relative-position buckets: int64 distances clamped by Min and chosen by Where; on
+    # OpenVINO they cut a dynamic-int8 T5 encoder into c, OpenVINO, c
+    import codegraft as cg
+    from codegraft.testing import run_onnxruntime
+
+    nodes = [
+        helper.make_node("Sub", ["a", "b"], ["d"]),
+        helper.make_node("Abs", ["d"], ["far"]),
+        helper.make_node("Min", ["far", "limit"], ["near"]),
+        helper.make_node("Max", ["d", "floor"], ["up"]),
+        helper.make_node("Less", ["d", "zero"], ["before"]),
+        helper.make_node("Where", ["before", "near", "up"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info(n, 7, [4, 6]) for n in ("a", "b")],
+        [helper.make_tensor_value_info("y", 7, None)],
+        [numpy_helper.from_array(np.array(v, I64), n) for n, v in (("limit", 7), ("floor", -3), ("zero", 0))],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    exe = cg.compile(model, targets=["c"])
+    assert [p.backend for p in exe.report().partitions] == ["c"], exe.report()
+    rng = np.random.default_rng(0)
+    feeds = {n: rng.integers(-20, 20, (4, 6)).astype(I64) for n in ("a", "b")}
+    got = exe.run(feeds)["y"]
+    assert got.dtype == np.int64
+    np.testing.assert_array_equal(got, run_onnxruntime(model, feeds)["y"])
+
+
+@pytest.mark.parametrize("to", [7, 6, 3])  # int64, int32, int8
+def test_a_cast_to_integers_beyond_2_24_and_of_non_finite_values_is_onnxruntimes(to: int) -> None:
+    # exact as floats at any size; NaN, infinities and values out of range give the type's
+    # lowest value (x86's conversions), as onnxruntime gives: log(0) = -inf in T5's buckets
+    import codegraft as cg
+    from codegraft.testing import run_onnxruntime
+
+    x = np.float32([-np.inf, np.inf, np.nan, 3e9, -3e9, 1e19, 2.5e7, -7.9, 123456789.0, -2.0**31])
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Cast", ["x"], ["y"], to=to)], "g",
+        [helper.make_tensor_value_info("x", 1, [x.size])],
+        [helper.make_tensor_value_info("r", 1, None), helper.make_tensor_value_info("y", to, None)],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    exe = cg.compile(model, targets=["c"])
+    assert [p.backend for p in exe.report().partitions] == ["c"], exe.report()
+    with np.errstate(invalid="ignore"):
+        got, want = exe.run({"x": x})["y"], run_onnxruntime(model, {"x": x})["y"]
+    assert not exe.report().fallbacks()
+    np.testing.assert_array_equal(got, want)
+
+
 def test_scatter_nd_by_constant_indices_writes_a_slice() -> None:
     # `cache[:, :, 0:2, :] = y` as torch exports it: constant indices, the updates computed
     import codegraft as cg

@@ -126,7 +126,7 @@ EXPRESSIONS: dict[str, str] = {
         ("idiv", "cg_idiv({a}, {b})"),
         ("imod", "cg_imod({a}, {b})"),
         ("ifmod", "cg_ifmod({a}, {b})"),
-        ("itrunc", "cg_int(truncf({a}))"),  # Cast of a float to an integer type
+        ("itrunc", "cg_itrunc({a}, {p0})"),  # Cast of a float to an integer type of range +-{p0}
         ("iwrap", "cg_wrap({a}, {p0}, {p1})"),  # into a narrow type's {p1} values from {p0}
     )},
 }
@@ -149,6 +149,11 @@ static inline vf cg_vint(vf v) {
   if (any) cg_int_overflow = 1;
   return v;
 }
+/* Cast of a float to int32 (bound 2**31) or int64 (2**63): toward zero, exact as a float at any
+   size (a float beyond 2**24 is an integer); NaN, infinities and values out of range give the
+   lowest value, as x86's conversions give onnxruntime (T5's relative-position buckets cast
+   log(0) = -inf in the branch their Where drops). */
+static inline float cg_itrunc(float v, float bound) { return fabsf(v) < bound ? truncf(v) : -bound; }
 static inline float cg_wrap(float v, float lowest, float count) {  /* exact: count is a power of 2 */
   return v - count * floorf((v - lowest) / count);
 }
@@ -358,15 +363,18 @@ def _where(lw: Lowerer, node: ir.Node) -> None:
 
 
 ONNX = (
-    *(OnnxOp(op.op_type, op.lower) for op in UNARY),
+    # (Abs and Neg of integers held as exact floats are exact: T5's relative positions)
+    *(OnnxOp(op.op_type, op.lower, integer_arithmetic=op.op_type in ("Abs", "Neg")) for op in UNARY),
     OnnxOp("Gelu", _gelu, _check_gelu, contrib=True),
     OnnxOp("BiasGelu", _bias_gelu, contrib=True),
     OnnxOp("FastGelu", _bias_gelu, contrib=True),
     OnnxOp("Clip", _clip, check_clip),
     *(OnnxOp(op_type, _binary, _check_binary, integer_arithmetic=True) for op_type in _BINARY_KIND),
     OnnxOp("Mod", _mod, _check_mod, integer_arithmetic=True),
-    *(OnnxOp(op_type, _variadic) for op_type in _VARIADIC_KIND),
-    OnnxOp("Where", _where, converted=frozenset({0})),
+    # Max and Min of integers (exact floats) are exact, and Where only picks one of two values:
+    # T5's relative-position buckets clamp and choose int64 distances so
+    *(OnnxOp(op_type, _variadic, integer_arithmetic=op_type in ("Max", "Min")) for op_type in _VARIADIC_KIND),
+    OnnxOp("Where", _where, converted=frozenset({0}), moves_data=True),
     *(OnnxOp(op_type, _compare, converted=frozenset({0, 1}), bool_output=True)
       for op_type in (*_COMPARISON_KIND, *_LOGIC_KIND)),
     OnnxOp("Not", _not, converted=frozenset({0}), bool_output=True),

