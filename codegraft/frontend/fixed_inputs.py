@@ -12,7 +12,11 @@ nodes and 689 nodes down to one If and 227), as onnxruntime's free-dimension ove
 OpenVINO's ``reshape`` and trtexec's ``--shapes`` do for their engines.
 
 A size given for a named dimension holds wherever that name appears, in every input; the
-compiled executable then takes exactly these shapes and names any other it is fed.
+compiled executable then takes exactly these shapes and names any other it is fed.  Where the
+inputs listed give one name different sizes, the exporter reused the name for sizes that
+differ (Robust Video Matting declares its frame and its four recurrent states all
+``[batch_size, channels, height, width]``): each listed input takes the shape given, as
+trtexec's ``--shapes`` and OpenVINO's ``reshape`` take them, and the name fixes no other input.
 
 Example::
 
@@ -43,8 +47,10 @@ def fix_input_shapes(model: ir.Model, shapes: Sequence[tuple[str, tuple[int, ...
     """Give the named inputs of ``model`` these shapes (in place); a note for the report.
 
     Each name must be a graph input; a shape must have the input's rank and agree with its
-    fixed sizes; a named dimension takes one size everywhere (also in inputs not listed).
-    Anything else is an :class:`OptionError` naming the input and the dimension.
+    fixed sizes; a named dimension takes one size everywhere (also in inputs not listed), but
+    one the listed inputs give different sizes is reused by the exporter for independent sizes
+    and fixes only the inputs listed.  Anything else is an :class:`OptionError` naming the input
+    and the dimension.
 
     >>> x = ir.Value(name="x", shape=ir.Shape(["batch", 3]), type=ir.TensorType(ir.DataType.FLOAT))
     >>> m = ir.Model(ir.Graph([x], [x], nodes=[]), ir_version=10)
@@ -54,6 +60,7 @@ def fix_input_shapes(model: ir.Model, shapes: Sequence[tuple[str, tuple[int, ...
     if not shapes:
         return ""
     named: dict[str, int] = {}
+    reused: set[str] = set()  # names given different sizes by different inputs
     for name, dims in shapes:
         declared = _input(model, name, "input_shapes").shape
         if declared is None:
@@ -70,12 +77,10 @@ def fix_input_shapes(model: ir.Model, shapes: Sequence[tuple[str, tuple[int, ...
                         f"input_shapes[{name!r}]: dimension {axis} is fixed to {have} in the model, not {want} "
                         f"(declared {_spelled(declared)})"
                     )
-            elif have.value is not None:
-                if named.setdefault(have.value, want) != want:
-                    raise OptionError(
-                        f"input_shapes: dimension {have.value!r} is given as both {named[have.value]} and {want} "
-                        f"(input {name!r}, dimension {axis})"
-                    )
+            elif have.value is not None and named.setdefault(have.value, want) != want:
+                reused.add(have.value)
+    for name in reused:
+        del named[name]
     given = dict(shapes)
     reached = []
     for value in model.graph.inputs:
@@ -84,8 +89,29 @@ def fix_input_shapes(model: ir.Model, shapes: Sequence[tuple[str, tuple[int, ...
         elif value.shape is not None and any(_name_of(d) in named for d in value.shape):
             value.shape = ir.Shape([named.get(_name_of(d) or "", d) for d in value.shape])
             reached.append(value.name or "")
+    if reused:
+        _check_independent(model, sorted(reused), shapes)
     fixed = ", ".join(f"{n}={'x'.join(map(str, d)) or 'scalar'}" for n, d in shapes)
-    return f"input shapes fixed: {fixed}" + (f" (by a dimension's name also: {', '.join(reached)})" if reached else "")
+    note = f"input shapes fixed: {fixed}" + (f" (by a dimension's name also: {', '.join(reached)})" if reached else "")
+    if reused:
+        note += f"; dimension names given different sizes, taken as independent: {', '.join(sorted(reused))}"
+    return note
+
+
+def _check_independent(model: ir.Model, reused: Sequence[str], shapes: Sequence[tuple[str, tuple[int, ...]]]) -> None:
+    """An :class:`OptionError` where the sizes given for a reused name contradict the model's
+    own shapes (an Add of two inputs declared ``[n, 4]``, given 3 and 2 rows): then the name
+    meant one size after all, and the sizes are a mistake, not the exporter's."""
+    import onnx
+
+    try:
+        onnx.shape_inference.infer_shapes(ir.serde.serialize_model(model), strict_mode=True)
+    except onnx.shape_inference.InferenceError as error:
+        given = "; ".join(f"{n}={'x'.join(map(str, d)) or 'scalar'}" for n, d in shapes)
+        raise OptionError(
+            f"input_shapes: dimension {', '.join(map(repr, reused))} is given different sizes ({given}), "
+            f"and the model's shapes do not hold with them: {str(error).strip().splitlines()[0]}"
+        ) from None
 
 
 def _name_of(dim: int | ir.SymbolicDim) -> str | None:

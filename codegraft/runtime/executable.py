@@ -427,7 +427,8 @@ def check_shape(spec: TensorSpec, shape: tuple[int, ...], bound: dict[str, tuple
             if seen[0] != got:
                 raise InputError(
                     f"input {spec.name!r} axis {axis} is {want}={got}, but input {seen[1]!r} "
-                    f"set {want}={seen[0]}"
+                    f"set {want}={seen[0]} (where the model reuses the name {want!r} for sizes that differ, "
+                    "compile with input_shapes giving each input its shape)"
                 )
 
 
