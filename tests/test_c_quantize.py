@@ -19,6 +19,11 @@ from c_backend_util import backend, needs_compiler, run_c
 from onnx import TensorProto, helper, numpy_helper
 
 import codegraft as cg
+from codegraft.backend import Partition
+from codegraft.backends.c._blob import Blob
+from codegraft.backends.c._runtime import CRunnable
+from codegraft.backends.c._toolchain import Target, Toolchain, cpu_features
+from codegraft.backends.c.ops.quantize import VNNI
 from codegraft.testing import run_onnxruntime
 
 pytestmark = needs_compiler
@@ -224,3 +229,50 @@ def test_a_wide_conv_integer_read_through_an_integer_bias_add_is_taken() -> None
     left_integer = _model([conv], inputs, {"acc": TensorProto.INT32}, {"w": weight})
     verdict = backend().supports(next(iter(ir.from_proto(left_integer).graph)))
     assert not verdict and "read as an integer" in verdict.reason
+
+
+_VNNI_HOST = VNNI in cpu_features()
+
+
+@pytest.mark.parametrize(("x_shape", "columns"), [([1, 37], 70), ([5, 130], 64), ([2, 9, 64], 130), ([300], 3)])
+@pytest.mark.parametrize("weights", ["int8", "uint8 about 128", "uint8 about 126", "int8 per column"])
+def test_matmul_integer_on_8_bit_products_sums_exactly(x_shape: list[int], columns: int, weights: str) -> None:
+    # With VNNI the products run four to a lane (ops/qgemm.c): depths not a multiple of 4,
+    # rows not a multiple of the 4-row tile, columns not a multiple of 64; weights less their
+    # zero point that fit int8 (uint8 about 128, int8 with a zero point per column) or not (126)
+    depth = x_shape[-1]
+    if weights.startswith("uint8"):  # 126 (pnm's): less it, up to 129, beyond int8: an offset per column
+        weight = RNG.integers(0, 256, size=(depth, columns)).astype(np.uint8)
+        zero = np.array(int(weights.split()[-1]), np.uint8)
+    elif weights == "int8 per column":
+        zero = RNG.integers(-2, 3, size=columns).astype(np.int8)
+        weight = (RNG.integers(-126, 126, size=(depth, columns)) + zero).astype(np.int8)
+    else:
+        weight, zero = RNG.integers(-128, 128, size=(depth, columns)).astype(np.int8), np.array(0, np.int8)
+    model = _dynamic_layer("MatMulInteger", weight, zero, x_shape)
+    partition = cg.compile(model, targets=["c"]).report().partitions
+    assert [p.backend for p in partition] == ["c"]
+    feeds = {"x": RNG.standard_normal(x_shape).astype(np.float32)}
+    got = run_c(model, feeds)
+    q, z = got["q"].astype(np.int64), int(got["z"])
+    exact = ((q - z) @ (weight.astype(np.int64) - zero.astype(np.int64))).astype(np.float32)
+    np.testing.assert_array_equal(got["y"], exact * (got["s"] * np.float32(0.02)))
+    source = backend().generate(Partition("p", ir.from_proto(model))).source
+    assert ("cg_qgemm(&q)" in source) == _VNNI_HOST
+
+
+def test_the_8_bit_products_rebuilt_for_a_cpu_without_vnni_sum_alike() -> None:
+    # a library carried to a CPU without VNNI is rebuilt from its source: the plain C sums
+    weight = RNG.integers(-128, 128, size=(45, 70)).astype(np.int8)
+    model = _dynamic_layer("MatMulInteger", weight, np.array(0, np.int8), [6, 45])
+    vnni = Target(frozenset({"avx512_vnni"}), (), 4)  # the lowering's choice; portable vectors
+    program = backend(target=vnni).generate(Partition("p", ir.from_proto(model)))
+    assert "cg_qgemm(&q)" in program.source
+    plain = Target(frozenset(), (), 4)
+    toolchain = Toolchain(cache_dir=backend().toolchain.cache_dir)
+    runnable = CRunnable(Blob.built(program, toolchain.build(program.source, plain), plain, program.scratch_floats),
+                         toolchain)
+    feeds = {"x": RNG.standard_normal((6, 45)).astype(np.float32)}
+    y, q, s, z = runnable.run([feeds["x"]])
+    exact = ((q.astype(np.int64) - int(z)) @ weight.astype(np.int64)).astype(np.float32)
+    np.testing.assert_array_equal(y, exact * (s * np.float32(0.02)))

@@ -41,7 +41,10 @@ def _widened(array: np.ndarray) -> np.ndarray:
 class Lowerer:
     """The backend's graph being built: ONNX values bound to tensors, and the ops so far."""
 
-    def __init__(self) -> None:
+    def __init__(self, features: frozenset[str] = frozenset()) -> None:
+        # the target's CPU features: a lowering may pick a form only some CPUs run fast
+        # (MatMulInteger on 8-bit products where VNNI is there: ops/quantize.py)
+        self.features = features
         self.values: dict[str, g.Tensor] = {}
         self.ops: list[g.Op] = []
         self.counter = 0

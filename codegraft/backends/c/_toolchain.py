@@ -24,6 +24,11 @@ from codegraft.errors import CodegraftError
 
 # Feature sets we compile for, best first: (features the CPU must have, gcc flags).
 _X86_TARGETS: tuple[tuple[frozenset[str], tuple[str, ...]], ...] = (
+    (  # VNNI: MatMulInteger's 8-bit products four to a float FMA's one (ops/qgemm.c)
+        frozenset({"avx2", "fma", "avx512f", "avx512dq", "avx512bw", "avx512vl", "avx512_vnni"}),
+        ("-mavx2", "-mfma", "-mavx512f", "-mavx512dq", "-mavx512bw", "-mavx512vl", "-mavx512vnni",
+         "-mprefer-vector-width=512"),
+    ),
     (
         frozenset({"avx2", "fma", "avx512f", "avx512dq", "avx512bw", "avx512vl"}),
         ("-mavx2", "-mfma", "-mavx512f", "-mavx512dq", "-mavx512bw", "-mavx512vl", "-mprefer-vector-width=512"),

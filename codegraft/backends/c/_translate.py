@@ -22,9 +22,10 @@ from codegraft.backends.c.ops import ONNX_OPS
 __all__ = ["LoweringError", "translate"]
 
 
-def translate(model: ir.Model) -> g.Graph:
-    """Lower a partition with concrete input shapes; raise :class:`LoweringError` if unable."""
-    lowerer = Lowerer()
+def translate(model: ir.Model, features: frozenset[str] = frozenset()) -> g.Graph:
+    """Lower a partition with concrete input shapes for a target with CPU ``features``; raise
+    :class:`LoweringError` if unable."""
+    lowerer = Lowerer(features)
     inputs = []
     for value in model.graph.inputs:
         if value.shape is None or not all(isinstance(d, int) for d in value.shape):

@@ -1,0 +1,106 @@
+
+/* MatMulInteger on 8-bit products (ops/quantize.py QuantMatMul): y = (a - a0) @ (w + d) as
+   sum(a * w) - a0 * colsum(w) + d * (rowsum(a) - a0 * K), in int32, exact; then float, and the
+   fused epilogue.  a holds uint8 values as exact floats (DynamicQuantizeLinear's output), a0
+   one float or none; w is a constant int8 matrix packed [N / 64][K4 / 4][64][4] (four
+   consecutive k of one column in one 32-bit lane), colsum its column sums, d an offset per
+   column or none (a uint8 weight less its zero point spans up to 510 values: less d, int8).  With AVX-512 VNNI one vpdpbusd multiplies and adds 64
+   byte pairs, four times a float FMA's products, from a quarter of the weight bytes; without
+   it (a library rebuilt for another CPU) the same sums in plain C. */
+#include <stdint.h>
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512F__)
+#include <immintrin.h>
+#define CG_QGEMM_VNNI 1
+#endif
+
+#define CG_QGEMM_ROWS 4
+#define CG_QGEMM_COLS 64
+
+typedef struct {
+  const float* a; long M, K, K4; const float* a0;
+  const int8_t* w; const int32_t* colsum; const int32_t* offset; long N;
+  uint8_t* au8;  /* scratch: M x K4 bytes */
+  int32_t* rowsum;  /* scratch: M sums of a */
+  float* y; long ldy; cg_ep ep; const float* const* ops;
+} cg_qgemm_t;
+
+static void cg_qgemm_bytes(const void* ctx, long row) {
+  const cg_qgemm_t* q = ctx;
+  const float* a = q->a + row * q->K;
+  uint8_t* to = q->au8 + row * q->K4;
+  int32_t sum = 0;
+  for (long k = 0; k < q->K; k++) { to[k] = (uint8_t)a[k]; sum += to[k]; }
+  for (long k = q->K; k < q->K4; k++) to[k] = 0;
+  q->rowsum[row] = sum;
+}
+
+static void cg_qgemm_tile(const void* ctx, long task) {
+  const cg_qgemm_t* q = ctx;
+  const long nblocks = (q->N + CG_QGEMM_COLS - 1) / CG_QGEMM_COLS;
+  const long r0 = (task / nblocks) * CG_QGEMM_ROWS, block = task % nblocks;
+  const long nr = cg_min(CG_QGEMM_ROWS, q->M - r0), c0 = block * CG_QGEMM_COLS;
+  const long nc = cg_min(CG_QGEMM_COLS, q->N - c0), steps = q->K4 / 4;
+  const int8_t* w = q->w + block * q->K4 * CG_QGEMM_COLS;
+  const uint8_t* rows[CG_QGEMM_ROWS];
+  for (long r = 0; r < CG_QGEMM_ROWS; r++) rows[r] = q->au8 + (r0 + (r < nr ? r : nr - 1)) * q->K4;
+  int32_t sums[CG_QGEMM_ROWS][CG_QGEMM_COLS] __attribute__((aligned(64)));
+#ifdef CG_QGEMM_VNNI
+  /* 16 accumulators named, not an array: GCC keeps an indexed array of vectors in memory */
+  __m512i c00 = _mm512_setzero_si512(), c01 = c00, c02 = c00, c03 = c00, c10 = c00, c11 = c00, c12 = c00,
+          c13 = c00, c20 = c00, c21 = c00, c22 = c00, c23 = c00, c30 = c00, c31 = c00, c32 = c00, c33 = c00;
+  const uint8_t *x0 = rows[0], *x1 = rows[1], *x2 = rows[2], *x3 = rows[3];
+  for (long s = 0; s < steps; s++) {
+    const int8_t* ws = w + s * 4 * CG_QGEMM_COLS;
+    const __m512i w0 = _mm512_load_si512((const void*)ws), w1 = _mm512_load_si512((const void*)(ws + 64));
+    const __m512i w2 = _mm512_load_si512((const void*)(ws + 128)), w3 = _mm512_load_si512((const void*)(ws + 192));
+    int32_t f0, f1, f2, f3;
+    memcpy(&f0, x0 + 4 * s, 4); memcpy(&f1, x1 + 4 * s, 4); memcpy(&f2, x2 + 4 * s, 4); memcpy(&f3, x3 + 4 * s, 4);
+    __m512i b = _mm512_set1_epi32(f0);
+    c00 = _mm512_dpbusd_epi32(c00, b, w0); c01 = _mm512_dpbusd_epi32(c01, b, w1);
+    c02 = _mm512_dpbusd_epi32(c02, b, w2); c03 = _mm512_dpbusd_epi32(c03, b, w3);
+    b = _mm512_set1_epi32(f1);
+    c10 = _mm512_dpbusd_epi32(c10, b, w0); c11 = _mm512_dpbusd_epi32(c11, b, w1);
+    c12 = _mm512_dpbusd_epi32(c12, b, w2); c13 = _mm512_dpbusd_epi32(c13, b, w3);
+    b = _mm512_set1_epi32(f2);
+    c20 = _mm512_dpbusd_epi32(c20, b, w0); c21 = _mm512_dpbusd_epi32(c21, b, w1);
+    c22 = _mm512_dpbusd_epi32(c22, b, w2); c23 = _mm512_dpbusd_epi32(c23, b, w3);
+    b = _mm512_set1_epi32(f3);
+    c30 = _mm512_dpbusd_epi32(c30, b, w0); c31 = _mm512_dpbusd_epi32(c31, b, w1);
+    c32 = _mm512_dpbusd_epi32(c32, b, w2); c33 = _mm512_dpbusd_epi32(c33, b, w3);
+  }
+  _mm512_store_si512((void*)(sums[0]), c00); _mm512_store_si512((void*)(sums[0] + 16), c01);
+  _mm512_store_si512((void*)(sums[0] + 32), c02); _mm512_store_si512((void*)(sums[0] + 48), c03);
+  _mm512_store_si512((void*)(sums[1]), c10); _mm512_store_si512((void*)(sums[1] + 16), c11);
+  _mm512_store_si512((void*)(sums[1] + 32), c12); _mm512_store_si512((void*)(sums[1] + 48), c13);
+  _mm512_store_si512((void*)(sums[2]), c20); _mm512_store_si512((void*)(sums[2] + 16), c21);
+  _mm512_store_si512((void*)(sums[2] + 32), c22); _mm512_store_si512((void*)(sums[2] + 48), c23);
+  _mm512_store_si512((void*)(sums[3]), c30); _mm512_store_si512((void*)(sums[3] + 16), c31);
+  _mm512_store_si512((void*)(sums[3] + 32), c32); _mm512_store_si512((void*)(sums[3] + 48), c33);
+#else
+  for (int r = 0; r < CG_QGEMM_ROWS; r++)
+    for (int c = 0; c < CG_QGEMM_COLS; c++) sums[r][c] = 0;
+  for (long s = 0; s < steps; s++) {
+    const int8_t* ws = w + s * 4 * CG_QGEMM_COLS;
+    for (int r = 0; r < CG_QGEMM_ROWS; r++) {
+      const uint8_t* x = rows[r] + s * 4;
+      for (int c = 0; c < CG_QGEMM_COLS; c++)
+        sums[r][c] += x[0] * ws[4 * c] + x[1] * ws[4 * c + 1] + x[2] * ws[4 * c + 2] + x[3] * ws[4 * c + 3];
+    }
+  }
+#endif
+  /* in int32: |a0|, |d| <= 255, |colsum| <= 128 K, |rowsum| <= 255 K, K <= 2**14: no overflow */
+  const int32_t a0 = q->a0 ? (int32_t)q->a0[0] : 0;
+  float t[CG_QGEMM_ROWS * CG_QGEMM_COLS] __attribute__((aligned(64)));
+  for (long r = 0; r < nr; r++) {
+    const int32_t rest = q->rowsum[r0 + r] - a0 * (int32_t)q->K;
+    for (long c = 0; c < nc; c++)
+      t[r * CG_QGEMM_COLS + c] = (float)(sums[r][c] - a0 * q->colsum[c0 + c] + (q->offset ? q->offset[c0 + c] * rest : 0));
+  }
+  q->ep(q->ops, q->y, q->ldy, t, CG_QGEMM_COLS, r0, nr, c0, nc);
+}
+
+static void cg_qgemm(const cg_qgemm_t* q) {
+  cg_parallel(q->M, cg_qgemm_bytes, q);
+  const long tasks = ((q->M + CG_QGEMM_ROWS - 1) / CG_QGEMM_ROWS) * ((q->N + CG_QGEMM_COLS - 1) / CG_QGEMM_COLS);
+  cg_parallel(tasks, cg_qgemm_tile, q);
+}
