@@ -39,7 +39,7 @@ from codegraft.backends.c.ops.elementwise import INTEGER_HELPERS, INTEGER_KINDS
 from codegraft.backends.c.ops.gemm import choose_tile
 from codegraft.backends.c.ops.norm import Lrn
 from codegraft.backends.c.ops.pool import Pool
-from codegraft.backends.c.ops.quantize import QGEMM_COLS, QGEMM_ROWS, QuantMatMul
+from codegraft.backends.c.ops.quantize import QGEMM_COLS, QGEMM_ROWS, QGEMM_RUN, QuantMatMul
 from codegraft.backends.c.ops.resize import Resize, row_runs
 from codegraft.backends.c.ops.rnn import Recurrence, recurrence_flops
 
@@ -252,9 +252,9 @@ def kernel_work(kernel: Kernel, vector: int, given: frozenset[int] = frozenset()
         rows, cols = math.prod(out.shape[:-1]), out.shape[-1]
         nv, p = choose_tile(cols, rows, vector, depth)
         return Work(2.0 * rows * cols * depth, moved, -(-cols // (nv * vector)) * -(-rows // p), gemm=True)
-    if isinstance(core, QuantMatMul):  # 8-bit products, four to an FMA's one; a task per 4 x 64 tile
+    if isinstance(core, QuantMatMul):  # 8-bit products, four to an FMA's one; a task per 64 columns of up to 64 rows
         rows, cols, depth = core.inputs[0].shape[0], out.shape[-1], core.inputs[0].shape[1]
-        tiles = -(-rows // QGEMM_ROWS) * -(-cols // QGEMM_COLS)
+        tiles = -(-rows // (QGEMM_ROWS * QGEMM_RUN)) * -(-cols // QGEMM_COLS)
         return Work(0.5 * rows * cols * depth, moved + core.weight.size, tiles, gemm=True)
     if isinstance(core, Pool) and core.window is not None:
         phys = out.physical_shape

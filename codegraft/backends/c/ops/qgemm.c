@@ -34,10 +34,7 @@ static void cg_qgemm_bytes(const void* ctx, long row) {
   q->rowsum[row] = sum;
 }
 
-static void cg_qgemm_tile(const void* ctx, long task) {
-  const cg_qgemm_t* q = ctx;
-  const long nblocks = (q->N + CG_QGEMM_COLS - 1) / CG_QGEMM_COLS;
-  const long r0 = (task / nblocks) * CG_QGEMM_ROWS, block = task % nblocks;
+static void cg_qgemm_tile(const cg_qgemm_t* q, long r0, long block) {
   const long nr = cg_min(CG_QGEMM_ROWS, q->M - r0), c0 = block * CG_QGEMM_COLS;
   const long nc = cg_min(CG_QGEMM_COLS, q->N - c0), steps = q->K4 / 4;
   const int8_t* w = q->w + block * q->K4 * CG_QGEMM_COLS;
@@ -99,8 +96,20 @@ static void cg_qgemm_tile(const void* ctx, long task) {
   q->ep(q->ops, q->y, q->ldy, t, CG_QGEMM_COLS, r0, nr, c0, nc);
 }
 
+/* A task is one block of 64 columns over a run of up to CG_QGEMM_RUN row tiles: the block's
+   weights (K4 x 64 bytes) are read from memory once, then from L1 or L2, by every tile of the
+   run (ddddocr's 16-row, 8210-column classifier read its 4 MB of weights four times, once per
+   row tile, when a task was one tile). */
+#define CG_QGEMM_RUN 16
+static void cg_qgemm_task(const void* ctx, long task) {
+  const cg_qgemm_t* q = ctx;
+  const long tiles = (q->M + CG_QGEMM_ROWS - 1) / CG_QGEMM_ROWS, runs = (tiles + CG_QGEMM_RUN - 1) / CG_QGEMM_RUN;
+  const long block = task / runs, first = (task % runs) * CG_QGEMM_RUN, last = cg_min(tiles, first + CG_QGEMM_RUN);
+  for (long tile = first; tile < last; tile++) cg_qgemm_tile(q, tile * CG_QGEMM_ROWS, block);
+}
+
 static void cg_qgemm(const cg_qgemm_t* q) {
   cg_parallel(q->M, cg_qgemm_bytes, q);
-  const long tasks = ((q->M + CG_QGEMM_ROWS - 1) / CG_QGEMM_ROWS) * ((q->N + CG_QGEMM_COLS - 1) / CG_QGEMM_COLS);
-  cg_parallel(tasks, cg_qgemm_tile, q);
+  const long tiles = (q->M + CG_QGEMM_ROWS - 1) / CG_QGEMM_ROWS, runs = (tiles + CG_QGEMM_RUN - 1) / CG_QGEMM_RUN;
+  cg_parallel(runs * ((q->N + CG_QGEMM_COLS - 1) / CG_QGEMM_COLS), cg_qgemm_task, q);
 }

@@ -217,7 +217,7 @@ def _less_zero_point(lw: Lowerer, node: ir.Node, data: int, zero: int) -> g.Tens
 # float FMA's products, from a quarter of the weight bytes: onnxruntime's u8 x s8 kernels run
 # so, and the float GEMM above ran dynamic-int8 models 1.5-2.3x their time on such a Xeon.
 
-QGEMM_ROWS, QGEMM_COLS = 4, 64  # a task's tile (CG_QGEMM_ROWS, CG_QGEMM_COLS in qgemm.c)
+QGEMM_ROWS, QGEMM_COLS, QGEMM_RUN = 4, 64, 16  # a tile, and tiles to a task (CG_QGEMM_* in qgemm.c)
 QGEMM_DEPTH = 1 << 14  # 255 * 255 * 2**14 < 2**31: no int32 sum overflows
 VNNI = "avx512_vnni"
 
@@ -351,4 +351,4 @@ KERNELS = (
 )
 
 
-__all__ = ["EXACT_SUMS", "KERNELS", "ONNX", "QGEMM_COLS", "QGEMM_ROWS", "QuantMatMul", "QuantRange"]
+__all__ = ["EXACT_SUMS", "KERNELS", "ONNX", "QGEMM_COLS", "QGEMM_ROWS", "QGEMM_RUN", "QuantMatMul", "QuantRange"]
