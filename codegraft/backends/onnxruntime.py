@@ -25,8 +25,11 @@ class OnnxRuntimeBackend:
     ``spin``: let idle worker threads spin for the next call.  That is faster for a model
     that is one onnxruntime partition (a fifth faster on squeezenet here), and slower when
     partitions of other backends run in between, since spinning workers take their cores
-    (six host partitions back to back: 55 ms spinning, 4 ms summed alone); codegraft turns
-    it off for executables of several partitions.
+    (six host partitions back to back: 55 ms spinning, 4 ms summed alone); for executables of
+    several partitions codegraft has the workers stop spinning when a call returns
+    (``session.force_spinning_stop``).  They still spin within a call: turned off there too,
+    every parallel step woke sleeping workers, and an LSTM parallelises every time step
+    (VoiceFilter-Lite's three int8 LSTMs: 16.6 ms so, 4.9 spinning until the call returns).
     """
 
     name = "onnxruntime"
@@ -55,26 +58,8 @@ class OnnxRuntimeBackend:
         return OnnxRuntimeRunnable(blob, threads=self.threads, spin=self.spin)
 
 
-# Ops onnxruntime runs a time step at a time, each step's small products in parallel.
-_RECURRENT_OPS = frozenset({"LSTM", "GRU", "RNN", "DynamicQuantizeLSTM"})
-
-
-def _runs_recurrences(model_bytes: bytes) -> bool:
-    """Whether the model's graph (not a Loop's body) holds a recurrent op."""
-    proto = onnx.ModelProto()
-    proto.ParseFromString(model_bytes)
-    return any(node.op_type in _RECURRENT_OPS for node in proto.graph.node)
-
-
 class OnnxRuntimeRunnable:
-    """An ONNX model run by one lazily created, shared ``InferenceSession``.
-
-    Where its workers may not spin (``spin=False``: other partitions run between its calls), a
-    model of recurrent ops runs on one thread: onnxruntime parallelises each time step's small
-    products, and woken for every step, sleeping workers cost more than they add
-    (text2tashkeel's two int8 BiLSTMs: 1.93 ms on two such threads, 0.86 on one, 0.86 on two
-    spinning).
-    """
+    """An ONNX model run by one lazily created, shared ``InferenceSession``."""
 
     def __init__(self, model_bytes: bytes, *, threads: int = 0, spin: bool = True) -> None:
         self._model_bytes = model_bytes
@@ -93,13 +78,11 @@ class OnnxRuntimeRunnable:
 
                     options = ort.SessionOptions()
                     options.intra_op_num_threads = self._threads
-                    if not self._spin and self._threads != 1 and _runs_recurrences(self._model_bytes):
-                        options.intra_op_num_threads = 1
                     # 4: fatal only.  Its warnings (unused initializers) are noise here, and its errors
                     # surface as exceptions that codegraft reports naming the partition: no second copy.
                     options.log_severity_level = 4
-                    if not self._spin:
-                        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+                    if not self._spin:  # spin within a call, stop when it returns (see OnnxRuntimeBackend)
+                        options.add_session_config_entry("session.force_spinning_stop", "1")
                     try:
                         session = ort.InferenceSession(
                             self._model_bytes, options, providers=["CPUExecutionProvider"]
