@@ -697,11 +697,25 @@ def _gather_nd(lw: Lowerer, node: ir.Node) -> None:
     lw.bind(node.outputs[0], out)
 
 
+def _nd_offset(x: g.Tensor, depth: int) -> list[str]:
+    """C lines adding up ``at``, the offset in ``x`` of index row ``j``'s slice (``depth``
+    coordinates; negative ones count from the end), and clearing ``inside`` if one is out of range."""
+    strides = g.row_major_strides(x.shape)
+    return [
+        line
+        for t in range(depth)
+        for line in (
+            f"    {{ long i = (long)index[j * {depth} + {t}]; if (i < 0) i += {x.shape[t]};",
+            f"      if (i < 0 || i >= {x.shape[t]}) inside = 0; else at += i * {strides[t]}; }}",
+        )
+    ]
+
+
 def emit_gather_nd(ctx: Context, kernel: Kernel) -> None:
     """One slice copied per index row; a coordinate out of range gives a slice of NaN."""
     op = core_of(kernel, GatherND)
     x, indices = op.inputs[0], op.inputs[1]
-    depth, strides = indices.shape[-1], g.row_major_strides(x.shape)
+    depth = indices.shape[-1]
     rows, inner = math.prod(indices.shape[:-1]), math.prod(x.shape[depth:])
     fn = ctx.name("gather_nd")
     lines = [
@@ -709,11 +723,7 @@ def emit_gather_nd(ctx: Context, kernel: Kernel) -> None:
         f"  for (long j = 0; j < {rows}; j++) {{",
         f"    float* to = y + j * {inner}; long at = 0; int inside = 1;",
     ]
-    for t in range(depth):
-        lines += [
-            f"    {{ long i = (long)index[j * {depth} + {t}]; if (i < 0) i += {x.shape[t]};",
-            f"      if (i < 0 || i >= {x.shape[t]}) inside = 0; else at += i * {strides[t]}; }}",
-        ]
+    lines += _nd_offset(x, depth)
     lines += [
         f"    if (inside) memcpy(to, x + at, {inner} * sizeof(float));",
         f"    else for (long k = 0; k < {inner}; k++) to[k] = NAN;",
@@ -766,7 +776,7 @@ def emit_scatter_nd(ctx: Context, kernel: Kernel) -> None:
     dropped (onnxruntime refuses it): nothing is written outside."""
     op = core_of(kernel, ScatterND)
     x, indices, updates = op.inputs
-    depth, strides = indices.shape[-1], g.row_major_strides(x.shape)
+    depth = indices.shape[-1]
     rows, inner = math.prod(indices.shape[:-1]), math.prod(x.shape[depth:])
     fn = ctx.name("scatter_nd")
     if op.reduction == "none":
@@ -780,11 +790,7 @@ def emit_scatter_nd(ctx: Context, kernel: Kernel) -> None:
         f"  for (long j = 0; j < {rows}; j++) {{",
         f"    const float* from = u + j * {inner}; long at = 0; int inside = 1;",
     ]
-    for t in range(depth):
-        lines += [
-            f"    {{ long i = (long)index[j * {depth} + {t}]; if (i < 0) i += {x.shape[t]};",
-            f"      if (i < 0 || i >= {x.shape[t]}) inside = 0; else at += i * {strides[t]}; }}",
-        ]
+    lines += _nd_offset(x, depth)
     lines += [f"    if (inside) {write}", "  }", "}"]
     ctx.functions.append("\n".join(lines))
     ctx.body.append(f"  {fn}({', '.join(ctx.ptr(t) for t in op.inputs)}, {ctx.ptr(op.out)});")
