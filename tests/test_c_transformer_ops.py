@@ -14,7 +14,7 @@ import onnx
 import onnx_ir as ir
 import pytest
 from c_backend_util import check, make_model, needs_compiler
-from onnx import helper, numpy_helper
+from onnx import TensorProto, helper, numpy_helper
 
 from codegraft.backends.c import CBackend
 
@@ -765,3 +765,40 @@ def test_onnxruntimes_fused_conv_runs_on_c(activation: str, params: list[float] 
     assert [p.backend for p in exe.report().partitions] == ["c"], exe.report()
     feeds = {name: rand(*shape) for name, shape in shapes.items()}
     assert_close(exe.run(feeds), run_onnxruntime(model, feeds), rtol=1e-5)
+
+
+def test_t5_relative_position_buckets_fold_at_each_compiled_size() -> None:
+    # T5 takes the log of positions from Range over the length, in a branch its Where drops for
+    # short distances (log(0) = -inf, cast to int64, offset by 8: beyond 2**24 at run time,
+    # which handed every call to the host); folded per compiled size, nothing of it runs
+    import codegraft as cg
+    from codegraft.testing import run_onnxruntime
+
+    f32 = TensorProto.FLOAT
+    nodes = [
+        helper.make_node("Shape", ["x"], ["shape"]),
+        helper.make_node("Gather", ["shape", "zero"], ["n"], axis=0),
+        helper.make_node("Range", ["zero", "n", "one"], ["pos"]),
+        helper.make_node("Cast", ["pos"], ["posf"], to=f32),
+        helper.make_node("Log", ["posf"], ["logp"]),
+        helper.make_node("Mul", ["logp", "two"], ["scaled"]),
+        helper.make_node("Cast", ["scaled"], ["big"], to=TensorProto.INT64),
+        helper.make_node("Add", ["big", "eight"], ["large"]),
+        helper.make_node("Min", ["large", "fifteen"], ["capped"]),
+        helper.make_node("Less", ["pos", "eight"], ["small"]),
+        helper.make_node("Where", ["small", "pos", "capped"], ["bucket"]),
+        helper.make_node("Cast", ["bucket"], ["bucketf"], to=f32),
+        helper.make_node("Add", ["x", "bucketf"], ["y"]),
+    ]
+    consts = {"zero": 0, "one": 1, "eight": 8, "fifteen": 15}
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", f32, ["n"])], [helper.make_tensor_value_info("y", f32, None)],
+        [numpy_helper.from_array(np.array(v, I64), k) for k, v in consts.items()]
+        + [numpy_helper.from_array(np.array(2.0, np.float32), "two")],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    exe = cg.compile(model, targets=["c"])
+    assert {n.backend for n in exe.report().nodes} == {"c"}, exe.report()
+    feeds = {"x": rand(40)}
+    np.testing.assert_array_equal(exe.run(feeds)["y"], run_onnxruntime(model, feeds)["y"])
+    assert not exe.report().fallbacks()

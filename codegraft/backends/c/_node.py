@@ -18,11 +18,16 @@ CONTRIB_DOMAIN = "com.microsoft"  # onnxruntime's contrib ops (ops/_spec.OnnxOp.
 
 # Evaluated at compile time when every input is (ops on shapes and constants: exporters' shape
 # arithmetic).  The backend compiles per concrete input shape, so ``Shape`` is always a constant.
+# Log, Floor and the like too: T5's relative-position buckets take the log of distances from
+# Range over the sequence's length, in a branch its Where drops for short ones (log(0) = -inf,
+# cast to int64, offset: beyond 2**24 at run time, a call handed to the host), and the common
+# passes fold the same chain at fixed sizes with the same evaluator.
 SHAPE_OPS = frozenset({"Shape", "Size"})
 FOLDABLE = frozenset(
     {"Gather", "Slice", "Concat", "Squeeze", "Unsqueeze", "Reshape", "Cast", "Add", "Sub", "Mul", "Div", "Mod",
      "Neg", "Abs", "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "Not", "And", "Or", "Where",
-     "Expand", "ConstantOfShape", "Range", "Identity", "Min", "Max", "Transpose", "ReduceProd", "ReduceSum"}
+     "Expand", "ConstantOfShape", "Range", "Identity", "Min", "Max", "Transpose", "ReduceProd", "ReduceSum",
+     "Log", "Exp", "Sqrt", "Pow", "Reciprocal", "Floor", "Ceil", "Round", "Sign"}
 )
 
 
