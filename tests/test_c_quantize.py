@@ -22,8 +22,7 @@ import codegraft as cg
 from codegraft.backend import Partition
 from codegraft.backends.c._blob import Blob
 from codegraft.backends.c._runtime import CRunnable
-from codegraft.backends.c._toolchain import Target, Toolchain, cpu_features
-from codegraft.backends.c.ops.quantize import VNNI
+from codegraft.backends.c._toolchain import VNNI, Target, Toolchain, cpu_features
 from codegraft.testing import run_onnxruntime
 
 pytestmark = needs_compiler

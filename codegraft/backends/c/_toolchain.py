@@ -23,9 +23,10 @@ from codegraft.core.cachedir import cache_folder
 from codegraft.errors import CodegraftError
 
 # Feature sets we compile for, best first: (features the CPU must have, gcc flags).
+VNNI = "avx512_vnni"  # the CPU flag of AVX-512's 8-bit dot products
 _X86_TARGETS: tuple[tuple[frozenset[str], tuple[str, ...]], ...] = (
     (  # VNNI: MatMulInteger's 8-bit products four to a float FMA's one (ops/qgemm.c)
-        frozenset({"avx2", "fma", "avx512f", "avx512dq", "avx512bw", "avx512vl", "avx512_vnni"}),
+        frozenset({"avx2", "fma", "avx512f", "avx512dq", "avx512bw", "avx512vl", VNNI}),
         ("-mavx2", "-mfma", "-mavx512f", "-mavx512dq", "-mavx512bw", "-mavx512vl", "-mavx512vnni",
          "-mprefer-vector-width=512"),
     ),

@@ -31,6 +31,7 @@ from codegraft.backends.c._emit import Context
 from codegraft.backends.c._fuse import Kernel
 from codegraft.backends.c._lowerer import Lowerer
 from codegraft.backends.c._node import attr_int, is_constant, present, rank_of
+from codegraft.backends.c._toolchain import VNNI
 from codegraft.backends.c.ops._spec import KernelOp, Layout, OnnxOp, core_of
 from codegraft.backends.c.ops.conv import check_conv_geometry, constant_weight_dims, lower_conv
 from codegraft.backends.c.ops.data import slice_op
@@ -219,7 +220,6 @@ def _less_zero_point(lw: Lowerer, node: ir.Node, data: int, zero: int) -> g.Tens
 
 QGEMM_ROWS, QGEMM_COLS, QGEMM_RUN = 4, 64, 16  # a tile, and tiles to a task (CG_QGEMM_* in qgemm.c)
 QGEMM_DEPTH = 1 << 14  # 255 * 255 * 2**14 < 2**31: no int32 sum overflows
-VNNI = "avx512_vnni"
 
 
 @dataclass(eq=False)
@@ -292,6 +292,11 @@ def _quant_matmul(lw: Lowerer, node: ir.Node) -> bool:
     return True
 
 
+def _as_weight_bytes(ctx: Context, array: np.ndarray) -> str:
+    """The symbol of an int8 or int32 constant placed in the (float) weight arena byte for byte."""
+    return ctx.weight(np.ascontiguousarray(array).reshape(-1).view(np.float32))
+
+
 def emit_quant_matmul(ctx: Context, kernel: Kernel) -> None:
     op = core_of(kernel, QuantMatMul)
     a = op.inputs[0]
@@ -302,17 +307,17 @@ def emit_quant_matmul(ctx: Context, kernel: Kernel) -> None:
     padded[:depth, :cols] = op.weight
     # [block][k / 4][column][k % 4]: four consecutive k of a column in one 32-bit lane (vpdpbusd)
     packed = padded.reshape(k4 // 4, 4, blocks, QGEMM_COLS).transpose(2, 0, 3, 1)
-    weights = ctx.weight(np.ascontiguousarray(packed).reshape(-1).view(np.float32))  # the bytes, as they are
-    colsum = ctx.weight(np.ascontiguousarray(op.colsum, dtype=np.int32).view(np.float32))
-    offset = ctx.weight(np.ascontiguousarray(op.offset, dtype=np.int32).view(np.float32)) if op.offset.any() else "0"
+    weights, colsum = _as_weight_bytes(ctx, packed), _as_weight_bytes(ctx, op.colsum.astype(np.int32))
+    offset = _as_weight_bytes(ctx, op.offset.astype(np.int32)) if op.offset.any() else "0"
     ep = emit_epilogue(ctx, kernel)
-    scratch = ctx.temp(-(-rows * k4 // 4) + rows)  # the bytes, then each row's sum
+    byte_floats = -(-rows * k4 // 4)  # the input as bytes, in floats of scratch
+    scratch = ctx.temp(byte_floats + rows)  # the bytes, then each row's sum
     fn = ctx.define_once("cg_qgemm", lambda: c_file("ops/qgemm.c"))
     a0 = ctx.ptr(op.inputs[1]) if len(op.inputs) > 1 else "0"
     ctx.body.append(
         f"  {{ const cg_qgemm_t q = {{{ctx.ptr(a)}, {rows}, {depth}, {k4}, {a0}, (const int8_t*){weights}, "
         f"(const int32_t*){colsum}, (const int32_t*){offset}, {cols}, (uint8_t*){scratch}, "
-        f"(int32_t*)({scratch} + {-(-rows * k4 // 4)}), {ctx.ptr(kernel.out)}, {cols}, {ep}, {ep}_ops}};\n"
+        f"(int32_t*)({scratch} + {byte_floats}), {ctx.ptr(kernel.out)}, {cols}, {ep}, {ep}_ops}};\n"
         f"    {fn}(&q); }}"
     )
 
