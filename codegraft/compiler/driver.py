@@ -359,13 +359,13 @@ def _build_report(
     nodes = planned.node_reports({part.name: report.backend for part, report in zip(
         planned.plan.partitions, partitions, strict=True)})
     notes = []
-    demoted = sum(
-        1 for i, n in enumerate(nodes) if n.backend == host.name and annotation.capable[i] and not n.declined
-    )
+    # planned for the host though a target took them (a partition that fell back is reported apart)
+    planned_on = {i: part.backend for part in planned.plan.partitions for i in part.node_indices}
+    demoted = sum(1 for i in range(len(nodes)) if planned_on[i] == host.name and annotation.capable[i])
     if demoted:
         notes.append(
             f"{demoted} supported node(s) run on the host (a partition below min_partition_size or "
-            "min_partition_macs, or measured placement)"
+            "min_partition_macs, or on a backend whose calls cost more than the host's, or measured placement)"
         )
     return Report(
         targets=tuple(b.name for b in backends),

@@ -27,8 +27,10 @@ class CompileOptions:
 
     ``min_partition_size``: non-host partitions with fewer nodes go back to the host.
     ``min_partition_macs``: with first-fit placement, a non-host partition between host ones
-    that does fewer multiply-adds (MatMul, Gemm, Conv, ConvTranspose, LSTM, GRU, RNN; known
-    sizes only) goes back to the host (0: never).
+    that does fewer multiply-adds (MatMul, Gemm, Conv, ConvTranspose, LSTM, GRU, RNN, and the
+    weighted taps of Resize and GridSample; known sizes only) goes back to the host, and so does
+    such a partition anywhere on a backend whose calls cost more than the host's
+    (``Capabilities.call_overhead_us``: OpenVINO's) unless it is the model's only one (0: never).
     ``strict``: a partition its backend fails to compile is an error instead of a fallback.
     ``precision``: compute precision asked of backends that declare it (one of :data:`PRECISIONS`).
     ``passes``: names of the common passes to run (``None``: the default set; ``()``: none).

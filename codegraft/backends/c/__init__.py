@@ -67,8 +67,10 @@ class CBackend:
     # int8: it takes dynamically quantized layers (DynamicQuantizeLinear, MatMulInteger,
     # ConvInteger, ``ops/quantize.py``); a QDQ unit's QuantizeLinear it declines, so such units
     # stay whole elsewhere.
+    # call_overhead_us: a two-op partition, ~5 us a call (2-core VM), most of it numpy's
     capabilities = Capabilities(
-        dynamic_shapes=False, dtypes=None, layout="NHWC", native_code=True, precisions=frozenset({"float32", "int8"})
+        dynamic_shapes=False, dtypes=None, layout="NHWC", native_code=True, precisions=frozenset({"float32", "int8"}),
+        call_overhead_us=5.0,
     )
 
     def __init__(

@@ -64,7 +64,7 @@ def data_address(array: np.ndarray) -> int:
     (True, True)
     """
     try:
-        return ctypes.addressof(_BYTE.from_buffer(array))
+        return ctypes.addressof(_BYTE.from_buffer(array))  # type: ignore[arg-type]  # (a buffer; the stubs say not)
     except (TypeError, ValueError, BufferError):  # read-only, or empty: numpy's slower way
         return int(array.__array_interface__["data"][0])
 
