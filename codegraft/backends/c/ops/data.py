@@ -5,7 +5,7 @@ channels-last Concat writes its slice in place instead, see ``_fuse.py``); Trans
 axes, then transposes ``VW x VW`` tiles in registers (``cg_transpose_block``, built from
 ``shuffle.c``'s two-vector shuffles); Slice and Pad are nested loops generated per shape
 (Pad's reflect, edge and wrap modes read each output element through a table per axis;
-Tile is a wrap-mode Pad).
+negative pads crop the input first, as onnxruntime does; Tile is a wrap-mode Pad).
 Gather with indices known at compile time is slices and a Concat.
 """
 
@@ -200,13 +200,19 @@ PAD_MODES = ("constant", "reflect", "edge", "wrap")
 
 @dataclass(eq=False)
 class Pad(g.Op):
-    """Padding: ``out`` is ``in`` placed at offset ``begins``, the border ``value`` (mode
-    constant) or, for reflect, edge and wrap, the input element each position mirrors,
-    repeats or wraps to (:func:`pad_source`)."""
+    """Padding: ``out`` is the kept part of ``in`` placed at offset ``begins``, the border
+    ``value`` (mode constant) or, for reflect, edge and wrap, the kept element each position
+    mirrors, repeats or wraps to (:func:`pad_source`).  ``kept``: per axis, the first input
+    index and the count left once negative pads have cropped the input (onnxruntime crops
+    first, then pads what is left); empty, the whole input."""
 
     begins: tuple[int, ...] = ()
     value: float = 0.0
     mode: str = "constant"
+    kept: tuple[tuple[int, int], ...] = ()
+
+    def kept_ranges(self) -> tuple[tuple[int, int], ...]:
+        return self.kept or tuple((0, size) for size in self.inputs[0].shape)
 
 
 def _check_pad(node: ir.Node) -> str:
@@ -221,8 +227,20 @@ def _check_pad(node: ir.Node) -> str:
         pads = const_ints(node, 1) or []  # computed pads are checked when lowered
     else:
         pads = attr_ints(node, "pads") or []
-    if any(p < 0 for p in pads):
-        return "negative pads (cropping) are not supported"
+    shape = node.inputs[0].shape if node.inputs[0] is not None else None
+    if pads and shape is not None and len(pads) == 2 * len(shape):
+        return _cropped_away([d if isinstance(d, int) else None for d in shape], pads)
+    return ""
+
+
+def _cropped_away(shape: Sequence[int | None], pads: Sequence[int]) -> str:
+    """Why negative ``pads`` leave an axis of ``shape`` (``None``: not known yet) nothing, or
+    ``""``.  onnxruntime crops before it pads: an axis cropped to nothing it refuses to pad in
+    every mode but constant, and the rare constant case is not worth a kernel."""
+    rank = len(shape)
+    for axis, size in enumerate(shape):
+        if size is not None and size + min(pads[axis], 0) + min(pads[rank + axis], 0) <= 0:
+            return f"negative pads {list(pads)} crop axis {axis} (of {size}) to nothing"
     return ""
 
 
@@ -238,15 +256,24 @@ def _pad(lw: Lowerer, node: ir.Node) -> None:
         pads = known
         fill = present(node, 2)
         value = 0.0 if fill is None else float(lw.known(fill, "constant_value").reshape(-1)[0])
-    if any(p < 0 for p in pads):
-        raise LoweringError(f"negative pads (cropping) are not supported (pads {pads})")
+    if len(pads) != 2 * rank:
+        raise LoweringError(f"pads {pads} do not fit an input of rank {rank}")
+    reason = _cropped_away(x.shape, pads)
+    if reason:
+        raise LoweringError(reason)
     begins, ends = pads[:rank], pads[rank:]
+    if all(p <= 0 for p in pads):  # only cropping: a slice
+        bounds = {a: (-b, d + e, 1) for a, (d, b, e) in enumerate(zip(x.shape, begins, ends, strict=True))}
+        lw.bind(node.outputs[0], slice_op(lw, x, bounds))
+        return
+    kept = tuple((max(-b, 0), d + min(b, 0) + min(e, 0)) for d, b, e in zip(x.shape, begins, ends, strict=True))
     mode = attr_str(node, "mode", "constant")
-    if mode == "reflect" and any(max(b, e) >= d for d, b, e in zip(x.shape, begins, ends, strict=True)):
-        raise LoweringError(f"reflect pads must be smaller than their axis (pads {pads}, input {list(x.shape)})")
+    if mode == "reflect" and any(max(b, e) >= n for (_, n), b, e in zip(kept, begins, ends, strict=True)):
+        raise LoweringError(f"reflect pads must be smaller than their axis once cropped (pads {pads}, "
+                            f"input {list(x.shape)})")
     shape = tuple(d + b + e for d, b, e in zip(x.shape, begins, ends, strict=True))
     out = lw.new(shape)
-    lw.ops.append(Pad([x], out, begins=tuple(begins), value=value, mode=mode))
+    lw.ops.append(Pad([x], out, begins=tuple(max(b, 0) for b in begins), value=value, mode=mode, kept=kept))
     lw.bind(node.outputs[0], out)
 
 
@@ -288,16 +315,19 @@ def emit_pad(ctx: Context, kernel: Kernel) -> None:
     if op.mode != "constant":
         _emit_mirrored_pad(ctx, op, in_strides)
         return
-    base = sum(b * st for b, st in zip(op.begins, out_strides, strict=True))
+    kept = op.kept_ranges()
+    src = sum(first * st for (first, _), st in zip(kept, in_strides, strict=True))
+    dst = sum(b * st for b, st in zip(op.begins, out_strides, strict=True))
     fill = f"  for (long i = 0; i < {out.size}; i++) y[i] = {c_float(op.value)};"
-    _copy_loops(ctx, "pad", op, x.shape, src=(0, in_strides), dst=(base, out_strides), fill=fill)
+    loops = tuple(count for _, count in kept)
+    _copy_loops(ctx, "pad", op, loops, src=(src, in_strides), dst=(dst, out_strides), fill=fill)
 
 
 def _emit_mirrored_pad(ctx: Context, op: Pad, in_strides: Sequence[int]) -> None:
     fn = ctx.name("pad")
     lines, offsets = [], []
-    for axis, (size, begin, stride) in enumerate(zip(op.inputs[0].shape, op.begins, in_strides, strict=True)):
-        table = [pad_source(p, begin, size, op.mode) * stride for p in range(op.out.shape[axis])]
+    for axis, ((first, count), begin, stride) in enumerate(zip(op.kept_ranges(), op.begins, in_strides, strict=True)):
+        table = [(first + pad_source(p, begin, count, op.mode)) * stride for p in range(op.out.shape[axis])]
         lines.append(f"static const long {fn}_a{axis}[{len(table)}] = {{{', '.join(map(str, table))}}};")
         offsets.append(f"{fn}_a{axis}[d{axis}]")
     lines += [f"static void {fn}(const float* x, float* y) {{", "  long dst = 0;"]
