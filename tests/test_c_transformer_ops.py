@@ -375,6 +375,48 @@ def test_scatter_nd_by_run_time_indices(depth: int, reduction: str) -> None:
     np.testing.assert_allclose(exe.run(feeds)["y"], run_onnxruntime(model, feeds)["y"], rtol=1e-6, atol=1e-6)
 
 
+def _reverse_sequence(time_axis: int, lens: np.ndarray | None = None) -> onnx.ModelProto:
+    """Relu, then ReverseSequence of [steps 5, batch 3, 2, 4] (time_axis 0) or [batch 3, steps 5,
+    4] (1) by lengths ``lens`` (a constant), or else read at run time (an int64 input)."""
+    shape = (5, 3, 2, 4) if time_axis == 0 else (3, 5, 4)
+    nodes = [helper.make_node("Relu", ["x"], ["r"]),
+             helper.make_node("ReverseSequence", ["r", "lens"], ["y"], time_axis=time_axis, batch_axis=1 - time_axis)]
+    model = make_model(nodes, {"x": shape}, ["y"], {} if lens is None else {"lens": lens}, opset=13)
+    if lens is None:
+        model.graph.input.append(helper.make_tensor_value_info("lens", TensorProto.INT64, [3]))
+    return model
+
+
+@pytest.mark.parametrize("time_axis", [0, 1])
+@pytest.mark.parametrize("lengths", [[5, 0, 3], [1, 2, 4]])
+@pytest.mark.parametrize("constant", [False, True])
+def test_reverse_sequence_by_lengths(time_axis: int, lengths: list[int], constant: bool) -> None:
+    # Keras's backward LSTM as tf2onnx exports it (mk8dx-table-reader's digit recognizer): on
+    # OpenVINO, two single-op partitions; a length 0 leaves its row as it is, the whole length
+    # reverses all of it
+    import codegraft as cg
+    from codegraft.testing import run_onnxruntime
+
+    lens = np.array(lengths, I64)
+    model = _reverse_sequence(time_axis, lens if constant else None)
+    exe = cg.compile(model, targets=["c"])
+    assert [p.backend for p in exe.report().partitions] == ["c"], exe.report()
+    x = rand(*(5, 3, 2, 4) if time_axis == 0 else (3, 5, 4))
+    feeds = {"x": x} if constant else {"x": x, "lens": lens}
+    np.testing.assert_array_equal(exe.run(feeds)["y"], run_onnxruntime(model, feeds)["y"])
+
+
+@pytest.mark.parametrize("length", [6, -1])
+def test_a_sequence_length_outside_the_sequence_goes_to_the_host(length: int) -> None:
+    # nothing is read outside; onnxruntime, handed the call, refuses the length
+    import codegraft as cg
+    from codegraft.errors import BackendError
+
+    exe = cg.compile(_reverse_sequence(1), targets=["c"])
+    with pytest.raises(BackendError, match="Invalid sequence length"):
+        exe.run({"x": rand(3, 5, 4), "lens": np.array([2, length, 1], I64)})
+
+
 def test_integer_min_max_and_where_run_on_c() -> None:
     # T5's relative-position buckets: int64 distances clamped by Min and chosen by Where; on
     # OpenVINO they cut a dynamic-int8 T5 encoder into c, OpenVINO, c

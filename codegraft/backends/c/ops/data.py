@@ -6,7 +6,8 @@ axes, then transposes ``VW x VW`` tiles in registers (``cg_transpose_block``, bu
 ``shuffle.c``'s two-vector shuffles); Slice and Pad are nested loops generated per shape
 (Pad's reflect, edge and wrap modes read each output element through a table per axis;
 negative pads crop the input first, as onnxruntime does; Tile is a wrap-mode Pad).
-Gather with indices known at compile time is slices and a Concat.
+Gather with indices known at compile time is slices and a Concat.  ReverseSequence copies one
+step at a time from where its run-time length says it comes.
 """
 
 from __future__ import annotations
@@ -826,6 +827,72 @@ def emit_scatter_nd(ctx: Context, kernel: Kernel) -> None:
     ctx.body.append(f"  {fn}({', '.join(ctx.ptr(t) for t in op.inputs)}, {ctx.ptr(op.out)});")
 
 
+# -- ReverseSequence ----------------------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class ReverseSequence(g.Op):
+    """ReverseSequence (inputs: data, sequence_lens) of data ``[steps, batch, ...]``
+    (``time_axis`` 0) or ``[batch, steps, ...]`` (1): per batch row, its first ``lens[b]`` steps
+    in reverse order and the rest as they are, the lengths read at run time as float32."""
+
+    time_axis: int = 0
+
+    def checks_at_run_time(self) -> bool:
+        return True  # a length outside [0, steps] hands the call to the host, which refuses it
+
+
+def _check_reverse_sequence(node: ir.Node) -> str:
+    time_axis, batch_axis = attr_int(node, "time_axis", 0), attr_int(node, "batch_axis", 1)
+    if {time_axis, batch_axis} != {0, 1}:
+        return f"time_axis={time_axis} and batch_axis={batch_axis} must be 0 and 1, one each"
+    rank = rank_of(node.inputs[0])
+    if rank is None:
+        return "the input rank is unknown"
+    return "" if rank >= 2 else f"the input is {rank}-D, at least 2-D is needed"
+
+
+def _reverse_sequence(lw: Lowerer, node: ir.Node) -> None:
+    x, lens = lw.tensor(node.inputs[0]), lw.tensor(node.inputs[1])
+    time_axis = attr_int(node, "time_axis", 0)
+    steps, batch = x.shape[time_axis], x.shape[1 - time_axis]
+    if lens.shape != (batch,):
+        raise LoweringError(f"sequence_lens of shape {list(lens.shape)} for a batch of {batch}")
+    if steps > 1 << 24:
+        raise LoweringError(f"{steps} steps: float32 lengths are exact up to 2**24")
+    out = lw.new(x.shape)
+    lw.ops.append(ReverseSequence([x, lens], out, time_axis=time_axis))
+    lw.bind(node.outputs[0], out)
+
+
+def emit_reverse_sequence(ctx: Context, kernel: Kernel) -> None:
+    """One step (its inner values, contiguous) copied at a time from where it comes; a length
+    outside ``[0, steps]`` sets ``cg_int_overflow`` (the runtime hands the call to the host,
+    where onnxruntime refuses it) and copies that row unreversed, so nothing is read outside."""
+    op = core_of(kernel, ReverseSequence)
+    x = op.inputs[0]
+    strides = g.row_major_strides(x.shape)
+    steps, step_stride, batch, batch_stride = (x.shape[op.time_axis], strides[op.time_axis],
+                                               x.shape[1 - op.time_axis], strides[1 - op.time_axis])  # fmt: skip
+    inner = math.prod(x.shape[2:])
+    fn = ctx.name("reverse_sequence")
+    ctx.functions.append(
+        "\n".join([
+            f"static void {fn}(const float* x, const float* lens, float* y) {{",
+            f"  for (long b = 0; b < {batch}; b++) {{",
+            "    long n = 0;",
+            f"    if (lens[b] >= 0.0f && lens[b] <= {steps}.0f) n = (long)lens[b]; else cg_int_overflow = 1;",
+            f"    for (long t = 0; t < {steps}; t++) {{",
+            f"      const long from = t < n ? n - 1 - t : t, at = b * {batch_stride}L;",
+            f"      memcpy(y + at + t * {step_stride}L, x + at + from * {step_stride}L, {inner} * sizeof(float));",
+            "    }",
+            "  }",
+            "}",
+        ])
+    )  # fmt: skip
+    ctx.body.append(f"  {fn}({ctx.ptr(x)}, {ctx.ptr(op.inputs[1])}, {ctx.ptr(op.out)});")
+
+
 # -- Copy (layout's: a partition output that is not written by a kernel) ---------------------------
 
 
@@ -854,6 +921,9 @@ ONNX = (
     OnnxOp("ScatterElements", _elements, _check_elements, converted=frozenset({1}), moves_data=True),
     # (PyTorch's slice assignment, `cache[:, :, 0:2] = y`: GTCRN's streaming caches, Piper's flows)
     OnnxOp("ScatterND", _scatter_nd, _check_scatter_nd, converted=frozenset({1}), moves_data=True),
+    # (Keras's backward LSTM as tf2onnx exports it: mk8dx-table-reader's digit recognizer)
+    OnnxOp("ReverseSequence", _reverse_sequence, _check_reverse_sequence, converted=frozenset({1}),
+           moves_data=True),
 )
 
 
@@ -864,6 +934,7 @@ KERNELS = (
     KernelOp(ElementsOp, Layout.PLAIN, emit_elements),
     KernelOp(GatherND, Layout.PLAIN, emit_gather_nd),
     KernelOp(ScatterND, Layout.PLAIN, emit_scatter_nd),
+    KernelOp(ReverseSequence, Layout.PLAIN, emit_reverse_sequence),
     KernelOp(Pad, Layout.PLAIN, emit_pad),
     KernelOp(g.Transpose, Layout.PERMUTE, emit_transpose),
     KernelOp(g.Copy, Layout.PLAIN, emit_copy),
