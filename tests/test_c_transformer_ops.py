@@ -417,6 +417,31 @@ def test_a_sequence_length_outside_the_sequence_goes_to_the_host(length: int) ->
         exe.run({"x": rand(3, 5, 4), "lens": np.array([2, length, 1], I64)})
 
 
+@pytest.mark.parametrize(("index_type", "axis"), [("int32", -1), ("int64", -1), ("int64", 0), ("int64", 1),
+                                                ("float32", -2)])  # fmt: skip
+def test_one_hot_of_run_time_indices(index_type: str, axis: int) -> None:
+    # magika's file-type model one-hot encodes its int32 bytes: on OpenVINO, a single-op partition.
+    # Negative indices count from the end; out of range (beyond 2**24 too) they give all off
+    # values; float indices are truncated, as onnxruntime casts them.
+    import codegraft as cg
+    from codegraft.testing import run_onnxruntime
+
+    dtype = np.dtype(index_type)
+    depth = np.array([7], dtype)  # (onnxruntime has no kernel for int32 indices and an int64 depth)
+    nodes = [helper.make_node("OneHot", ["i", "depth", "values"], ["o"], axis=axis),
+             helper.make_node("Relu", ["o"], ["y"])]
+    model = make_model(nodes, {}, ["y"], {"depth": depth, "values": np.array([-0.5, 2.0], np.float32)}, opset=11)
+    model.graph.input.append(helper.make_tensor_value_info("i", helper.np_dtype_to_tensor_dtype(dtype), [3, 4]))
+    exe = cg.compile(model, targets=["c"])
+    assert [p.backend for p in exe.report().partitions] == ["c"], exe.report()
+    if dtype == np.float32:
+        index = np.array([[0, 2.5, -1, -0.5], [6.9, -7, -7.5, 7], [1e30, -1e30, np.nan, 3]], np.float32)
+    else:
+        far = 2**40 if dtype == np.int64 else 2**30
+        index = np.array([[0, 2, -1, -7], [6, 7, -8, 3], [far, -far, 5, 1]], dtype)
+    np.testing.assert_array_equal(exe.run({"i": index})["y"], run_onnxruntime(model, {"i": index})["y"])
+
+
 def test_integer_min_max_and_where_run_on_c() -> None:
     # T5's relative-position buckets: int64 distances clamped by Min and chosen by Where; on
     # OpenVINO they cut a dynamic-int8 T5 encoder into c, OpenVINO, c

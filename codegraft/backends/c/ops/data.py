@@ -7,7 +7,8 @@ axes, then transposes ``VW x VW`` tiles in registers (``cg_transpose_block``, bu
 (Pad's reflect, edge and wrap modes read each output element through a table per axis;
 negative pads crop the input first, as onnxruntime does; Tile is a wrap-mode Pad).
 Gather with indices known at compile time is slices and a Concat.  ReverseSequence copies one
-step at a time from where its run-time length says it comes.
+step at a time from where its run-time length says it comes; OneHot fills its output with the
+off value, then writes the on value where each run-time index says.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from codegraft.backends.c._node import (
     attr_str,
     compile_time,
     const_ints,
+    input_rank_known,
     is_constant,
     known_at_compile_time,
     opset_of,
@@ -893,6 +895,69 @@ def emit_reverse_sequence(ctx: Context, kernel: Kernel) -> None:
     ctx.body.append(f"  {fn}({ctx.ptr(x)}, {ctx.ptr(op.inputs[1])}, {ctx.ptr(op.out)});")
 
 
+# -- OneHot ------------------------------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class OneHot(g.Op):
+    """OneHot of run-time indices (float32 holding integers, or floats, truncated as onnxruntime
+    casts them) into ``[outer, depth, inner]`` (logical order): ``on`` where the index (plus
+    ``depth`` when negative) names the position along the depth axis, ``off`` elsewhere."""
+
+    depth: int = 1
+    inner: int = 1
+    off: float = 0.0
+    on: float = 1.0
+
+
+def _check_one_hot(node: ir.Node) -> str:
+    if not compile_time(present(node, 1)) or not compile_time(present(node, 2)):
+        return "depth and values must be constants or computed from shapes"
+    return input_rank_known(node)
+
+
+def _one_hot(lw: Lowerer, node: ir.Node) -> None:
+    indices = lw.tensor(node.inputs[0])
+    # a depth of another type is cast to an integer first, as onnxruntime casts it
+    depth = int(lw.known(node.inputs[1], "depth").reshape(-1)[0])
+    values = lw.known(node.inputs[2], "values").reshape(-1)
+    if values.size != 2:
+        raise LoweringError(f"values holds {values.size} elements, not two (off, on)")
+    if not 0 < depth < 1 << 24:
+        raise LoweringError(f"depth {depth} is not in [1, 2**24): float32 indices are exact below 2**24")
+    axis = attr_int(node, "axis", -1) % (len(indices.shape) + 1)
+    out = lw.new((*indices.shape[:axis], depth, *indices.shape[axis:]))
+    lw.ops.append(OneHot([indices], out, depth=depth, inner=math.prod(indices.shape[axis:]), off=float(values[0]),
+                         on=float(values[1])))  # fmt: skip
+    lw.bind(node.outputs[0], out)
+
+
+def emit_one_hot(ctx: Context, kernel: Kernel) -> None:
+    """Every output ``off``, then ``on`` at the position each index names.  An index is
+    truncated toward zero (onnxruntime casts float indices so) and, when negative, counted from
+    the end; one out of range leaves its column ``off``, as in onnxruntime.  A float index of
+    2**24 or more in magnitude is out of range of any depth taken (and is not cast: the cast of
+    one beyond ``long`` would be undefined)."""
+    op = core_of(kernel, OneHot)
+    indices = op.inputs[0]
+    fn = ctx.name("one_hot")
+    ctx.functions.append(
+        "\n".join([
+            f"static void {fn}(const float* index, float* y) {{",
+            f"  for (long n = 0; n < {op.out.size}; n++) y[n] = {c_float(op.off)};",
+            f"  for (long j = 0; j < {indices.size}; j++) {{",
+            "    if (!(fabsf(index[j]) < 16777216.0f)) continue;",
+            "    long k = (long)index[j];",
+            f"    if (k < 0) k += {op.depth};",
+            f"    if (k >= 0 && k < {op.depth})",
+            f"      y[(j / {op.inner} * {op.depth} + k) * {op.inner} + j % {op.inner}] = {c_float(op.on)};",
+            "  }",
+            "}",
+        ])
+    )  # fmt: skip
+    ctx.body.append(f"  {fn}({ctx.ptr(indices)}, {ctx.ptr(op.out)});")
+
+
 # -- Copy (layout's: a partition output that is not written by a kernel) ---------------------------
 
 
@@ -924,6 +989,8 @@ ONNX = (
     # (Keras's backward LSTM as tf2onnx exports it: mk8dx-table-reader's digit recognizer)
     OnnxOp("ReverseSequence", _reverse_sequence, _check_reverse_sequence, converted=frozenset({1}),
            moves_data=True),
+    # (magika's file-type models one-hot encode the bytes they read)
+    OnnxOp("OneHot", _one_hot, _check_one_hot, non_data=frozenset({1}), converted=frozenset({0})),
 )
 
 
@@ -935,6 +1002,7 @@ KERNELS = (
     KernelOp(GatherND, Layout.PLAIN, emit_gather_nd),
     KernelOp(ScatterND, Layout.PLAIN, emit_scatter_nd),
     KernelOp(ReverseSequence, Layout.PLAIN, emit_reverse_sequence),
+    KernelOp(OneHot, Layout.PLAIN, emit_one_hot),
     KernelOp(Pad, Layout.PLAIN, emit_pad),
     KernelOp(g.Transpose, Layout.PERMUTE, emit_transpose),
     KernelOp(g.Copy, Layout.PLAIN, emit_copy),
