@@ -91,6 +91,24 @@ def test_half_pixel_symmetric_in_onnxruntimes_arithmetic(h: int, oh: int, mode: 
                   nearest_mode="floor"))  # fmt: skip
 
 
+@pytest.mark.parametrize(("mode", "rounding"), [("linear", ""), ("nearest", "ceil"), ("nearest", "round_prefer_ceil")])
+def test_an_axis_at_scale_1_reads_itself(mode: str, rounding: str) -> None:
+    # onnxruntime skips the coordinate transformation of an axis it does not resize, where
+    # tf_half_pixel_for_nn would move it half a pixel (a blend of two rows, or the next row)
+    model = _resize((2, 3, 5, 6), sizes=[2, 3, 5, 12], mode=mode, coordinate_transformation_mode="tf_half_pixel_for_nn",
+                    **({"nearest_mode": rounding} if rounding else {}))  # fmt: skip
+    check(model)
+
+
+@pytest.mark.parametrize("mode", ["nearest", "linear"])
+def test_resizing_to_the_same_size_copies_the_input(mode: str) -> None:
+    # onnxruntime copies it: no blend multiplies an infinite neighbour by a zero weight (NaN)
+    model = _resize((1, 2, 4, 5), sizes=[1, 2, 4, 5], mode=mode)
+    x = np.random.default_rng(0).standard_normal((1, 2, 4, 5)).astype(np.float32)
+    x[0, 0, 1, 2], x[0, 1, 3, 4] = np.inf, -np.inf
+    np.testing.assert_array_equal(run_c(model, {"x": x})["y"], run_onnxruntime(model, {"x": x})["y"])
+
+
 def test_in_a_model_it_runs_channels_last() -> None:
     """Conv -> Resize -> Conv compiled by codegraft: the layout pass makes the Resize a
     ``codegraft.nhwc`` op between two channels-last Convs, and the whole model one partition."""

@@ -119,6 +119,9 @@ def _resize(lw: Lowerer, node: ir.Node) -> None:
         raise LoweringError("resizing the batch or channel axis is not supported (only H and W)")
     if min(out_dims) <= 0:
         raise LoweringError(f"the output would be empty ({out_dims})")
+    if tuple(out_dims) == logical_in:  # onnxruntime copies the input then, whatever the mode
+        lw.bind(node.outputs[0], lw.view(x, x.shape))
+        return
     mode = attr_str(node, "mode", "nearest")
     coordinates = attr_str(node, "coordinate_transformation_mode", "half_pixel")
     rounding = attr_str(node, "nearest_mode", "round_prefer_floor")
@@ -129,18 +132,20 @@ def _resize(lw: Lowerer, node: ir.Node) -> None:
     lw.bind(node.outputs[0], out)
 
 
-def axis_table(
-    length: int, resized: int, scale: float, mode: str, coordinates: str, rounding: str
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """For each of ``resized`` output positions: the first and second input positions it reads
-    and the weight of the second (0 for nearest), in onnxruntime's float32 arithmetic.
+def source_coordinates(length: int, resized: int, scale: float, coordinates: str) -> np.ndarray:
+    """For each of ``resized`` output positions of an axis of ``length``, the input coordinate
+    it maps to, in onnxruntime's float32 arithmetic.  An axis at scale 1 maps each position to
+    itself, whatever the mode (onnxruntime's kernels skip the transformation there; with
+    ``tf_half_pixel_for_nn`` it would move half a pixel).
 
-    >>> axis_table(2, 4, 2.0, "linear", "half_pixel", "")[2].tolist()  # x = (o + 0.5) / 2 - 0.5, clamped
-    [0.0, 0.25, 0.75, 0.0]
+    >>> source_coordinates(3, 6, 2.0, "half_pixel").tolist()
+    [-0.25, 0.25, 0.75, 1.25, 1.75, 2.25]
     """
     f = np.float32
     out = np.arange(resized, dtype=np.float32)
     s = f(scale)
+    if s == f(1):
+        return out
     if coordinates == "asymmetric":
         x = out / s
     elif coordinates == "half_pixel":
@@ -159,7 +164,20 @@ def axis_table(
         x = (np.float64(offset) + (out.astype(np.float64) + 0.5) / np.float64(s) - 0.5).astype(np.float32)
     else:
         raise LoweringError(f"coordinate_transformation_mode={coordinates} is not supported")
-    x = x.astype(np.float32)
+    return x.astype(np.float32)
+
+
+def axis_table(
+    length: int, resized: int, scale: float, mode: str, coordinates: str, rounding: str
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For each of ``resized`` output positions: the first and second input positions it reads
+    and the weight of the second (0 for nearest), in onnxruntime's float32 arithmetic.
+
+    >>> axis_table(2, 4, 2.0, "linear", "half_pixel", "")[2].tolist()  # x = (o + 0.5) / 2 - 0.5, clamped
+    [0.0, 0.25, 0.75, 0.0]
+    """
+    f = np.float32
+    x = source_coordinates(length, resized, scale, coordinates)
     if mode == "nearest":
         if rounding == "floor":
             index = np.floor(x)
