@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
 import codegraft as cg
+from codegraft.plan import planner
 from codegraft.core.options import MIN_PARTITION_MACS
 from codegraft.plan.partition import demote_costly_light_groups, demote_light_islands, partition_units
 from codegraft.testing import assert_close, run_onnxruntime
@@ -68,6 +69,8 @@ def test_a_light_target_partition_between_host_ones_goes_to_the_host() -> None:
     # within one quantization step (0.05): onnxruntime's fused int8 kernels round their own way
     assert_close(exe.run(feeds), run_onnxruntime(model, feeds), rtol=0, atol=0.051)
     assert any("min_partition_macs" in note for note in exe.report().notes)
+    moved = [n for n in exe.report().nodes if n.op_type == "Relu"]
+    assert moved and all(("c", planner.LIGHT_ISLAND) in n.declined for n in moved)
     # switched off, or a placement that timed its choice: as the annotation placed it (the
     # last DequantizeLinear, after the host's unit, on c too)
     kept = cg.compile(model, targets=["c"], min_partition_macs=0)
@@ -178,6 +181,9 @@ def test_a_light_partition_on_a_backend_with_costly_calls_goes_to_the_host_where
     exe = cg.compile(model, targets=["c", "openvino"])
     assert [p.backend for p in exe.report().partitions] == ["c", "onnxruntime", "c"], exe.report()
     assert any("min_partition_macs" in note for note in exe.report().notes)
+    # "why not" names the rule for the node OpenVINO took
+    (nonzero,) = [n for n in exe.report().nodes if n.op_type == "NonZero"]
+    assert any(b == "openvino" and "call_overhead_us" in why for b, why in nonzero.declined), nonzero.declined
     feeds = {"x": np.random.default_rng(3).standard_normal((4, 8)).astype(np.float32)}
     assert_close(exe.run(feeds), run_onnxruntime(model, feeds))
     # switched off: as the annotation placed it; and a model that is one partition keeps its backend

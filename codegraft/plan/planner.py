@@ -11,7 +11,7 @@ inspect both call :func:`plan` and report its nodes with :meth:`Planned.node_rep
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import onnx_ir as ir
 
@@ -33,6 +33,17 @@ from codegraft.plan.partition import (
 )
 from codegraft.report.report import NodeReport, PlacementReport
 
+# Why planning moved a unit a target took to the host (the report's "why not" for its nodes).
+SMALL_PARTITION = "its partition had fewer nodes than min_partition_size; the host runs it"
+LIGHT_ISLAND = (
+    "its partition, between host ones, did fewer multiply-adds than min_partition_macs: two crossings "
+    "would cost more than it saves; the host runs it"
+)
+COSTLY_CALLS = (
+    "its partition did fewer multiply-adds than min_partition_macs, and a call into this backend costs "
+    "more than one into the host (Capabilities.call_overhead_us); the host runs it"
+)
+
 Placer = Callable[
     [ir.Model, Annotation, Sequence[Backend], Backend, CompileOptions],
     tuple[list[str], tuple[PlacementReport, ...]],
@@ -47,6 +58,7 @@ class Planned:
     annotation: Annotation
     plan: Plan
     placements: tuple[PlacementReport, ...] = ()
+    moved: Mapping[int, tuple[str, str]] = field(default_factory=dict)  # unit -> (backend it left, why)
 
     @without_gc
     def node_reports(self, ran_on: Mapping[str, str] | None = None) -> tuple[NodeReport, ...]:
@@ -64,7 +76,11 @@ class Planned:
         nodes = []
         for index, info in enumerate(annotation.infos):
             backend, partition = where[index]
-            unit = annotation.units[annotation.unit_of_node[index]]
+            unit_index = annotation.unit_of_node[index]
+            unit = annotation.units[unit_index]
+            declined = [(d.backend, d.reason) for d in annotation.declines[index] if d.backend != backend]
+            if unit_index in self.moved and self.moved[unit_index][0] != backend:
+                declined.append(self.moved[unit_index])
             nodes.append(
                 NodeReport(
                     name=info.node.name or "",
@@ -72,7 +88,7 @@ class Planned:
                     backend=backend,
                     partition=partition,
                     composite=unit.composite.instance if unit.composite else None,
-                    declined=tuple((d.backend, d.reason) for d in annotation.declines[index] if d.backend != backend),
+                    declined=tuple(declined),
                 )
             )
         return tuple(nodes)
@@ -111,10 +127,12 @@ def plan(
         preference = [b.name for b in backends]
         host_call = host.capabilities.call_overhead_us
         costly = {b.name for b in backends if b.capabilities.call_overhead_us > host_call}
+        moved: dict[int, tuple[str, str]] = {}
         groups = group_units(annotation, unit_backends, host.name, preference, options.min_partition_size,
-                             min_partition_macs=options.min_partition_macs if place is None else 0, costly=costly)
+                             min_partition_macs=options.min_partition_macs if place is None else 0, costly=costly,
+                             moved=moved)
         partitions = plan_partitions(model, annotation, groups)
-    return Planned(annotation, partitions, placements)
+    return Planned(annotation, partitions, placements, moved)
 
 
 def group_units(
@@ -126,6 +144,7 @@ def group_units(
     *,
     min_partition_macs: int = 0,
     costly: Collection[str] = (),
+    moved: dict[int, tuple[str, str]] | None = None,
 ) -> list[Group]:
     """Cycle-free groups of units on their backends; groups under ``min_partition_size`` nodes
     go to the host (``unit_backends`` is updated) and the rest is regrouped until none is left.
@@ -133,11 +152,20 @@ def group_units(
     ``min_partition_macs`` multiply-adds goes to the host too (:func:`demote_light_islands`; the
     planner asks it of first-fit placement, where nothing timed the choice), and then so does
     such a light group anywhere on a ``costly`` backend, whose calls cost more than the host's
-    (:func:`demote_costly_light_groups`)."""
+    (:func:`demote_costly_light_groups`).  ``moved``, when given, receives each unit so moved:
+    the backend it left and why (the report's "why not" for its nodes)."""
     preds = annotation.unit_predecessors()
     sizes = [len(unit.nodes) for unit in annotation.units]
     work = _unit_work(annotation, min_partition_macs) if min_partition_macs else []
     costly = set(costly) - {CONTROL_BACKEND}
+    moves = moved if moved is not None else {}
+
+    def note(before: list[str], why: str) -> bool:
+        changed = [u for u, (was, now) in enumerate(zip(before, unit_backends, strict=True)) if was != now]
+        for unit in changed:
+            moves.setdefault(unit, (before[unit], why))
+        return bool(changed)
+
     # Light islands move first; once a costly backend's light groups have moved, islands that
     # this leaves between host groups stay: piper's 137-node c islands of spline arithmetic,
     # between OpenVINO's NonZeros once, were 6% slower as 137 onnxruntime kernels.
@@ -145,19 +173,22 @@ def group_units(
     while True:
         groups = partition_units(unit_backends, preds, host=host, preference=preference)
         groups = merge_independent_groups(groups, preds, exempt={CONTROL_BACKEND})
+        before = list(unit_backends)
         if min_partition_size > 1 and demote_small_groups(
             groups, unit_backends, host=host, min_nodes=min_partition_size, unit_sizes=sizes,
             exempt={CONTROL_BACKEND},
         ):
+            note(before, SMALL_PARTITION)
             continue
         if min_partition_macs and not moved_costly and demote_light_islands(
             groups, unit_backends, preds, host=host, work=work, min_work=min_partition_macs, exempt={CONTROL_BACKEND},
         ):
+            note(before, LIGHT_ISLAND)
             continue
         if min_partition_macs and costly and demote_costly_light_groups(
             groups, unit_backends, host=host, work=work, min_work=min_partition_macs, costly=costly,
         ):
-            moved_costly = True
+            moved_costly = note(before, COSTLY_CALLS)
             continue
         return groups
 
