@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
 import codegraft as cg
-from codegraft.plan import planner
 from codegraft.core.options import MIN_PARTITION_MACS
+from codegraft.plan import planner
 from codegraft.plan.partition import demote_costly_light_groups, demote_light_islands, partition_units
 from codegraft.testing import assert_close, run_onnxruntime
 
