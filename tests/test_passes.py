@@ -255,6 +255,84 @@ def test_constant_of_shape_weights_become_initializers() -> None:
     assert not any(n.op_type == "ConstantOfShape" for n in model.graph)
 
 
+@pytest.mark.parametrize("opset,how", [(17, "input"), (11, "attribute"), (18, "num_outputs"), (17, "equal")])
+def test_splits_of_constants_fold(opset: int, how: str) -> None:
+    """onnxscript's folder skips ops with several outputs: a Split of weights (tf2onnx's Keras
+    LSTM gates) ran on every call, its slices a partition's outputs."""
+    from codegraft.frontend.model import import_model
+    from codegraft.passes import PassOptions, run_common_passes
+    from codegraft.testing import run_onnxruntime
+
+    rng = np.random.default_rng(5)
+    weight = rng.standard_normal((7, 4)).astype(np.float32)
+    inits = [numpy_helper.from_array(weight, "w")]
+    inputs = ["w"]
+    attrs: dict[str, object] = {"axis": 0}
+    parts = 3
+    if how == "input":
+        inits.append(numpy_helper.from_array(np.array([2, 4, 1], np.int64), "sizes"))
+        inputs.append("sizes")
+    elif how == "attribute":
+        attrs["split"] = [3, 3, 1]
+    elif how == "num_outputs":
+        attrs["num_outputs"] = parts  # 7 in 3: 3, 3 and the rest, 1
+    else:
+        weight = rng.standard_normal((6, 4)).astype(np.float32)
+        inits = [numpy_helper.from_array(weight, "w")]
+    nodes = [helper.make_node("Split", inputs, ["a", "b", "c"], **attrs)]  # type: ignore[arg-type]
+    nodes += [helper.make_node("Mul", ["x", name], [f"y{name}"]) for name in ("a", "b", "c")]
+    nodes += [helper.make_node("Concat", ["yc", "ya", "yb"], ["y"], axis=0)]
+    graph = helper.make_graph(
+        nodes, "split", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits,
+    )  # fmt: skip
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model = import_model(proto)
+    record = next(r for r in run_common_passes(model, PassOptions()).records if r.name == "fold_constants")
+    assert "1 Splits and 0 Casts of constants folded" in record.detail, record.detail
+    assert not any(n.op_type == "Split" for n in model.graph)
+    heights = [n.inputs[1].shape[0] for n in model.graph if n.op_type == "Mul"]  # type: ignore[union-attr, index]
+    assert heights == {"input": [2, 4, 1], "attribute": [3, 3, 1], "num_outputs": [3, 3, 1], "equal": [2, 2, 2]}[how]
+    x = {"x": rng.standard_normal((1, 4)).astype(np.float32)}
+    folded = run_onnxruntime(ir.serde.serialize_model(model), x)
+    np.testing.assert_array_equal(folded["y"], run_onnxruntime(proto, x)["y"])
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_a_large_weight_cast_to_float16_folds_where_it_replaces_the_weight(shared: bool) -> None:
+    """Keras' mixed precision casts its LSTM kernels to float16, then splits them: over the
+    folder's input limit (it spares compile time on transposes backends pack themselves), so
+    every call cast and split 1280 x 1024 weights.  Folded when the cast replaces the weight;
+    a weight something else reads too stays within the limit."""
+    from codegraft.frontend.model import import_model
+    from codegraft.passes import PassOptions, run_common_passes
+
+    weight = np.random.default_rng(6).standard_normal((1100, 1000)).astype(np.float32)  # over 2**20 values
+    nodes = [helper.make_node("Cast", ["w"], ["h"], to=TensorProto.FLOAT16),
+             helper.make_node("Split", ["h"], ["a", "b"], axis=1, num_outputs=2),
+             helper.make_node("Mul", ["x", "a"], ["ya"]), helper.make_node("Mul", ["x", "b"], ["yb"]),
+             helper.make_node("Concat", ["ya", "yb"], ["y"], axis=1)]  # fmt: skip
+    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT16, None)]
+    if shared:
+        nodes.append(helper.make_node("Neg", ["w"], ["n"]))
+        outputs.append(helper.make_tensor_value_info("n", TensorProto.FLOAT, None))
+    graph = helper.make_graph(
+        nodes, "cast", [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [1, 500])], outputs,
+        [numpy_helper.from_array(weight, "w")],
+    )  # fmt: skip
+    model = import_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]))
+    record = next(r for r in run_common_passes(model, PassOptions()).records if r.name == "fold_constants")
+    ops = [n.op_type for n in model.graph]
+    if shared:
+        assert "Cast" in ops and "Split" in ops, record.detail
+        return
+    assert "1 Splits and 1 Casts of constants folded" in record.detail, record.detail
+    assert "Cast" not in ops and "Split" not in ops, ops
+    halves = [n.inputs[1].const_value.numpy() for n in model.graph if n.op_type == "Mul"]  # type: ignore[union-attr]
+    assert all(h.dtype == np.float16 for h in halves)
+    np.testing.assert_array_equal(np.concatenate(halves, axis=1), weight.astype(np.float16))
+
+
 def _conv_bn_model(*, conv_bias: bool, extra_reader: bool = False, training: bool = False) -> onnx.ModelProto:
     rng = np.random.default_rng(3)
     inits = [
