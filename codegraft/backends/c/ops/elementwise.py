@@ -77,6 +77,19 @@ UNARY = (
     Unary("Floor", "floorf({a})"),  # (an old dynamic quantizer's int32 bias: Floor(b / scale))
     Unary("Ceil", "ceilf({a})"),
     Unary("Round", "rintf({a})"),  # half to even, as ONNX rounds
+    # -0 gives 0 and NaN stays NaN, as onnxruntime's
+    Unary("Sign", "({a} > 0.0f ? 1.0f : {a} < 0.0f ? -1.0f : {a} == 0.0f ? 0.0f : {a})"),
+    # the C library's, as onnxruntime calls them (tf2onnx's Atan2 is Atan and Sign: a fingerprint
+    # model's ridge orientations)
+    Unary("Atan", "atanf({a})"),
+    Unary("Tan", "tanf({a})"),
+    Unary("Asin", "asinf({a})"),
+    Unary("Acos", "acosf({a})"),
+    Unary("Sinh", "sinhf({a})"),
+    Unary("Cosh", "coshf({a})"),
+    Unary("Asinh", "asinhf({a})"),
+    Unary("Acosh", "acoshf({a})"),
+    Unary("Atanh", "atanhf({a})"),
 )
 
 # The C expression of every elementwise kind (``g.Elementwise.kind``): operands ``{a}``, ``{b}``,
@@ -364,7 +377,7 @@ def _where(lw: Lowerer, node: ir.Node) -> None:
 
 ONNX = (
     # (Abs and Neg of integers held as exact floats are exact: T5's relative positions)
-    *(OnnxOp(op.op_type, op.lower, integer_arithmetic=op.op_type in ("Abs", "Neg")) for op in UNARY),
+    *(OnnxOp(op.op_type, op.lower, integer_arithmetic=op.op_type in ("Abs", "Neg", "Sign")) for op in UNARY),
     OnnxOp("Gelu", _gelu, _check_gelu, contrib=True),
     OnnxOp("BiasGelu", _bias_gelu, contrib=True),
     OnnxOp("FastGelu", _bias_gelu, contrib=True),
