@@ -739,3 +739,32 @@ def test_sign_of_integers() -> None:
     model.graph.output[0].type.tensor_type.elem_type = 7
     assert [p.backend for p in cg.compile(model, targets=["c"]).report().partitions] == ["c"]
     np.testing.assert_array_equal(run_c(model, {"i": ids})["y"], np.sign(ids))
+
+
+def test_pads_computed_from_a_split_of_the_shape_stay_on_c() -> None:
+    # tf2onnx pads a dilated convolution's input by sizes it splits out of the shape: a Split
+    # of compile-time values folds at each size c compiles, as Slice and Concat of them do (a
+    # fingerprint model sent 8% of its nodes to the host for it, Split its only unfoldable op)
+    from codegraft.testing import assert_close, run_onnxruntime
+
+    i64 = np.int64
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"]),
+        helper.make_node("Slice", ["s", "two", "four"], ["hw"]),
+        helper.make_node("Split", ["hw", "ones"], ["h", "w"]),
+        helper.make_node("Mod", ["h", "two"], ["ph"]),
+        helper.make_node("Mod", ["w", "two"], ["pw"]),
+        helper.make_node("Concat", ["zeros", "ph", "pw"], ["pads"], axis=0),
+        helper.make_node("Pad", ["x", "pads"], ["p"]),
+        helper.make_node("Relu", ["p"], ["y"]),
+    ]
+    inits = {"two": np.array([2], i64), "four": np.array([4], i64), "ones": np.array([1, 1], i64),
+             "zeros": np.zeros(6, i64)}  # fmt: skip
+    model = make_model(nodes, {"x": (1, 2, "h", "w")}, ["y"], inits)
+    exe = cg.compile(model, targets=["c"])
+    assert [p.backend for p in exe.report().partitions] == ["c"], exe.report().decline_reasons()
+    for h, w in ((5, 6), (4, 7)):
+        feeds = {"x": np.random.default_rng(h).standard_normal((1, 2, h, w)).astype(np.float32)}
+        got, want = exe.run(feeds), run_onnxruntime(model, feeds)
+        assert got["y"].shape == (1, 2, h + h % 2, w + w % 2)
+        assert_close(got, want)

@@ -27,7 +27,7 @@ FOLDABLE = frozenset(
     {"Gather", "Slice", "Concat", "Squeeze", "Unsqueeze", "Reshape", "Cast", "Add", "Sub", "Mul", "Div", "Mod",
      "Neg", "Abs", "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "Not", "And", "Or", "Where",
      "Expand", "ConstantOfShape", "Range", "Identity", "Min", "Max", "Transpose", "ReduceProd", "ReduceSum",
-     "Log", "Exp", "Sqrt", "Pow", "Reciprocal", "Floor", "Ceil", "Round", "Sign"}
+     "Log", "Exp", "Sqrt", "Pow", "Reciprocal", "Floor", "Ceil", "Round", "Sign", "Split"}
 )
 
 
