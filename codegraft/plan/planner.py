@@ -34,15 +34,9 @@ from codegraft.plan.partition import (
 from codegraft.report.report import NodeReport, PlacementReport
 
 # Why planning moved a unit a target took to the host (the report's "why not" for its nodes).
-SMALL_PARTITION = "its partition had fewer nodes than min_partition_size; the host runs it"
-LIGHT_ISLAND = (
-    "its partition, between host ones, did fewer multiply-adds than min_partition_macs: two crossings "
-    "would cost more than it saves; the host runs it"
-)
-COSTLY_CALLS = (
-    "its partition did fewer multiply-adds than min_partition_macs, and a call into this backend costs "
-    "more than one into the host (Capabilities.call_overhead_us); the host runs it"
-)
+SMALL_PARTITION = "in a partition under min_partition_size nodes: the host runs it"
+LIGHT_ISLAND = "in a light partition (min_partition_macs) between host ones: the host runs it, two crossings fewer"
+COSTLY_CALLS = "in a light partition (min_partition_macs), and the host's calls cost less (call_overhead_us)"
 
 Placer = Callable[
     [ir.Model, Annotation, Sequence[Backend], Backend, CompileOptions],
