@@ -167,6 +167,8 @@ class CRunnable:
                 self._overflow.value = 0
             self._entry(in_ptrs, out_ptrs, self._weights_address, self._scratch_address, self._threads)
             checks = self._io_checks.value if self._io_checks is not None else 0
+            if checks & 1:  # an input reached 2**24: beyond it (named first, as before the call), or exact?
+                self._check_exact_inputs(inputs)
             if self._overflow is not None and self._overflow.value:
                 raise BackendError(
                     "C partition: integer arithmetic gave a value beyond 2**24, which float32 cannot hold "
@@ -177,8 +179,6 @@ class CRunnable:
             outputs[index] = outputs[index].astype(np.float16)  # type: ignore[call-overload]
         for index in self._bool_outputs:  # computed as 0/1 floats
             outputs[index] = outputs[index] != 0  # type: ignore[call-overload]
-        if checks & 1:  # an input reached 2**24: beyond it, or 2**24 itself (exact)?
-            self._check_exact_inputs(inputs)
         for index, dtype in self._integer_outputs:  # integers moved as exact floats
             if (self._io_checks is None or checks & 2) and not np.isfinite(outputs[index]).all():
                 raise BackendError(
