@@ -182,7 +182,8 @@ def test_shape_arithmetic_follows_the_backend_using_it() -> None:
                           host="onnxruntime")
     gather = next(i for i, info in enumerate(annotation.infos) if info.node.op_type == "Gather")
     assert [d.reason for d in annotation.declines[gather]] == [
-        "Gather: shape arithmetic goes with the dense nodes using it (a partition of its own costs two crossings)"
+        "Gather: shape arithmetic goes with the nodes using it, where they run (a partition of its own costs two "
+        "crossings)"
     ]
     feeds = {"x": np.random.default_rng(0).standard_normal((2, 4, 6)).astype(np.float32)}
     assert_close(exe.run(feeds), run_onnxruntime(model, feeds))
@@ -241,7 +242,7 @@ def test_what_is_computed_from_constants_goes_with_its_users() -> None:
     placed = {n.op_type: n.backend for n in exe.report().nodes}
     assert placed == {"Cast": "onnxruntime", "Mul": "onnxruntime", "Gather": "onnxruntime", "Relu": "acc"}
     mul = next(n for n in exe.report().nodes if n.op_type == "Mul")
-    assert ("acc", "Mul: computed from constants only, it goes with the onnxruntime nodes using it (folded there "
-            "once, not handed across every call)") in mul.declined
+    assert ("acc", "Mul: computed from constants only, it goes with the nodes using it, where they run (folded "
+            "there once, not handed across every call)") in mul.declined
     feeds = {"ids": np.array([[0, 3, 1039, 7, 3]], np.int64)}
     assert_close(exe.run(feeds), run_onnxruntime(model, feeds))

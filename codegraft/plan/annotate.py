@@ -397,12 +397,16 @@ def _shape_arithmetic_follows_its_users(
         ):
             continue
         claimed[i] = destination
+        # (the users' backend is not named: planning may still move them, to the host say, and
+        # the node with them; the scout's fingerprint model read "goes with the openvino nodes"
+        # for nodes that all ran on the host)
         if shape_values:
-            why = "shape arithmetic goes with the {} nodes using it (a partition of its own costs two crossings)"
+            why = "shape arithmetic goes with the nodes using it, where they run (a partition of its own costs " \
+                "two crossings)"
         else:
-            why = "computed from constants only, it goes with the {} nodes using it (folded there once, not handed " \
-                "across every call)"
-        declines[i].append(NodeDecline(str(target), f"{node.op_type}: {why.format(destination)}"))
+            why = "computed from constants only, it goes with the nodes using it, where they run (folded there once, " \
+                "not handed across every call)"
+        declines[i].append(NodeDecline(str(target), f"{node.op_type}: {why}"))
 
 
 def _computed_from_constants(infos: Sequence[NodeInfo], index_of: dict[ir.Node, int]) -> list[bool]:
