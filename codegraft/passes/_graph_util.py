@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterable, Iterator
 
+import numpy as np
 import onnx_ir as ir
 
 
@@ -56,3 +57,15 @@ def drop_unused_constants(graph: ir.Graph, values: Iterable[ir.Value]) -> None:
             graph.remove(producer, safe=True)
         elif value.name is not None and value.name in graph.initializers:
             del graph.initializers[value.name]
+
+
+def register_constant(graph: ir.Graph, name: str | None, array: np.ndarray) -> ir.Value:
+    """A new initializer of ``graph`` holding ``array``, typed and shaped, named ``name``."""
+    value = ir.Value(
+        name=name,
+        shape=ir.Shape(array.shape),
+        type=ir.TensorType(ir.DataType.from_numpy(array.dtype)),
+        const_value=ir.tensor(array, name=name),
+    )
+    graph.register_initializer(value)
+    return value

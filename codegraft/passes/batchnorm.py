@@ -21,6 +21,8 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
+from codegraft.passes._graph_util import register_constant
+
 __all__ = ["fold_batchnorm_into_conv"]
 
 
@@ -103,14 +105,7 @@ def _initializer(graph: ir.Graph, name: str, array: np.ndarray) -> ir.Value:
     unique, n = name, 1
     while unique in taken:
         unique, n = f"{name}_{n}", n + 1
-    value = ir.Value(
-        name=unique,
-        shape=ir.Shape(array.shape),
-        type=ir.TensorType(ir.DataType.from_numpy(array.dtype)),
-        const_value=ir.tensor(array, name=unique),
-    )
-    graph.register_initializer(value)
-    return value
+    return register_constant(graph, unique, array)
 
 
 def _with_bias(graph: ir.Graph, conv: ir.Node, bias: ir.Value) -> ir.Node:

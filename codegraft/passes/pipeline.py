@@ -18,6 +18,7 @@ from onnx_ir.passes import common as ir_passes
 
 from codegraft.core.gcpause import without_gc
 from codegraft.passes import _nothing_to_do, _output_fence
+from codegraft.passes._graph_util import register_constant
 from codegraft.passes.batchnorm import fold_batchnorm_into_conv
 from codegraft.passes.loop_invariants import hoist_loop_invariants
 
@@ -636,13 +637,7 @@ def _replace_by_constant(model: ir.Model, node: ir.Node, output: ir.Value, array
     name = output.name
     output.name = None  # the constant takes over the name
     if graph is model.graph:
-        constant = ir.Value(
-            name=name,
-            shape=ir.Shape(array.shape),
-            type=ir.TensorType(ir.DataType.from_numpy(array.dtype)),
-            const_value=ir.tensor(array, name=name),
-        )
-        graph.register_initializer(constant)
+        constant = register_constant(graph, name, array)
     else:
         made = ir.node("Constant", [], attributes={"value": ir.tensor(array, name=name)}, name=node.name)
         constant = made.outputs[0]
