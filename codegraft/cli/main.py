@@ -20,6 +20,11 @@ from codegraft.cli.sign import SignOption, TrustedKeysOption, keygen_command, si
 from codegraft.core.gcpause import paused_gc
 from codegraft.core.options import MIN_PARTITION_MACS
 
+MIN_PARTITION_MACS_HELP = (
+    "Accelerator partitions between host ones with fewer multiply-adds go to the host, and any such partition "
+    "on a backend whose calls cost more than the host's (OpenVINO) (0: never)."
+)
+
 app = typer.Typer(
     name="codegraft",
     help="Partition ONNX models across accelerator backends; onnxruntime runs the rest.",
@@ -167,8 +172,7 @@ def compile_command(
     ] = None,
     min_partition_size: Annotated[int, typer.Option(help="Smaller accelerator partitions go to the host.")] = 1,
     min_partition_macs: Annotated[
-        int, typer.Option(help="Accelerator partitions between host ones with fewer multiply-adds go to the host "
-                          "(0: never)."),
+        int, typer.Option(help=MIN_PARTITION_MACS_HELP),
     ] = MIN_PARTITION_MACS,
     precision: Annotated[str, typer.Option(help="float32, float16 or bfloat16 (int8: from Python).")] = "float32",
     placement: Annotated[str, typer.Option(help="first or measured.")] = "first",
@@ -342,8 +346,7 @@ def inspect_command(
     ] = None,
     min_partition_size: Annotated[int, typer.Option(help="Smaller accelerator partitions go to the host.")] = 1,
     min_partition_macs: Annotated[
-        int, typer.Option(help="Accelerator partitions between host ones with fewer multiply-adds go to the host "
-                          "(0: never)."),
+        int, typer.Option(help=MIN_PARTITION_MACS_HELP),
     ] = MIN_PARTITION_MACS,
     quiet: QuietOption = False,
     shapes: FixShapesOption = None,
