@@ -87,6 +87,29 @@ def test_nearest_matches_onnxruntime(coordinates: str, rounding: str, target: di
     np.testing.assert_array_equal(got["y"], want["y"])  # a copy: bit for bit, every index on onnxruntime's side
 
 
+@pytest.mark.parametrize("rounding", ["round_prefer_floor", "round_prefer_ceil"])
+def test_nearest_to_sizes_reads_rows_as_onnxruntime_does_near_a_half(rounding: str) -> None:
+    # onnxruntime maps a rounding nearest resize to sizes by their exact ratio, in double:
+    # 7 rows to 2, asymmetric, read row 3.5 (a tie: 4 with round_prefer_ceil), where float32
+    # arithmetic gives 3.4999998 (row 3); every size from 1-9 rows to 1-15 in each mode
+    from codegraft.backends.c.ops.resize import axis_table
+
+    model = _resize((1, 2, 7, 14), sizes=[1, 2, 2, 19], mode="nearest", coordinate_transformation_mode="asymmetric",
+                    nearest_mode=rounding)  # fmt: skip
+    feeds = {"x": np.random.default_rng(2).standard_normal((1, 2, 7, 14)).astype(np.float32)}
+    np.testing.assert_array_equal(run_c(model, feeds)["y"], run_onnxruntime(model, feeds)["y"])
+    for coordinates in ("asymmetric", "half_pixel", "pytorch_half_pixel", "align_corners"):
+        for length in range(1, 10):
+            rows = np.arange(length, dtype=np.float32).reshape(1, 1, length, 1)
+            for resized in range(1, 16):
+                one = _resize((1, 1, length, 1), sizes=[1, 1, resized, 1], mode="nearest",
+                              coordinate_transformation_mode=coordinates, nearest_mode=rounding)  # fmt: skip
+                want = run_onnxruntime(one, {"x": rows})["y"].reshape(-1).astype(np.int32)
+                scale = float(np.float32(resized) / np.float32(length))
+                got = axis_table(length, resized, scale, "nearest", coordinates, rounding, exact_scale=resized / length)
+                np.testing.assert_array_equal(got[0], want, err_msg=f"{coordinates} {length} -> {resized}")
+
+
 def test_ppocr_neck_upsample_and_opset_18_axes() -> None:
     """PP-OCR's and YOLO's form (nearest, asymmetric, floor, scales 2/4/8); opset 18's ``axes``."""
     check(_resize((1, 24, 20, 20), scales=[1, 1, 4, 4], mode="nearest", coordinate_transformation_mode="asymmetric",

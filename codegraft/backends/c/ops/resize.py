@@ -107,6 +107,7 @@ def _resize(lw: Lowerer, node: ir.Node) -> None:
     logical_in = (n, c, h, w)  # scales and sizes are given in ONNX's NCHW order in both forms
     axes = [a % 4 for a in attr_ints(node, "axes") or range(4)]
     scales = np.ones(4, np.float32)
+    exact: list[float | None] = [None] * 4  # from sizes, their exact ratios (see _nearest_coordinates)
     out_dims = list(logical_in)
     sizes = present(node, 3)
     if sizes is not None:
@@ -114,6 +115,7 @@ def _resize(lw: Lowerer, node: ir.Node) -> None:
         for axis, size in zip(axes, given, strict=True):
             out_dims[axis] = int(size)
             scales[axis] = np.float32(size) / np.float32(logical_in[axis])
+            exact[axis] = int(size) / logical_in[axis]
     else:
         given_scales = lw.known(present(node, 2), "scales").astype(np.float32).reshape(-1)
         for axis, scale in zip(axes, given_scales, strict=True):
@@ -136,8 +138,8 @@ def _resize(lw: Lowerer, node: ir.Node) -> None:
                                   cols=cubic_table(w, out_dims[3], float(scales[3]), coordinates, a, exclude)))
     else:
         rounding = attr_str(node, "nearest_mode", "round_prefer_floor")
-        rows = axis_table(h, out_dims[2], float(scales[2]), mode, coordinates, rounding)
-        cols = axis_table(w, out_dims[3], float(scales[3]), mode, coordinates, rounding)
+        rows = axis_table(h, out_dims[2], float(scales[2]), mode, coordinates, rounding, exact_scale=exact[2])
+        cols = axis_table(w, out_dims[3], float(scales[3]), mode, coordinates, rounding, exact_scale=exact[3])
         lw.ops.append(Resize([x], out, native_nhwc=native, linear=mode == "linear", rows=rows, cols=cols))
     lw.bind(node.outputs[0], out)
 
@@ -177,18 +179,52 @@ def source_coordinates(length: int, resized: int, scale: float, coordinates: str
     return x.astype(np.float32)
 
 
+def _nearest_coordinates(length: int, resized: int, scale: float, coordinates: str) -> np.ndarray:
+    """:func:`source_coordinates` as onnxruntime maps a nearest resize to ``sizes`` that rounds
+    (``round_prefer_floor`` or ``_ceil``): in double, by the exact ratio of the sizes, rounded to
+    float32 before the nearest rounding.  7 positions resized to 2, asymmetric, read 3.5, a tie,
+    where float32 arithmetic gives 3.4999998 (``round_prefer_ceil`` took row 3 for
+    onnxruntime's 4).  Found by comparing: so every one of 2600 such resizes (1-13 positions to
+    1-21, five coordinate modes, both roundings) matches onnxruntime 1.32, where float32 missed
+    17; given ``scales``, or with ``floor`` and ``ceil``, float32 is what matches.
+
+    >>> float(_nearest_coordinates(7, 2, 2 / 7, "asymmetric")[1])
+    3.5
+    """
+    if np.float32(scale) == np.float32(1) or coordinates == "half_pixel_symmetric":
+        return source_coordinates(length, resized, scale, coordinates)
+    out = np.arange(resized, dtype=np.float64)
+    if coordinates == "asymmetric":
+        x = out / scale
+    elif coordinates in ("half_pixel", "pytorch_half_pixel"):
+        x = (out + 0.5) / scale - 0.5 if resized > 1 or coordinates == "half_pixel" else np.zeros(resized)
+    elif coordinates == "tf_half_pixel_for_nn":
+        x = (out + 0.5) / scale
+    elif coordinates == "align_corners":
+        x = out * (length - 1) / (resized - 1) if resized > 1 else np.zeros(resized)
+    else:
+        raise LoweringError(f"coordinate_transformation_mode={coordinates} is not supported")
+    return x.astype(np.float32)
+
+
 def axis_table(
-    length: int, resized: int, scale: float, mode: str, coordinates: str, rounding: str
+    length: int, resized: int, scale: float, mode: str, coordinates: str, rounding: str,
+    *, exact_scale: float | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """For each of ``resized`` output positions: the first and second input positions it reads
-    and the weight of the second (0 for nearest), in onnxruntime's float32 arithmetic.
+    and the weight of the second (0 for nearest), in onnxruntime's float32 arithmetic
+    (``exact_scale``: the exact ratio of ``sizes``, by which a rounding nearest resize maps).
 
     >>> axis_table(2, 4, 2.0, "linear", "half_pixel", "")[2].tolist()  # x = (o + 0.5) / 2 - 0.5, clamped
     [0.0, 0.25, 0.75, 0.0]
     """
     f = np.float32
-    x = source_coordinates(length, resized, scale, coordinates)
     if mode == "nearest":
+        rounds = rounding in ("round_prefer_floor", "round_prefer_ceil")
+        if exact_scale is not None and rounds:
+            x = _nearest_coordinates(length, resized, exact_scale, coordinates)
+        else:
+            x = source_coordinates(length, resized, scale, coordinates)
         if rounding == "floor":
             index = np.floor(x)
         elif rounding == "ceil":
@@ -199,7 +235,7 @@ def axis_table(
             index = np.where(tie, np.floor(x), away) if rounding == "round_prefer_floor" else away
         first = np.clip(index, 0, length - 1).astype(np.int32)
         return first, first, np.zeros(resized, np.float32)
-    x = np.clip(x, f(0), f(length - 1))
+    x = np.clip(source_coordinates(length, resized, scale, coordinates), f(0), f(length - 1))
     first = np.minimum(x.astype(np.int32), length - 1)
     second = np.minimum(first + 1, length - 1)
     weight = np.where(first == second, f(0), x - first.astype(np.float32)).astype(np.float32)
