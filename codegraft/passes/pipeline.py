@@ -8,6 +8,7 @@ changed so the compile report can say "fold_constants: 212 -> 180 nodes, 12 cons
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING
@@ -467,12 +468,12 @@ def _fold_constants(run: _Run) -> str:
             input_size_limit=options.fold_max_input_elements,
             output_size_limit=options.fold_max_elements,
         )
-        materialised = _materialize_constant_of_shape(model, options.fold_max_elements)
-        cast = _fold_constant_casts(model, options.fold_max_elements)
-        split = _fold_constant_splits(model, options.fold_max_input_elements)
-        modified = modified or result.modified or bool(materialised or split or cast)
-        filled, splits, casts = filled + materialised, splits + split, casts + cast
-        if not (materialised or split or cast):
+        folded_here = _fold_what_the_folder_leaves(model, options)
+        modified = modified or result.modified or bool(folded_here)
+        filled += folded_here["ConstantOfShape"]
+        splits += folded_here["Split"]
+        casts += folded_here["Cast"]
+        if not folded_here:
             break
     run.fold_modified = modified
     inlined = ifs - _if_nodes(model)
@@ -517,7 +518,26 @@ def _forget_shapes_after(model: ir.Model, folded_ifs: set[ir.Node]) -> None:
         pending.extend(out for user, _ in value.uses() for out in user.outputs)
 
 
-def _materialize_constant_of_shape(model: ir.Model, max_elements: int) -> int:
+def _fold_what_the_folder_leaves(model: ir.Model, options: PassOptions) -> Counter[str]:
+    """Fold, in one walk of the graph in order, the constants onnxscript's folder leaves: fills
+    of a constant shape (:func:`_constant_of_shape`), Casts of constant weights
+    (:func:`_cast_of_constant`) and Splits of constants (:func:`_split_of_constant`); a Cast
+    folded first leaves its Split a constant to fold in the same walk.  Counts by op type."""
+    folders: dict[str, Callable[[ir.Node], bool]] = {
+        "ConstantOfShape": lambda node: _constant_of_shape(model, node, options.fold_max_elements),
+        "Cast": lambda node: _cast_of_constant(model, node, options.fold_max_elements),
+        "Split": lambda node: _split_of_constant(model, node, options.fold_max_input_elements),
+    }
+    counts: Counter[str] = Counter()
+    for node in list(ir.traversal.RecursiveGraphIterator(model.graph)):
+        fold = folders.get(node.op_type)
+        if fold is not None and node.domain in ("", "ai.onnx") and node.graph is not None and fold(node):
+            node.graph.remove(node, safe=True)
+            counts[node.op_type] += 1
+    return counts
+
+
+def _constant_of_shape(model: ir.Model, node: ir.Node, max_elements: int) -> bool:
     """Turn ``ConstantOfShape`` of a constant shape into a constant.
 
     onnxscript's folder keeps ConstantOfShape on purpose (a fill is smaller than its
@@ -528,25 +548,19 @@ def _materialize_constant_of_shape(model: ir.Model, max_elements: int) -> int:
     the main graph, ``Constant`` nodes inside If/Loop bodies; graph outputs keep their
     producer so output names stay put.
     """
-    count = 0
-    for node in list(ir.traversal.RecursiveGraphIterator(model.graph)):
-        if node.op_type != "ConstantOfShape" or node.domain not in ("", "ai.onnx"):
-            continue
-        shape_value, output, graph = node.inputs[0], node.outputs[0], node.graph
-        if shape_value is None or shape_value.const_value is None or output.is_graph_output() or graph is None:
-            continue
-        shape = [int(d) for d in shape_value.const_value.numpy().reshape(-1)]
-        if int(np.prod(shape, dtype=np.int64)) > max_elements:
-            continue
-        fill = node.attributes.get("value")
-        scalar = fill.as_tensor().numpy().reshape(-1)[:1] if fill is not None else np.zeros(1, np.float32)
-        _replace_by_constant(model, node, output, np.full(shape, scalar[0], dtype=scalar.dtype))
-        graph.remove(node, safe=True)
-        count += 1
-    return count
+    shape_value, output = node.inputs[0], node.outputs[0]
+    if shape_value is None or shape_value.const_value is None or output.is_graph_output():
+        return False
+    shape = [int(d) for d in shape_value.const_value.numpy().reshape(-1)]
+    if int(np.prod(shape, dtype=np.int64)) > max_elements:
+        return False
+    fill = node.attributes.get("value")
+    scalar = fill.as_tensor().numpy().reshape(-1)[:1] if fill is not None else np.zeros(1, np.float32)
+    _replace_by_constant(model, node, output, np.full(shape, scalar[0], dtype=scalar.dtype))
+    return True
 
 
-def _fold_constant_splits(model: ir.Model, max_input_elements: int) -> int:
+def _split_of_constant(model: ir.Model, node: ir.Node, max_input_elements: int) -> bool:
     """Turn a ``Split`` of a constant into constants.
 
     onnxscript's folder skips an op with several outputs ("Skipping constant folding for op
@@ -555,47 +569,40 @@ def _fold_constant_splits(model: ir.Model, max_input_elements: int) -> int:
     each on ``c``, as the partition's outputs).  Splits of up to ``max_input_elements``
     values, or of a constant nothing else reads (the slices replace it), whose outputs are not
     graph outputs fold (the sizes from the ``split`` input or attribute, else ``num_outputs``
-    or the outputs' count, the last part the smaller, as opset 18 splits).  Returns how many.
+    or the outputs' count, the last part the smaller, as opset 18 splits).
     """
-    count = 0
-    for node in list(ir.traversal.RecursiveGraphIterator(model.graph)):
-        if node.op_type != "Split" or node.domain not in ("", "ai.onnx") or node.graph is None:
-            continue
-        data = node.inputs[0]
-        sizes_value = node.inputs[1] if len(node.inputs) > 1 else None
-        if data is None or data.const_value is None:
-            continue
-        if data.const_value.size > max_input_elements and not _read_only_by(data, node):
-            continue
-        if (sizes_value is not None and sizes_value.const_value is None) or any(
-            o.is_graph_output() for o in node.outputs
-        ):
-            continue
-        array = data.const_value.numpy()
-        axis = node.attributes.get_int("axis", 0) % max(array.ndim, 1)
-        length, parts = array.shape[axis], len(node.outputs)
-        if sizes_value is not None:
-            sizes = [int(s) for s in sizes_value.const_value.numpy().reshape(-1)]  # type: ignore[union-attr]
-        elif node.attributes.get_ints("split") is not None:
-            sizes = [int(s) for s in node.attributes.get_ints("split", [])]
-        else:
-            chunk = -(-length // max(node.attributes.get_int("num_outputs", parts), 1))
-            sizes = [chunk] * (parts - 1) + [length - chunk * (parts - 1)]
-        if len(sizes) != parts or sum(sizes) != length or min(sizes) < 0:
-            continue  # not a valid Split: left for the runtime to report
-        pieces = np.split(array, np.cumsum(sizes)[:-1], axis=axis)
-        for output, piece in zip(node.outputs, pieces, strict=True):
-            _replace_by_constant(model, node, output, np.ascontiguousarray(piece))
-        node.graph.remove(node, safe=True)
-        count += 1
-    return count
+    data = node.inputs[0]
+    sizes_value = node.inputs[1] if len(node.inputs) > 1 else None
+    if data is None or data.const_value is None:
+        return False
+    if data.const_value.size > max_input_elements and not _read_only_by(data, node):
+        return False
+    if (sizes_value is not None and sizes_value.const_value is None) or any(o.is_graph_output() for o in node.outputs):
+        return False
+    array = data.const_value.numpy()
+    axis = node.attributes.get_int("axis", 0) % max(array.ndim, 1)
+    length, parts = array.shape[axis], len(node.outputs)
+    if sizes_value is not None:
+        sizes = [int(s) for s in sizes_value.const_value.numpy().reshape(-1)]  # type: ignore[union-attr]
+    elif node.attributes.get_ints("split") is not None:
+        sizes = [int(s) for s in node.attributes.get_ints("split", [])]
+    else:
+        chunk = -(-length // max(node.attributes.get_int("num_outputs", parts), 1))
+        sizes = [chunk] * (parts - 1) + [length - chunk * (parts - 1)]
+    if len(sizes) != parts or sum(sizes) != length or min(sizes) < 0:
+        return False  # not a valid Split: left for the runtime to report
+    pieces = np.split(array, np.cumsum(sizes)[:-1], axis=axis)
+    for output, piece in zip(node.outputs, pieces, strict=True):
+        _replace_by_constant(model, node, output, np.ascontiguousarray(piece))
+    return True
 
 
 # Casts between these fold bit for bit as ONNX defines them (numpy rounds to nearest even).
 _FLOAT_TYPES = frozenset({ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.DOUBLE})
+_FLOAT_TYPE_NUMBERS = frozenset(t.value for t in _FLOAT_TYPES)
 
 
-def _fold_constant_casts(model: ir.Model, max_elements: int) -> int:
+def _cast_of_constant(model: ir.Model, node: ir.Node, max_elements: int) -> bool:
     """Turn a ``Cast`` of a constant between float types into a constant, up to
     ``max_elements`` values or, of any size, when nothing else reads the constant (the cast
     replaces it: no larger a model).
@@ -603,24 +610,18 @@ def _fold_constant_casts(model: ir.Model, max_elements: int) -> int:
     onnxscript's folder leaves a node whose input is over its input limit, which spares it
     transposing large weights that backends pack themselves; a cast weight no backend folds,
     and it ran on every call: Keras' mixed precision casts its LSTM kernels to float16 before
-    splitting them (mk8dx's OCR, two of 1280 x 1024).  Returns how many.
+    splitting them (mk8dx's OCR, two of 1280 x 1024).
     """
-    count = 0
-    for node in list(ir.traversal.RecursiveGraphIterator(model.graph)):
-        if node.op_type != "Cast" or node.domain not in ("", "ai.onnx") or node.graph is None:
-            continue
-        source, output = node.inputs[0], node.outputs[0]
-        to = node.attributes.get_int("to", 0)
-        if source is None or source.const_value is None or output.is_graph_output():
-            continue
-        if source.dtype not in _FLOAT_TYPES or to not in {t.value for t in _FLOAT_TYPES}:
-            continue
-        if source.const_value.size > max_elements and not _read_only_by(source, node):
-            continue
-        _replace_by_constant(model, node, output, source.const_value.numpy().astype(ir.DataType(to).numpy()))
-        node.graph.remove(node, safe=True)
-        count += 1
-    return count
+    source, output = node.inputs[0], node.outputs[0]
+    to = node.attributes.get_int("to", 0)
+    if source is None or source.const_value is None or output.is_graph_output():
+        return False
+    if source.dtype not in _FLOAT_TYPES or to not in _FLOAT_TYPE_NUMBERS:
+        return False
+    if source.const_value.size > max_elements and not _read_only_by(source, node):
+        return False
+    _replace_by_constant(model, node, output, source.const_value.numpy().astype(ir.DataType(to).numpy()))
+    return True
 
 
 def _read_only_by(value: ir.Value, node: ir.Node) -> bool:
