@@ -122,10 +122,9 @@ def generate(
     kernel at that index (at most its branch's threads and its parallel units; see
     ``_thread_measure.py``); the kernels and their indices are the same whatever the plan.
     Without ``side_by_side``, no independent kernels run side by side (``_branches.py``).
-    An empty tensor (a dimension of 0) is refused: the kernels divide work by sizes, so
-    the partition runs on the host for that shape instead (a crash in native code otherwise).
+    Empty tensors are constants to ``translate``, which leaves no kernel one (the kernels divide
+    work by sizes) or refuses the partition, which then runs on the host at that shape.
     """
-    _refuse_empty(model)
     graph = assign_layout(translate(model, target.features))
     kernels = fuse(graph)
     for kernel in kernels:
@@ -318,14 +317,6 @@ def kernel_work(kernel: Kernel, vector: int, given: frozenset[int] = frozenset()
         return Work(0.0, moved, max(1, out.size // 4096), gemm=False)
     # Elementwise chains, reductions: a few flops per element, split in 4096-element blocks.
     return Work(float(out.size * (1 + len(kernel.steps))), moved, max(1, out.size // 4096), gemm=False)
-
-
-def _refuse_empty(model: ir.Model) -> None:
-    values = [*model.graph.inputs, *model.graph.outputs, *(v for n in model.graph for v in n.outputs)]
-    for value in values:
-        if value.shape is not None and any(d == 0 for d in value.shape if isinstance(d, int)):
-            shape = list(value.shape)
-            raise ValueError(f"{value.name!r} is empty (shape {shape}): the C backend compiles no empty tensors")
 
 
 def _describe(kernel: Kernel) -> str:

@@ -6,6 +6,13 @@ NOTE: each node is either folded now (shape arithmetic and ops on constants only
 by onnx's reference evaluator) or lowered by its entry in the op table (``ops/``): Gemm is
 a MatMul plus elementwise epilogue ops, Conv's bias is an Add, BatchNormalization a Mul
 and an Add by per-channel constants, Sum a chain of Adds, Reshape-like ops views.
+
+Empty tensors (a dimension of 0, as a NonZero that found nothing hands on) hold no data, so
+they are constants: an empty input is bound to one, a node whose outputs are all empty is
+computed by nothing (its outputs are empty constants), and a node reading only constants and
+empties folds whatever its op, so a ReduceSum or Pad of nothing gets the spec's value.  What
+reads an empty tensor beside data (a Concat, a Scatter of no updates) skips it in its
+lowering.  No kernel ever sees an empty tensor: the kernels divide work by sizes.
 """
 
 from __future__ import annotations
@@ -31,11 +38,11 @@ def translate(model: ir.Model, features: frozenset[str] = frozenset()) -> g.Grap
         if value.shape is None or not all(isinstance(d, int) for d in value.shape):
             raise LoweringError(f"input {value.name!r} has no concrete shape ({value.shape})")
         tensor = g.Tensor(value.name or "", tuple(int(d) for d in value.shape))  # type: ignore[arg-type]
-        lowerer.bind(value, tensor)
+        lowerer.bind(value, _empty_constant(value) if 0 in tensor.shape else tensor)
         inputs.append(tensor)
     for node in model.graph:
         try:
-            if _fold(lowerer, node):
+            if _fold(lowerer, node) or _computes_nothing(lowerer, node):
                 continue
         except LoweringError as error:
             raise LoweringError(f"{node.op_type} ({node.name}): {error}") from None
@@ -55,10 +62,22 @@ def translate(model: ir.Model, features: frozenset[str] = frozenset()) -> g.Grap
         for op in lowerer.ops[made:]:
             op.out.origin = op.out.origin or node.name or ""
     outputs = [lowerer.tensor(v) for v in model.graph.outputs]
-    for value, tensor in zip(model.graph.outputs, outputs, strict=True):
-        if tensor.const is not None and tensor.const.dtype != np.float32:
+    for index, (value, tensor) in enumerate(zip(model.graph.outputs, outputs, strict=True)):
+        if tensor.const is not None and tensor.const.size == 0:  # no data: its type is the runtime's to give
+            outputs[index] = g.Tensor(tensor.name, tensor.shape, const=np.zeros(tensor.shape, np.float32))
+        elif tensor.const is not None and tensor.const.dtype != np.float32:
             raise LoweringError(f"output {value.name!r} is a {tensor.const.dtype} constant; outputs are float32")
+    for op in lowerer.ops:  # what the rules above left empty (a shape inference could not tell)
+        empty = next((t for t in (*op.inputs, op.out) if 0 in t.shape), None)
+        if empty is not None:
+            raise LoweringError(f"{op.out.origin or type(op).__name__} reads or makes an empty tensor "
+                                f"(shape {list(empty.shape)}) that its kernel cannot take")
     return g.Graph(inputs, outputs, lowerer.ops)
+
+
+def _empty_constant(value: ir.Value) -> g.Tensor:
+    shape = tuple(int(d) for d in value.shape)  # type: ignore[union-attr, arg-type]
+    return g.Tensor(f"{value.name}:empty", shape, const=np.zeros(shape, _dtype(value)))
 
 
 def _fold(lw: Lowerer, node: ir.Node) -> bool:
@@ -77,10 +96,12 @@ def _fold(lw: Lowerer, node: ir.Node) -> bool:
             value = np.array(x.shape[attr_int(node, "start", 0) : None if end is None else end.as_int()], np.int64)
         lw.bind(node.outputs[0], lw.folded(value))
         return True
-    if node.op_type not in FOLDABLE:
-        return False
     inputs = [None if v is None else lw.tensor(v) for v in node.inputs]
     if any(t is not None and t.const is None for t in inputs):
+        return False
+    # Any op folds when one operand is empty (its values and the rest known): cheap, and no kernel takes it.
+    if node.op_type not in FOLDABLE and not any(t is not None and t.const is not None and t.const.size == 0
+                                                for t in inputs):
         return False
     results = _evaluate(node, [None if t is None else t.const for t in inputs])
     for output, array in zip(node.outputs, results, strict=True):
@@ -111,3 +132,50 @@ def _evaluate(node: ir.Node, arrays: list[np.ndarray | None]) -> list[np.ndarray
     except Exception as error:
         raise LoweringError(f"cannot evaluate it at compile time: {type(error).__name__}: {error}") from None
     return [np.asarray(r) for r in results]
+
+
+def _computes_nothing(lw: Lowerer, node: ir.Node) -> bool:
+    """A node whose every output is empty needs no kernel: its outputs are bound to empty constants.
+
+    Shape inference tells most; where it could not (a value specialised after inference), a
+    node reading an empty tensor is evaluated on zeros standing in for its other operands: its
+    output shapes depend on their shapes only, its inputs read as sizes or axes being known.
+    """
+    outputs = list(node.outputs)
+    if not outputs:
+        return False
+    shapes = [_concrete(value) for value in outputs]
+    if all(shape is not None and 0 in shape for shape in shapes):
+        for value in outputs:
+            lw.bind(value, _empty_constant(value))
+        return True
+    inputs = [None if v is None else lw.tensor(v) for v in node.inputs]
+    entry = ONNX_OPS.get(node.op_type)
+    if node.domain not in ("", "ai.onnx") or entry is None or not any(
+        t is not None and t.const is not None and t.const.size == 0 for t in inputs
+    ):
+        return False
+    if any(t is not None and t.const is None and i in entry.non_data for i, t in enumerate(inputs)):
+        return False
+    stand_ins = [None if t is None else t.const if t.const is not None else np.zeros(t.shape, _dtype(v))
+                 for t, v in zip(inputs, node.inputs, strict=True)]  # fmt: skip
+    try:
+        results = _evaluate(node, stand_ins)
+    except LoweringError:
+        return False
+    if not all(0 in r.shape for r in results):
+        return False
+    for value, result in zip(outputs, results, strict=True):
+        lw.bind(value, lw.folded(result))
+    return True
+
+
+def _concrete(value: ir.Value) -> tuple[int, ...] | None:
+    dims = value.shape.dims if value.shape is not None else None
+    if dims is None or not all(isinstance(d, int) for d in dims):
+        return None
+    return tuple(int(d) for d in dims)  # type: ignore[arg-type]
+
+
+def _dtype(value: ir.Value | None) -> type | np.dtype:
+    return value.dtype.numpy() if value is not None and value.dtype is not None else np.float32

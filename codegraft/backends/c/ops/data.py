@@ -662,6 +662,9 @@ def _elements(lw: Lowerer, node: ir.Node) -> None:
     if node.op_type == "GatherElements":
         out = lw.new(indices.shape)
         lw.ops.append(ElementsOp([x, indices], out, axis=axis))
+    elif 0 in indices.shape:  # ScatterElements of no updates: the data as it is
+        lw.bind(node.outputs[0], lw.view(x, x.shape))
+        return
     else:
         updates = lw.tensor(node.inputs[2])
         out = lw.new(x.shape)
@@ -790,6 +793,9 @@ def _check_scatter_nd(node: ir.Node) -> str:
 
 def _scatter_nd(lw: Lowerer, node: ir.Node) -> None:
     x, indices, updates = (lw.tensor(node.inputs[i]) for i in range(3))
+    if 0 in indices.shape[:-1]:  # no updates: the data as it is
+        lw.bind(node.outputs[0], lw.view(x, x.shape))
+        return
     depth = indices.shape[-1] if indices.shape else 0
     if not indices.shape or depth > len(x.shape):
         raise LoweringError(f"indices of shape {list(indices.shape)} for data of rank {len(x.shape)}")
