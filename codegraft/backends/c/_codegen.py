@@ -41,7 +41,7 @@ from codegraft.backends.c.ops.norm import Lrn
 from codegraft.backends.c.ops.pool import Pool
 from codegraft.backends.c.ops.quantize import QGEMM_COLS, QGEMM_ROWS, QGEMM_RUN, QuantMatMul
 from codegraft.backends.c.ops.resize import CubicResize, Resize, row_runs
-from codegraft.backends.c.ops.rnn import Recurrence, recurrence_flops
+from codegraft.backends.c.ops.rnn import QuantRecurrence, Recurrence, quant_recurrence_flops, recurrence_flops
 
 # The C every partition carries: math helpers the expressions call, the GEMM job and its
 # packing, and the pool, LRN, softmax and layer-norm kernels (their emitters call them).
@@ -313,6 +313,9 @@ def kernel_work(kernel: Kernel, vector: int, given: frozenset[int] = frozenset()
         return Work(float(out.size * per_value), moved, max(1, outer), gemm=False)
     if isinstance(core, Recurrence):  # sequential in time: one unit per direction and batch row
         return Work(recurrence_flops(core), moved + 4.0 * core.rt.size, len(core.reverse) * core.batch, gemm=False)
+    if isinstance(core, QuantRecurrence):  # sequential in time: one unit per direction (batch 1)
+        weights = sum(r.size for r in core.r)
+        return Work(quant_recurrence_flops(core), moved + weights, len(core.reverse), gemm=False)
     if isinstance(core, g.Transpose) and not kernel.steps and not any(id(t.root()) in given for t in inputs):
         return Work(0.0, moved, max(1, out.size // 4096), gemm=False)
     # Elementwise chains, reductions: a few flops per element, split in 4096-element blocks.

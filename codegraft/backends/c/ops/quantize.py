@@ -254,8 +254,16 @@ def _int8_weight(node: ir.Node) -> tuple[np.ndarray, np.ndarray] | None:
         if zp.size not in (1, weight.shape[1]):
             return None
         weight = weight - zp.reshape(1, -1)
+    return int8_columns(weight)
+
+
+def int8_columns(weight: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """An integer ``[K, N]`` matrix (an 8-bit weight less its zero point) as int8 values plus
+    an int32 offset per column (0 where the values fit int8 already; a uint8 weight's column
+    spans 255 values at most, so less the middle of its range it fits); ``None`` where not."""
     if not weight.size:
         return None
+    weight = weight.astype(np.int32)
     offset = np.zeros(weight.shape[1], np.int32)
     if weight.min() < -128 or weight.max() > 127:
         low, high = weight.min(axis=0), weight.max(axis=0)
@@ -292,7 +300,18 @@ def _quant_matmul(lw: Lowerer, node: ir.Node) -> bool:
     return True
 
 
-def _as_weight_bytes(ctx: Context, array: np.ndarray) -> str:
+def vnni_packed(weight: np.ndarray) -> np.ndarray:
+    """An int8 ``[K, N]`` weight as the 8-bit kernels read it: zero-padded to ``K4`` (a multiple
+    of 4) rows and whole blocks of ``QGEMM_COLS`` columns, laid out [block][k / 4][column][k % 4]:
+    four consecutive k of a column in one 32-bit lane (vpdpbusd)."""
+    depth, cols = weight.shape
+    k4, blocks = -(-depth // 4) * 4, -(-cols // QGEMM_COLS)
+    padded = np.zeros((k4, blocks * QGEMM_COLS), np.int8)
+    padded[:depth, :cols] = weight
+    return padded.reshape(k4 // 4, 4, blocks, QGEMM_COLS).transpose(2, 0, 3, 1)
+
+
+def as_weight_bytes(ctx: Context, array: np.ndarray) -> str:
     """The symbol of an int8 or int32 constant placed in the (float) weight arena byte for byte."""
     return ctx.weight(np.ascontiguousarray(array).reshape(-1).view(np.float32))
 
@@ -302,13 +321,9 @@ def emit_quant_matmul(ctx: Context, kernel: Kernel) -> None:
     a = op.inputs[0]
     rows, depth = a.shape
     cols = op.weight.shape[1]
-    k4, blocks = -(-depth // 4) * 4, -(-cols // QGEMM_COLS)
-    padded = np.zeros((k4, blocks * QGEMM_COLS), np.int8)
-    padded[:depth, :cols] = op.weight
-    # [block][k / 4][column][k % 4]: four consecutive k of a column in one 32-bit lane (vpdpbusd)
-    packed = padded.reshape(k4 // 4, 4, blocks, QGEMM_COLS).transpose(2, 0, 3, 1)
-    weights, colsum = _as_weight_bytes(ctx, packed), _as_weight_bytes(ctx, op.colsum.astype(np.int32))
-    offset = _as_weight_bytes(ctx, op.offset.astype(np.int32)) if op.offset.any() else "0"
+    k4 = -(-depth // 4) * 4
+    weights, colsum = as_weight_bytes(ctx, vnni_packed(op.weight)), as_weight_bytes(ctx, op.colsum.astype(np.int32))
+    offset = as_weight_bytes(ctx, op.offset.astype(np.int32)) if op.offset.any() else "0"
     ep = emit_epilogue(ctx, kernel)
     byte_floats = -(-rows * k4 // 4)  # the input as bytes, in floats of scratch
     scratch = ctx.temp(byte_floats + rows)  # the bytes, then each row's sum

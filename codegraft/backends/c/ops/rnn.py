@@ -31,14 +31,22 @@ import numpy as np
 import onnx_ir as ir
 
 from codegraft.backends.c import _graph as g
-from codegraft.backends.c._c_files import filled
+from codegraft.backends.c._c_files import c_file, filled
 from codegraft.backends.c._emit import Context
 from codegraft.backends.c._fuse import Kernel
 from codegraft.backends.c._lowerer import Lowerer, LoweringError
-from codegraft.backends.c._node import attr_float, attr_int, attr_str, is_constant, present
+from codegraft.backends.c._node import attr_float, attr_int, attr_str, is_constant, present, rank_of
 from codegraft.backends.c.ops._spec import KernelOp, Layout, OnnxOp, core_of
 from codegraft.backends.c.ops.data import slice_op
 from codegraft.backends.c.ops.elementwise import c_float
+from codegraft.backends.c.ops.quantize import (
+    QGEMM_COLS,
+    QuantMatMul,
+    QuantRange,
+    as_weight_bytes,
+    int8_columns,
+    vnni_packed,
+)
 from codegraft.core.attributes import attributes_of
 
 _DEFAULT_ACTIVATIONS = {"LSTM": ("sigmoid", "tanh", "tanh"), "GRU": ("sigmoid", "tanh"), "RNN": ("tanh",)}
@@ -89,7 +97,10 @@ def _used(node: ir.Node, index: int) -> bool:
 
 
 def check_rnn(node: ir.Node) -> str:
-    cell = node.op_type
+    return _check_cell(node, node.op_type)
+
+
+def _check_cell(node: ir.Node, cell: str) -> str:
     if attr_int(node, "layout", 0) != 0:
         return "layout=1 (batch first) is not supported"
     direction = attr_str(node, "direction", "forward")
@@ -236,11 +247,236 @@ def recurrence_flops(op: Recurrence) -> float:
     return float(op.seq * op.batch * len(op.reverse) * (2 * gh * op.hidden + 30 * op.hidden))
 
 
+# -- DynamicQuantizeLSTM (com.microsoft) -----------------------------------------------------------
+# onnxruntime's LSTM on 8-bit weights (quantize_dynamic's form of an LSTM): W [dirs, input, 4H]
+# and R [dirs, H, 4H] int8 or uint8 (transposed against ONNX's LSTM), a scale and a zero point
+# per direction ([dirs]) or per column ([dirs, 4H]), inputs 8-11.  onnxruntime quantizes X
+# (its first max(sequence_lens) steps, all rows at once) and, at every step, h_prev, each on its
+# own range as DynamicQuantizeLinear does, sums the 8-bit products in int32 and scales the sums
+# by (activation scale * weight scale).  Here: X as DynamicQuantizeLinear -> QuantMatMul -> Mul
+# by the scales (ops/quantize.py), the recurrence in ``qlstm.c`` (QuantRecurrence).  Batch 1
+# only: onnxruntime quantizes h_prev over the batch rows each of its threads takes (uni_directional_
+# lstm.cc's batch_parallel_), so for more rows its result depends on its thread count.
+
+_EIGHT_BITS = frozenset({ir.DataType.INT8, ir.DataType.UINT8})
+_BATCH_ONE = (
+    "onnxruntime quantizes h at each step over the batch rows its threads take together, so for "
+    "more than one row its result depends on its thread count; only batch 1 is taken"
+)
+
+
+@dataclass(eq=False)
+class QuantRecurrence(g.Op):
+    """DynamicQuantizeLSTM's recurrence over its input projection (batch 1).
+
+    ``inputs``: the projection ``[len, dirs * 4 * hidden]`` (float(int32 sum) * scales), then
+    the initial ``h`` and ``c`` when given.  ``out``: ``[rows, dirs, 1, hidden]`` as
+    :class:`Recurrence` writes it.  ``r``: per direction, R less its zero point as int8
+    ``[hidden, 4 * hidden]`` (``offset``: int32 per column added back, or ``None``);
+    ``rscale``: R's scale per column ``[dirs, 4 * hidden]``; ``bias``: Wb + Rb ``[dirs, 4 *
+    hidden]``; ``peepholes``: ``[dirs, 3 * hidden]``.
+    """
+
+    seq: int = 1
+    steps: int = 1  # the steps walked (a constant sequence length), Y is 0 past them
+    hidden: int = 1
+    reverse: tuple[bool, ...] = (False,)
+    r: tuple[np.ndarray, ...] = ()
+    offset: np.ndarray | None = None
+    rscale: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float32))
+    bias: np.ndarray | None = None
+    peepholes: np.ndarray | None = None
+    clip: float | None = None
+    has_h0: bool = False
+    has_c0: bool = False
+    h_row: int = -1
+    c_row: int = -1
+
+
+def _per_direction(node: ir.Node, index: int, dirs: int, hidden: int, what: str) -> str:
+    value = present(node, index)
+    if not is_constant(value):
+        return f"{what} must be a constant initializer"
+    assert value is not None and value.shape is not None
+    if tuple(value.shape) not in ((dirs,), (dirs, 4 * hidden)):
+        return f"{what} has shape {list(value.shape)}, expected [{dirs}] or [{dirs}, {4 * hidden}]"
+    return ""
+
+
+def check_dynamic_quantize_lstm(node: ir.Node) -> str:
+    reason = _check_cell(node, "LSTM")
+    if reason:
+        return reason
+    x = node.inputs[0]
+    batch = None if x is None or x.shape is None or len(x.shape) != 3 else x.shape[1]
+    if isinstance(batch, int) and batch != 1:
+        return f"batch {batch}: {_BATCH_ONE}"
+    dirs = len(_DIRECTIONS[attr_str(node, "direction", "forward")])
+    for index, what in ((1, "W"), (2, "R")):
+        value = node.inputs[index]
+        if value is None or value.dtype not in _EIGHT_BITS or rank_of(value) != 3:
+            return f"{what} must be an int8 or uint8 tensor of rank 3"
+    r_value = node.inputs[2]
+    assert r_value is not None and r_value.const_value is not None
+    hidden = int(r_value.const_value.numpy().shape[1])
+    for index, what in ((8, "W's scale"), (9, "W's zero point"), (10, "R's scale"), (11, "R's zero point")):
+        reason = _per_direction(node, index, dirs, hidden, what)
+        if reason:
+            return reason
+    for weight, zero, what in ((1, 9, "W"), (2, 11, "R")):
+        value, zero_value = node.inputs[weight], node.inputs[zero]
+        assert value is not None and zero_value is not None and zero_value.const_value is not None
+        if zero_value.dtype != value.dtype:
+            return f"{what}'s zero point is not of {what}'s type"
+        zp = zero_value.const_value.numpy()
+        # (onnxruntime refuses these; it reads one zero point per direction)
+        if zp.ndim == 2 and value.dtype == ir.DataType.INT8 and zp.any():
+            return f"{what}'s zero points per column must be 0 for int8 weights"
+        if zp.ndim == 2 and np.any(zp != zp.reshape(-1)[0]):
+            return f"{what}'s zero points per column must all be equal"
+    lens = present(node, 4)
+    if lens is not None:
+        if not is_constant(lens):
+            return "sequence_lens must be a constant (the steps X's quantization spans)"
+        assert lens.const_value is not None
+        values = lens.const_value.numpy().reshape(-1)
+        seq = None if x is None or x.shape is None else x.shape[0]
+        if values.size != 1 or values[0] < 1 or (isinstance(seq, int) and values[0] > seq):
+            return f"sequence_lens {values.tolist()} is not one length within the sequence"
+    return ""
+
+
+def _less_zero_point(weight: np.ndarray, zero: np.ndarray, direction: int) -> np.ndarray:
+    """One direction's 8-bit weight ``[K, N]`` as int32 less its zero point (onnxruntime
+    reads the direction's first one: they are all equal, or the check declined the node)."""
+    return weight[direction].astype(np.int32) - int(zero.reshape(zero.shape[0], -1)[direction, 0])
+
+
+def _dynamic_quantize_lstm(lw: Lowerer, node: ir.Node) -> None:
+    x = lw.tensor(node.inputs[0])
+    if len(x.shape) != 3:
+        raise LoweringError(f"X must be [seq, batch, input], got {x.shape}")
+    seq, batch, width = x.shape
+    if batch != 1:
+        raise LoweringError(f"batch {batch}: {_BATCH_ONE}")
+    reverse = _DIRECTIONS[attr_str(node, "direction", "forward")]
+    dirs = len(reverse)
+    w, r = lw.known(node.inputs[1], "W"), lw.known(node.inputs[2], "R")
+    hidden = r.shape[1]
+    gh = 4 * hidden
+    if w.shape != (dirs, width, gh) or r.shape != (dirs, hidden, gh):
+        raise LoweringError(f"W {w.shape} / R {r.shape} do not fit X {x.shape} and {dirs} direction(s)")
+    scales = [lw.known(node.inputs[i], what).astype(np.float32) for i, what in ((8, "W's scale"), (10, "R's scale"))]
+    zeros = [lw.known(node.inputs[i], what) for i, what in ((9, "W's zero point"), (11, "R's zero point"))]
+    wscale, rscale = (np.broadcast_to(s.reshape(dirs, -1), (dirs, gh)).astype(np.float32) for s in scales)
+    steps = seq
+    lens_value = present(node, 4)
+    if lens_value is not None:
+        steps = int(lw.known(lens_value, "sequence_lens").reshape(-1)[0])
+        if not 1 <= steps <= seq:
+            raise LoweringError(f"sequence_lens {steps} does not fit {seq} steps")
+
+    # X's first ``steps`` rows quantized at once, their 8-bit products with W summed in int32
+    rows = lw.view(x if steps == seq else slice_op(lw, x, {0: (0, steps, 1)}), (steps, width))
+    params = lw.new((2,), "qparams")
+    lw.ops.append(QuantRange([rows], params))
+    scale = lw.view(slice_op(lw, params, {0: (0, 1, 1)}), ())
+    zero_point = lw.view(slice_op(lw, params, {0: (1, 2, 1)}), ())
+    quantized = lw.elementwise("quantize_u8", [rows, scale, zero_point])
+    found = int8_columns(np.concatenate([_less_zero_point(w, zeros[0], d) for d in range(dirs)], axis=1))
+    if found is None:
+        raise LoweringError("W less its zero point does not fit 8 bits")
+    sums = lw.new((steps, dirs * gh), "xsums")
+    lw.ops.append(QuantMatMul([quantized, zero_point], sums, weight=found[0], offset=found[1]))
+    # float(sum) * (x scale * W scale): the scales' product first, as onnxruntime's output processor
+    multiplier = lw.elementwise("mul", [scale, lw.const(wscale.reshape(-1))])
+    proj = lw.elementwise("mul", [sums, multiplier])
+
+    packed, offsets = [], []
+    for d in range(dirs):
+        found = int8_columns(_less_zero_point(r, zeros[1], d))
+        if found is None:
+            raise LoweringError("R less its zero point does not fit 8 bits")
+        packed.append(found[0])
+        offsets.append(found[1])
+    b_value = present(node, 3)
+    bias = None
+    if b_value is not None:
+        b = lw.known(b_value, "B").astype(np.float32).reshape(dirs, 2 * gh)
+        bias = b[:, :gh] + b[:, gh:]  # Wb + Rb in float32, added to the gates after the products
+    p_value = present(node, 7)
+    peepholes = None if p_value is None else lw.known(p_value, "P").astype(np.float32).reshape(dirs, 3 * hidden)
+    inputs = [proj]
+    h0, c0 = present(node, 5), present(node, 6)
+    for value in (h0, c0):
+        if value is not None:
+            state = lw.tensor(value)
+            if state.shape != (dirs, 1, hidden):
+                raise LoweringError(f"an initial state is {state.shape}, expected {(dirs, 1, hidden)}")
+            inputs.append(state)
+    want_h, want_c = _used(node, 1), _used(node, 2)
+    h_row = seq if want_h else -1
+    c_row = seq + int(want_h) if want_c else -1
+    out_rows = seq + int(want_h) + int(want_c)
+    out = lw.new((out_rows, dirs, 1, hidden), "qlstm")
+    offset = np.stack(offsets)
+    lw.ops.append(QuantRecurrence(
+        inputs, out, seq=seq, steps=steps, hidden=hidden, reverse=reverse, r=tuple(packed),
+        offset=offset if offset.any() else None, rscale=rscale, bias=bias, peepholes=peepholes,
+        clip=attr_float(node, "clip", 0.0) if "clip" in attributes_of(node) else None,
+        has_h0=h0 is not None, has_c0=c0 is not None, h_row=h_row, c_row=c_row,
+    ))  # fmt: skip
+    if _used(node, 0):
+        lw.bind(node.outputs[0], out if out_rows == seq else slice_op(lw, out, {0: (0, seq, 1)}))
+    for row, index in ((h_row, 1), (c_row, 2)):
+        if row >= 0:
+            lw.bind(node.outputs[index], lw.view(slice_op(lw, out, {0: (row, row + 1, 1)}), (dirs, 1, hidden)))
+
+
+def emit_quant_rnn(ctx: Context, kernel: Kernel) -> None:
+    op = core_of(kernel, QuantRecurrence)
+    hidden, dirs = op.hidden, len(op.reverse)
+    gh = 4 * hidden
+    k4, blocks = -(-hidden // 4) * 4, -(-gh // QGEMM_COLS)
+    hp, ghp = -(-hidden // 16) * 16, -(-gh // 16) * 16
+    # per task: h, c, the gates, the int32 sums (blocks * 64), h's bytes (K4), 64-byte apart
+    scratch = 2 * hp + ghp + blocks * QGEMM_COLS + -(-k4 // 64) * 16
+    ctx.define_once("cg_quant_range", lambda: c_file("ops/quantize.c"))
+    name = ctx.name("qlstm")
+    ctx.functions.append(filled(
+        "ops/qlstm.c", name=name, dirs=dirs, seq=op.seq, len=op.steps, H=hidden, GH=gh, Hp=hp, GHp=ghp, K4=k4,
+        blocks=blocks, h_row=op.h_row, c_row=op.c_row, has_bias=int(op.bias is not None),
+        has_clip=int(op.clip is not None), clip=c_float(op.clip or 0.0), peep=int(op.peepholes is not None),
+        scratch=scratch, reverse_mask=sum(1 << d for d, back in enumerate(op.reverse) if back),
+    ))  # fmt: skip
+    states = iter(op.inputs[1:])
+    h0 = ctx.ptr(next(states)) if op.has_h0 else "(const float*)0"
+    c0 = ctx.ptr(next(states)) if op.has_c0 else "(const float*)0"
+    r = as_weight_bytes(ctx, np.stack([vnni_packed(m) for m in op.r]))
+    colsum = as_weight_bytes(ctx, np.stack([m.sum(axis=0, dtype=np.int64).astype(np.int32) for m in op.r]))
+    offset = f"(const int32_t*){as_weight_bytes(ctx, op.offset.astype(np.int32))}" if op.offset is not None else "0"
+    bias = ctx.weight(op.bias) if op.bias is not None else "(const float*)0"
+    peep = ctx.weight(op.peepholes) if op.peepholes is not None else "(const float*)0"
+    ctx.body.append(
+        f"  {name}({ctx.ptr(op.inputs[0])}, {h0}, {c0}, (const int8_t*){r}, (const int32_t*){colsum}, {offset}, "
+        f"{ctx.weight(op.rscale)}, {bias}, {peep}, {ctx.ptr(op.out)}, {ctx.temp(dirs * scratch)});"
+    )
+
+
+def quant_recurrence_flops(op: QuantRecurrence) -> float:
+    """Products of ``h_prev R`` (8-bit, four to a float FMA's one) and the gate math, every step and direction."""
+    gh = 4 * op.hidden
+    return float(op.steps * len(op.reverse) * (0.5 * gh * op.hidden + 60 * op.hidden))
+
+
 ONNX = (
     # (sequence_lens, int32, reaches the kernel as exact floats)
     OnnxOp("LSTM", _rnn, check_rnn, converted=frozenset({4})),
     OnnxOp("GRU", _rnn, check_rnn, converted=frozenset({4})),
     OnnxOp("RNN", _rnn, check_rnn, converted=frozenset({4})),
+    # (W, R, their scales and zero points and sequence_lens are read at compile time)
+    OnnxOp("DynamicQuantizeLSTM", _dynamic_quantize_lstm, check_dynamic_quantize_lstm,
+           non_data=frozenset({1, 2, 4, 8, 9, 10, 11}), contrib=True),
 )
 
-KERNELS = (KernelOp(Recurrence, Layout.PLAIN, emit_rnn),)
+KERNELS = (KernelOp(Recurrence, Layout.PLAIN, emit_rnn), KernelOp(QuantRecurrence, Layout.PLAIN, emit_quant_rnn))

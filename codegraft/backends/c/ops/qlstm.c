@@ -1,0 +1,195 @@
+/* DynamicQuantizeLSTM's recurrence (ops/rnn.py QuantRecurrence): ${dirs} direction(s), batch 1,
+   ${len} of ${seq} steps, hidden ${H}, in onnxruntime's arithmetic (uni_directional_lstm.cc with
+   8-bit weights).  xp[t][d][${GH}] holds each step's input projection, float(int32 sum) times
+   (x scale * W scale), one 8-bit GEMM before this kernel.  Each step quantizes h_prev on its
+   own range (cg_quant_range: DynamicQuantizeLinear's scale and zero point), sums
+   (hq - zp) (R - R zero point) exactly in int32, and adds float(sum) * (h scale * R scale) to
+   the projection: a multiply, then an add (onnxruntime's output processor, no FMA).  The gates
+   follow onnxruntime's order of roundings: peephole product, then the bias Wb + Rb, then clip;
+   sigmoid and tanh are MLAS's rational approximations as its FMA3 kernels compute them
+   (bit for bit, hence fp-contract off here and fmaf where MLAS fuses).  r is R less its zero
+   point as int8 (plus an int32 offset per column where a uint8 R spans more than int8),
+   packed [d][N / 64][K4 / 4][64][4] as ops/qgemm.c packs it; colsum its column sums.
+   y[row][d][H]: rows 0..seq-1 are Y (0 past len), then Y_h (row ${h_row}, -1: not written)
+   and Y_c (row ${c_row}).  One task per direction. */
+#include <stdint.h>
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+/* no multiply and add contracted into an FMA (gcc: the pragma; clang: CG_NO_CONTRACT in each function) */
+#pragma GCC push_options
+#pragma GCC optimize("fp-contract=off")
+#ifndef CG_NO_CONTRACT
+#ifdef __clang__
+#define CG_NO_CONTRACT _Pragma("clang fp contract(off)")
+#else
+#define CG_NO_CONTRACT
+#endif
+#endif
+
+typedef struct { const float* xp; const float* h0; const float* c0; const int8_t* r; const int32_t* colsum;
+                 const int32_t* offset; const float* rscale; const float* bias; const float* peep; float* y;
+                 float* scratch; } ${name}_t;
+
+/* MlasComputeLogisticF32KernelFma3, one value */
+static inline float ${name}_sigmoid(float x) {
+  CG_NO_CONTRACT
+  x = x < -18.0f ? -18.0f : x;
+  x = x > 18.0f ? 18.0f : x;
+  const float x2 = x * x;
+  float p = fmaf(x2, 4.37031012579801e-11f, 1.15627324459942e-07f);
+  p = fmaf(x2, p, 6.08574864600143e-05f);
+  p = fmaf(x2, p, 8.51377133304701e-03f);
+  p = fmaf(x2, p, 2.48287947061529e-01f);
+  float q = fmaf(x2, 6.10247389755681e-13f, 5.76102136993427e-09f);
+  q = fmaf(x2, q, 6.29106785017040e-06f);
+  q = fmaf(x2, q, 1.70198817374094e-03f);
+  q = fmaf(x2, q, 1.16817656904453e-01f);
+  q = fmaf(x2, q, 9.93151921023180e-01f);
+  const float r = (x * p) / q + 0.5f;
+  return r < 0.0f ? 0.0f : r;
+}
+
+/* MlasComputeTanhF32KernelFma3, one value */
+static inline float ${name}_tanh(float x) {
+  CG_NO_CONTRACT
+  x = x < -9.0f ? -9.0f : x;
+  x = x > 9.0f ? 9.0f : x;
+  const float x2 = x * x;
+  float p = fmaf(x2, -2.76076847742355e-16f, 2.00018790482477e-13f);
+  p = fmaf(x2, p, -8.60467152213735e-11f);
+  p = fmaf(x2, p, 5.12229709037114e-08f);
+  p = fmaf(x2, p, 1.48572235717979e-05f);
+  p = fmaf(x2, p, 6.37261928875436e-04f);
+  p = fmaf(x2, p, 4.89352455891786e-03f);
+  float q = fmaf(x2, 1.19825839466702e-06f, 1.18534705686654e-04f);
+  q = fmaf(x2, q, 2.26843463243900e-03f);
+  q = fmaf(x2, q, 4.89352518554385e-03f);
+  return (x * p) / q;
+}
+
+/* onnxruntime's clip_add_bias / clip_ignore_bias: the bias first, then min(clip, x), max(-clip, x) */
+static inline float ${name}_pre(float x, const float* bias, long i) {
+  CG_NO_CONTRACT
+#if ${has_bias}
+  x = x + bias[i];
+#endif
+#if ${has_clip}
+  x = x < ${clip} ? x : ${clip};
+  x = x > -${clip} ? x : -${clip};
+#endif
+  return x;
+}
+
+/* acc[n] = sum_k hq[k] * r[k][n] over the packed blocks (K4 bytes of hq, zero past H) */
+static inline void ${name}_gemv(const uint8_t* hq, const int8_t* r, int32_t* acc) {
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512F__)
+  for (long b = 0; b < ${blocks}; b++) {
+    const int8_t* w = r + b * ${K4} * 64;
+    __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
+    for (long s = 0; s < ${K4} / 4; s++) {
+      int32_t f;
+      memcpy(&f, hq + 4 * s, 4);
+      const __m512i x = _mm512_set1_epi32(f);
+      const int8_t* ws = w + s * 256;
+      a0 = _mm512_dpbusd_epi32(a0, x, _mm512_load_si512((const void*)ws));
+      a1 = _mm512_dpbusd_epi32(a1, x, _mm512_load_si512((const void*)(ws + 64)));
+      a2 = _mm512_dpbusd_epi32(a2, x, _mm512_load_si512((const void*)(ws + 128)));
+      a3 = _mm512_dpbusd_epi32(a3, x, _mm512_load_si512((const void*)(ws + 192)));
+    }
+    _mm512_storeu_si512((void*)(acc + b * 64), a0);
+    _mm512_storeu_si512((void*)(acc + b * 64 + 16), a1);
+    _mm512_storeu_si512((void*)(acc + b * 64 + 32), a2);
+    _mm512_storeu_si512((void*)(acc + b * 64 + 48), a3);
+  }
+#else
+  for (long b = 0; b < ${blocks}; b++) {
+    const int8_t* w = r + b * ${K4} * 64;
+    int32_t* out = acc + b * 64;
+    for (int c = 0; c < 64; c++) out[c] = 0;
+    for (long s = 0; s < ${K4} / 4; s++) {
+      const uint8_t* x = hq + 4 * s;
+      const int8_t* ws = w + s * 256;
+      for (int c = 0; c < 64; c++)
+        out[c] += x[0] * ws[4 * c] + x[1] * ws[4 * c + 1] + x[2] * ws[4 * c + 2] + x[3] * ws[4 * c + 3];
+    }
+  }
+#endif
+}
+
+static void ${name}_task(const void* ctx, long d) {
+  CG_NO_CONTRACT
+  const ${name}_t* k = ctx;
+  const int reverse = (${reverse_mask} >> d) & 1;
+  float* restrict h = k->scratch + d * ${scratch};
+  float* restrict c = h + ${Hp};
+  float* restrict g = c + ${Hp};
+  int32_t* restrict acc = (int32_t*)(g + ${GHp});
+  uint8_t* restrict hq = (uint8_t*)(acc + ${blocks} * 64);
+  const int8_t* r = k->r + d * ${blocks} * ${K4} * 64;
+  const int32_t* colsum = k->colsum + d * ${GH};
+  const int32_t* offset = k->offset ? k->offset + d * ${GH} : 0;
+  const float* rscale = k->rscale + d * ${GH};
+  const float* bias = k->bias ? k->bias + d * ${GH} : 0;
+  const float* p = k->peep ? k->peep + d * 3 * ${H} : 0;
+  if (k->h0) memcpy(h, k->h0 + d * ${H}, ${H} * sizeof(float)); else memset(h, 0, ${H} * sizeof(float));
+  if (k->c0) memcpy(c, k->c0 + d * ${H}, ${H} * sizeof(float)); else memset(c, 0, ${H} * sizeof(float));
+  memset(hq, 0, ${K4});
+  for (long t = ${len}; t < ${seq}; t++) memset(k->y + (t * ${dirs} + d) * ${H}, 0, ${H} * sizeof(float));
+  for (long s = 0; s < ${len}; s++) {
+    const long t = reverse ? ${len} - 1 - s : s;
+    /* h_prev quantized on its own range, as onnxruntime's quantized ComputeGemm does */
+    float qp[2];
+    cg_quant_range(h, ${H}, qp);
+    const float scale = qp[0], zero = qp[1];
+    int32_t rowsum = 0;
+    for (long i = 0; i < ${H}; i++) {
+      const float v = h[i] / scale;
+      hq[i] = (uint8_t)(rintf(v < -zero ? -zero : v > 255.0f - zero ? 255.0f - zero : v) + zero);
+    }
+    for (long i = 0; i < ${H}; i++) rowsum += hq[i];
+    ${name}_gemv(hq, r, acc);
+    const int32_t zp = (int32_t)zero, rest = rowsum - zp * ${H};
+    const float* restrict xp = k->xp + (t * ${dirs} + d) * ${GH};
+    for (long n = 0; n < ${GH}; n++) {
+      const int32_t sum = acc[n] - zp * colsum[n] + (offset ? offset[n] * rest : 0);
+      const float product = (float)sum * (scale * rscale[n]);
+      g[n] = xp[n] + product;
+    }
+    /* gates i, o, f, c */
+    float* restrict y = k->y + (t * ${dirs} + d) * ${H};
+    for (long i = 0; i < ${H}; i++) {
+      float gi = g[i], gf = g[2 * ${H} + i], go = g[${H} + i];
+#if ${peep}
+      gi = gi + c[i] * p[i];
+      gf = gf + c[i] * p[2 * ${H} + i];
+#endif
+      const float it = ${name}_sigmoid(${name}_pre(gi, bias, i));
+      const float ft = ${name}_sigmoid(${name}_pre(gf, bias, 2 * ${H} + i));
+      const float ct = ${name}_tanh(${name}_pre(g[3 * ${H} + i], bias, 3 * ${H} + i));
+      const float first = c[i] * ft, second = it * ct;
+      const float cn = first + second;
+#if ${peep}
+      go = go + cn * p[${H} + i];
+#endif
+      const float ot = ${name}_sigmoid(${name}_pre(go, bias, ${H} + i));
+      c[i] = cn;
+      h[i] = ${name}_tanh(cn) * ot;
+      y[i] = h[i];
+    }
+  }
+#if ${h_row} >= 0
+  memcpy(k->y + (${h_row} * ${dirs} + d) * ${H}, h, ${H} * sizeof(float));
+#endif
+#if ${c_row} >= 0
+  memcpy(k->y + (${c_row} * ${dirs} + d) * ${H}, c, ${H} * sizeof(float));
+#endif
+}
+
+static void ${name}(const float* xp, const float* h0, const float* c0, const int8_t* r, const int32_t* colsum,
+                    const int32_t* offset, const float* rscale, const float* bias, const float* peep, float* y,
+                    float* scratch) {
+  const ${name}_t k = {xp, h0, c0, r, colsum, offset, rscale, bias, peep, y, scratch};
+  cg_parallel(${dirs}, ${name}_task, &k);
+}
+#pragma GCC pop_options
