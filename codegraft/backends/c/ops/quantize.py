@@ -371,4 +371,7 @@ KERNELS = (
 )
 
 
-__all__ = ["EXACT_SUMS", "KERNELS", "ONNX", "QGEMM_COLS", "QGEMM_ROWS", "QGEMM_RUN", "QuantMatMul", "QuantRange"]
+__all__ = [
+    "EXACT_SUMS", "KERNELS", "ONNX", "QGEMM_COLS", "QGEMM_ROWS", "QGEMM_RUN", "QuantMatMul", "QuantRange",
+    "as_weight_bytes", "int8_columns", "vnni_packed",
+]

@@ -17,6 +17,12 @@ states absent, constant or computed; LSTM with constant peepholes; GRU with eith
 ``linear_before_reset``.  Declined: ``input_forget=1``, other activations, ``layout=1``,
 W/R/B/P not constant.
 
+onnxruntime's com.microsoft DynamicQuantizeLSTM (8-bit W and R) is its own kernel
+(``qlstm.c``, :class:`QuantRecurrence`), bit for bit onnxruntime's: X quantized at once and
+multiplied on 8-bit products (``quantize.py``'s QuantRange and QuantMatMul), then per step
+h_prev quantized on its own range, its int32 sums with R scaled and added, the gates with
+MLAS's sigmoid and tanh.  Batch 1 only (below, ``_BATCH_ONE``).
+
 Example (gates per cell: LSTM i, o, f, c; GRU z, r, h; RNN one)::
 
     >>> gate_count("LSTM"), gate_count("GRU"), gate_count("RNN")
