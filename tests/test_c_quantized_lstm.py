@@ -119,6 +119,14 @@ def test_scales_per_direction_or_per_column(weights: str, per_column: bool) -> N
     check_equal(quantized_lstm(hidden=20, width=9, direction="bidirectional", weights=weights, per_column=per_column))
 
 
+def test_uint8_zero_points_that_differ_by_direction() -> None:
+    model = quantized_lstm(seq=9, hidden=24, width=7, direction="bidirectional", weights="uint8")
+    for tensor in model.graph.initializer:
+        if tensor.name in ("wz", "rz"):
+            tensor.CopyFrom(numpy_helper.from_array(np.array([100, 140], np.uint8), tensor.name))
+    check_equal(model)
+
+
 @pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
 def test_a_constant_sequence_length_shorter_than_x(direction: str) -> None:
     # X's quantization spans only the steps walked; Y is 0 past them
