@@ -139,6 +139,12 @@ def test_some_outputs(outputs: tuple[str, ...]) -> None:
     check_equal(quantized_lstm(direction="bidirectional", outputs=outputs))
 
 
+@pytest.mark.parametrize(("batch", "direction"), [(2, "bidirectional"), (4, "reverse")])
+def test_batch_rows_onnxruntime_quantizes_together(batch: int, direction: str) -> None:
+    # 2-4 rows of a hidden size above 256: onnxruntime's one thread quantizes every row's h_prev on one range
+    check_equal(quantized_lstm(seq=4, hidden=260, width=6, direction=direction, batch=batch, h0="input"), 2)
+
+
 @pytest.mark.skipif(VNNI not in cpu_features(), reason="onnxruntime saturates full-range int8 sums without VNNI")
 def test_full_range_int8_weights_of_a_corpus_size() -> None:
     # text2tashkeel's layers: hidden 256, 128 inputs, full-range int8 weights, a scale per direction
@@ -160,7 +166,9 @@ def test_what_stays_on_the_host() -> None:
         assert not verdict
         return verdict.reason
 
-    assert "thread count" in reason(quantized_lstm(batch=2))
+    assert "thread count" in reason(quantized_lstm(batch=2))  # hidden 8: rows split among threads
+    assert "thread count" in reason(quantized_lstm(batch=5, hidden=260))
+    assert "sequence_lens" in reason(quantized_lstm(batch=2, hidden=260, lens=3))
     assert "input_forget" in reason(quantized_lstm(input_forget=1))
     assert "activations" in reason(quantized_lstm(activations=["Tanh", "Tanh", "Tanh"]))
     computed_lens = quantized_lstm(h0="input")

@@ -1,8 +1,8 @@
-/* DynamicQuantizeLSTM's recurrence (ops/rnn.py QuantRecurrence): ${dirs} direction(s), batch 1,
+/* DynamicQuantizeLSTM's recurrence (ops/rnn.py QuantRecurrence): ${dirs} direction(s), batch ${B},
    ${len} of ${seq} steps, hidden ${H}, in onnxruntime's arithmetic (uni_directional_lstm.cc with
-   8-bit weights).  xp[t][d][${GH}] holds each step's input projection, float(int32 sum) times
+   8-bit weights).  xp[t][b][d][${GH}] holds each step's input projection, float(int32 sum) times
    (x scale * W scale), one 8-bit GEMM before this kernel.  Each step quantizes h_prev on its
-   own range (cg_quant_range: DynamicQuantizeLinear's scale and zero point), sums
+   range, all rows together (cg_quant_range: DynamicQuantizeLinear's scale and zero point), sums
    (hq - zp) (R - R zero point) exactly in int32, and adds float(sum) * (h scale * R scale) to
    the projection: a multiply, then an add (onnxruntime's output processor, no FMA).  The gates
    follow onnxruntime's order of roundings: peephole product, then the bias Wb + Rb, then clip;
@@ -10,7 +10,7 @@
    (bit for bit, hence fp-contract off here and fmaf where MLAS fuses).  r is R less its zero
    point as int8 (plus an int32 offset per column where a uint8 R spans more than int8),
    packed [d][N / 64][K4 / 4][64][4] as ops/qgemm.c packs it; colsum its column sums.
-   y[row][d][H]: rows 0..seq-1 are Y (0 past len), then Y_h (row ${h_row}, -1: not written)
+   y[row][d][b][H]: rows 0..seq-1 are Y (0 past len), then Y_h (row ${h_row}, -1: not written)
    and Y_c (row ${c_row}).  One task per direction. */
 #include <stdint.h>
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512F__)
@@ -121,68 +121,76 @@ static void ${name}_task(const void* ctx, long d) {
   CG_NO_CONTRACT
   const ${name}_t* k = ctx;
   const int reverse = (${reverse_mask} >> d) & 1;
-  float* restrict h = k->scratch + d * ${scratch};
-  float* restrict c = h + ${Hp};
-  float* restrict g = c + ${Hp};
-  int32_t* restrict acc = (int32_t*)(g + ${GHp});
-  uint8_t* restrict hq = (uint8_t*)(acc + ${blocks} * 64);
+  float* restrict h = k->scratch + d * ${scratch};  /* [B][H] */
+  float* restrict c = h + ${Hp};                     /* [B][H] */
+  float* restrict g = c + ${Hp};                     /* one row's gates */
+  int32_t* restrict acc = (int32_t*)(g + ${GHp});    /* one row's sums */
+  uint8_t* restrict hq = (uint8_t*)(acc + ${blocks} * 64);  /* [B][K4] */
   const int8_t* r = k->r + d * ${blocks} * ${K4} * 64;
   const int32_t* colsum = k->colsum + d * ${GH};
   const int32_t* offset = k->offset ? k->offset + d * ${GH} : 0;
   const float* rscale = k->rscale + d * ${GH};
   const float* bias = k->bias ? k->bias + d * ${GH} : 0;
   const float* p = k->peep ? k->peep + d * 3 * ${H} : 0;
-  if (k->h0) memcpy(h, k->h0 + d * ${H}, ${H} * sizeof(float)); else memset(h, 0, ${H} * sizeof(float));
-  if (k->c0) memcpy(c, k->c0 + d * ${H}, ${H} * sizeof(float)); else memset(c, 0, ${H} * sizeof(float));
-  memset(hq, 0, ${K4});
-  for (long t = ${len}; t < ${seq}; t++) memset(k->y + (t * ${dirs} + d) * ${H}, 0, ${H} * sizeof(float));
+  const long rows = ${B} * ${H};
+  if (k->h0) memcpy(h, k->h0 + d * rows, rows * sizeof(float)); else memset(h, 0, rows * sizeof(float));
+  if (k->c0) memcpy(c, k->c0 + d * rows, rows * sizeof(float)); else memset(c, 0, rows * sizeof(float));
+  memset(hq, 0, ${B} * ${K4});
+  for (long t = ${len}; t < ${seq}; t++) memset(k->y + (t * ${dirs} + d) * rows, 0, rows * sizeof(float));
   for (long s = 0; s < ${len}; s++) {
     const long t = reverse ? ${len} - 1 - s : s;
-    /* h_prev quantized on its own range, as onnxruntime's quantized ComputeGemm does */
+    /* every row's h_prev quantized on their one range, as onnxruntime's quantized ComputeGemm does */
     float qp[2];
-    cg_quant_range(h, ${H}, qp);
+    cg_quant_range(h, rows, qp);
     const float scale = qp[0], zero = qp[1];
-    int32_t rowsum = 0;
-    for (long i = 0; i < ${H}; i++) {
-      const float v = h[i] / scale;
-      hq[i] = (uint8_t)(rintf(v < -zero ? -zero : v > 255.0f - zero ? 255.0f - zero : v) + zero);
-    }
-    for (long i = 0; i < ${H}; i++) rowsum += hq[i];
-    ${name}_gemv(hq, r, acc);
-    const int32_t zp = (int32_t)zero, rest = rowsum - zp * ${H};
-    const float* restrict xp = k->xp + (t * ${dirs} + d) * ${GH};
-    for (long n = 0; n < ${GH}; n++) {
-      const int32_t sum = acc[n] - zp * colsum[n] + (offset ? offset[n] * rest : 0);
-      const float product = (float)sum * (scale * rscale[n]);
-      g[n] = xp[n] + product;
-    }
-    /* gates i, o, f, c */
-    float* restrict y = k->y + (t * ${dirs} + d) * ${H};
-    for (long i = 0; i < ${H}; i++) {
-      float gi = g[i], gf = g[2 * ${H} + i], go = g[${H} + i];
+    const int32_t zp = (int32_t)zero;
+    for (long b = 0; b < ${B}; b++)
+      for (long i = 0; i < ${H}; i++) {
+        const float v = h[b * ${H} + i] / scale;
+        hq[b * ${K4} + i] = (uint8_t)(rintf(v < -zero ? -zero : v > 255.0f - zero ? 255.0f - zero : v) + zero);
+      }
+    for (long b = 0; b < ${B}; b++) {
+      const uint8_t* restrict q = hq + b * ${K4};
+      int32_t rowsum = 0;
+      for (long i = 0; i < ${H}; i++) rowsum += q[i];
+      ${name}_gemv(q, r, acc);
+      const int32_t rest = rowsum - zp * ${H};
+      const float* restrict xp = k->xp + ((t * ${B} + b) * ${dirs} + d) * ${GH};
+      for (long n = 0; n < ${GH}; n++) {
+        const int32_t sum = acc[n] - zp * colsum[n] + (offset ? offset[n] * rest : 0);
+        const float product = (float)sum * (scale * rscale[n]);
+        g[n] = xp[n] + product;
+      }
+      /* gates i, o, f, c */
+      float* restrict hb = h + b * ${H};
+      float* restrict cb = c + b * ${H};
+      float* restrict y = k->y + ((t * ${dirs} + d) * ${B} + b) * ${H};
+      for (long i = 0; i < ${H}; i++) {
+        float gi = g[i], gf = g[2 * ${H} + i], go = g[${H} + i];
 #if ${peep}
-      gi = gi + c[i] * p[i];
-      gf = gf + c[i] * p[2 * ${H} + i];
+        gi = gi + cb[i] * p[i];
+        gf = gf + cb[i] * p[2 * ${H} + i];
 #endif
-      const float it = ${name}_sigmoid(${name}_pre(gi, bias, i));
-      const float ft = ${name}_sigmoid(${name}_pre(gf, bias, 2 * ${H} + i));
-      const float ct = ${name}_tanh(${name}_pre(g[3 * ${H} + i], bias, 3 * ${H} + i));
-      const float first = c[i] * ft, second = it * ct;
-      const float cn = first + second;
+        const float it = ${name}_sigmoid(${name}_pre(gi, bias, i));
+        const float ft = ${name}_sigmoid(${name}_pre(gf, bias, 2 * ${H} + i));
+        const float ct = ${name}_tanh(${name}_pre(g[3 * ${H} + i], bias, 3 * ${H} + i));
+        const float first = cb[i] * ft, second = it * ct;
+        const float cn = first + second;
 #if ${peep}
-      go = go + cn * p[${H} + i];
+        go = go + cn * p[${H} + i];
 #endif
-      const float ot = ${name}_sigmoid(${name}_pre(go, bias, ${H} + i));
-      c[i] = cn;
-      h[i] = ${name}_tanh(cn) * ot;
-      y[i] = h[i];
+        const float ot = ${name}_sigmoid(${name}_pre(go, bias, ${H} + i));
+        cb[i] = cn;
+        hb[i] = ${name}_tanh(cn) * ot;
+        y[i] = hb[i];
+      }
     }
   }
 #if ${h_row} >= 0
-  memcpy(k->y + (${h_row} * ${dirs} + d) * ${H}, h, ${H} * sizeof(float));
+  memcpy(k->y + (${h_row} * ${dirs} + d) * rows, h, rows * sizeof(float));
 #endif
 #if ${c_row} >= 0
-  memcpy(k->y + (${c_row} * ${dirs} + d) * ${H}, c, ${H} * sizeof(float));
+  memcpy(k->y + (${c_row} * ${dirs} + d) * rows, c, rows * sizeof(float));
 #endif
 }
 

@@ -21,7 +21,7 @@ onnxruntime's com.microsoft DynamicQuantizeLSTM (8-bit W and R) is its own kerne
 (``qlstm.c``, :class:`QuantRecurrence`), bit for bit onnxruntime's: X quantized at once and
 multiplied on 8-bit products (``quantize.py``'s QuantRange and QuantMatMul), then per step
 h_prev quantized on its own range, its int32 sums with R scaled and added, the gates with
-MLAS's sigmoid and tanh.  Batch 1 only (below, ``_BATCH_ONE``).
+MLAS's sigmoid and tanh.  One batch row, or 2-4 of a hidden size above 256 (below, ``_batch_reason``).
 
 Example (gates per cell: LSTM i, o, f, c; GRU z, r, h; RNN one)::
 
@@ -260,24 +260,32 @@ def recurrence_flops(op: Recurrence) -> float:
 # (its first max(sequence_lens) steps, all rows at once) and, at every step, h_prev, each on its
 # own range as DynamicQuantizeLinear does, sums the 8-bit products in int32 and scales the sums
 # by (activation scale * weight scale).  Here: X as DynamicQuantizeLinear -> QuantMatMul -> Mul
-# by the scales (ops/quantize.py), the recurrence in ``qlstm.c`` (QuantRecurrence).  Batch 1
-# only: onnxruntime quantizes h_prev over the batch rows each of its threads takes (uni_directional_
-# lstm.cc's batch_parallel_), so for more rows its result depends on its thread count.
+# by the scales (ops/quantize.py), the recurrence in ``qlstm.c`` (QuantRecurrence).  The batch:
+# onnxruntime quantizes h_prev over the rows each of its threads takes (uni_directional_lstm.cc's
+# batch_parallel_: more than 4 rows, or 2-4 of a hidden size up to 256, split among its threads),
+# so there its result depends on its thread count; one row, or 2-4 rows of a larger hidden size
+# (quantized together, every step) are taken.
 
 _EIGHT_BITS = frozenset({ir.DataType.INT8, ir.DataType.UINT8})
-_BATCH_ONE = (
-    "onnxruntime quantizes h at each step over the batch rows its threads take together, so for "
-    "more than one row its result depends on its thread count; only batch 1 is taken"
-)
+
+
+def _batch_reason(batch: int, hidden: int, lens: bool) -> str:
+    """``""`` where onnxruntime quantizes h_prev over all ``batch`` rows at once, else why not."""
+    if batch == 1:
+        return ""
+    if batch > 4 or hidden <= 256:
+        return (f"batch {batch} of hidden size {hidden}: onnxruntime splits its rows among its threads "
+                "and quantizes h over each thread's rows, so its result depends on its thread count")  # fmt: skip
+    return f"batch {batch} with sequence_lens is not supported (only one row)" if lens else ""
 
 
 @dataclass(eq=False)
 class QuantRecurrence(g.Op):
-    """DynamicQuantizeLSTM's recurrence over its input projection (batch 1).
+    """DynamicQuantizeLSTM's recurrence over its input projection.
 
-    ``inputs``: the projection ``[len, dirs * 4 * hidden]`` (float(int32 sum) * scales), then
-    the initial ``h`` and ``c`` when given.  ``out``: ``[rows, dirs, 1, hidden]`` as
-    :class:`Recurrence` writes it.  ``r``: per direction, R less its zero point as int8
+    ``inputs``: the projection ``[len * batch, dirs * 4 * hidden]`` (float(int32 sum) *
+    scales), then the initial ``h`` and ``c`` when given.  ``out``: ``[rows, dirs, batch,
+    hidden]`` as :class:`Recurrence` writes it.  ``r``: per direction, R less its zero point as int8
     ``[hidden, 4 * hidden]`` (``offset``: int32 per column added back, or ``None``);
     ``rscale``: R's scale per column ``[dirs, 4 * hidden]``; ``bias``: Wb + Rb ``[dirs, 4 *
     hidden]``; ``peepholes``: ``[dirs, 3 * hidden]``.
@@ -285,6 +293,7 @@ class QuantRecurrence(g.Op):
 
     seq: int = 1
     steps: int = 1  # the steps walked (a constant sequence length), Y is 0 past them
+    batch: int = 1  # rows quantized together at each step
     hidden: int = 1
     reverse: tuple[bool, ...] = (False,)
     r: tuple[np.ndarray, ...] = ()
@@ -315,8 +324,6 @@ def check_dynamic_quantize_lstm(node: ir.Node) -> str:
         return reason
     x = node.inputs[0]
     batch = None if x is None or x.shape is None or len(x.shape) != 3 else x.shape[1]
-    if isinstance(batch, int) and batch != 1:
-        return f"batch {batch}: {_BATCH_ONE}"
     dirs = len(_DIRECTIONS[attr_str(node, "direction", "forward")])
     for index, what in ((1, "W"), (2, "R")):
         value = node.inputs[index]
@@ -325,6 +332,10 @@ def check_dynamic_quantize_lstm(node: ir.Node) -> str:
     r_value = node.inputs[2]
     assert r_value is not None and r_value.const_value is not None
     hidden = int(r_value.const_value.numpy().shape[1])
+    if isinstance(batch, int):
+        reason = _batch_reason(batch, hidden, present(node, 4) is not None)
+        if reason:
+            return reason
     for index, what in ((8, "W's scale"), (9, "W's zero point"), (10, "R's scale"), (11, "R's zero point")):
         reason = _per_direction(node, index, dirs, hidden, what)
         if reason:
@@ -363,8 +374,6 @@ def _dynamic_quantize_lstm(lw: Lowerer, node: ir.Node) -> None:
     if len(x.shape) != 3:
         raise LoweringError(f"X must be [seq, batch, input], got {x.shape}")
     seq, batch, width = x.shape
-    if batch != 1:
-        raise LoweringError(f"batch {batch}: {_BATCH_ONE}")
     reverse = _DIRECTIONS[attr_str(node, "direction", "forward")]
     dirs = len(reverse)
     w, r = lw.known(node.inputs[1], "W"), lw.known(node.inputs[2], "R")
@@ -372,6 +381,9 @@ def _dynamic_quantize_lstm(lw: Lowerer, node: ir.Node) -> None:
     gh = 4 * hidden
     if w.shape != (dirs, width, gh) or r.shape != (dirs, hidden, gh):
         raise LoweringError(f"W {w.shape} / R {r.shape} do not fit X {x.shape} and {dirs} direction(s)")
+    reason = _batch_reason(batch, hidden, present(node, 4) is not None)
+    if reason:
+        raise LoweringError(reason)
     scales = [lw.known(node.inputs[i], what).astype(np.float32) for i, what in ((8, "W's scale"), (10, "R's scale"))]
     zeros = [lw.known(node.inputs[i], what) for i, what in ((9, "W's zero point"), (11, "R's zero point"))]
     wscale, rscale = (np.broadcast_to(s.reshape(dirs, -1), (dirs, gh)).astype(np.float32) for s in scales)
@@ -383,7 +395,7 @@ def _dynamic_quantize_lstm(lw: Lowerer, node: ir.Node) -> None:
             raise LoweringError(f"sequence_lens {steps} does not fit {seq} steps")
 
     # X's first ``steps`` rows quantized at once, their 8-bit products with W summed in int32
-    rows = lw.view(x if steps == seq else slice_op(lw, x, {0: (0, steps, 1)}), (steps, width))
+    rows = lw.view(x if steps == seq else slice_op(lw, x, {0: (0, steps, 1)}), (steps * batch, width))
     params = lw.new((2,), "qparams")
     lw.ops.append(QuantRange([rows], params))
     scale = lw.view(slice_op(lw, params, {0: (0, 1, 1)}), ())
@@ -392,7 +404,7 @@ def _dynamic_quantize_lstm(lw: Lowerer, node: ir.Node) -> None:
     found = int8_columns(np.concatenate([_less_zero_point(w, zeros[0], d) for d in range(dirs)], axis=1))
     if found is None:
         raise LoweringError("W less its zero point does not fit 8 bits")
-    sums = lw.new((steps, dirs * gh), "xsums")
+    sums = lw.new((steps * batch, dirs * gh), "xsums")
     lw.ops.append(QuantMatMul([quantized, zero_point], sums, weight=found[0], offset=found[1]))
     # float(sum) * (x scale * W scale): the scales' product first, as onnxruntime's output processor
     multiplier = lw.elementwise("mul", [scale, lw.const(wscale.reshape(-1))])
@@ -417,17 +429,17 @@ def _dynamic_quantize_lstm(lw: Lowerer, node: ir.Node) -> None:
     for value in (h0, c0):
         if value is not None:
             state = lw.tensor(value)
-            if state.shape != (dirs, 1, hidden):
-                raise LoweringError(f"an initial state is {state.shape}, expected {(dirs, 1, hidden)}")
+            if state.shape != (dirs, batch, hidden):
+                raise LoweringError(f"an initial state is {state.shape}, expected {(dirs, batch, hidden)}")
             inputs.append(state)
     want_h, want_c = _used(node, 1), _used(node, 2)
     h_row = seq if want_h else -1
     c_row = seq + int(want_h) if want_c else -1
     out_rows = seq + int(want_h) + int(want_c)
-    out = lw.new((out_rows, dirs, 1, hidden), "qlstm")
+    out = lw.new((out_rows, dirs, batch, hidden), "qlstm")
     offset = np.stack(offsets)
     lw.ops.append(QuantRecurrence(
-        inputs, out, seq=seq, steps=steps, hidden=hidden, reverse=reverse, r=tuple(packed),
+        inputs, out, seq=seq, steps=steps, batch=batch, hidden=hidden, reverse=reverse, r=tuple(packed),
         offset=offset if offset.any() else None, rscale=rscale, bias=bias, peepholes=peepholes,
         clip=attr_float(node, "clip", 0.0) if "clip" in attributes_of(node) else None,
         has_h0=h0 is not None, has_c0=c0 is not None, h_row=h_row, c_row=c_row,
@@ -436,7 +448,7 @@ def _dynamic_quantize_lstm(lw: Lowerer, node: ir.Node) -> None:
         lw.bind(node.outputs[0], out if out_rows == seq else slice_op(lw, out, {0: (0, seq, 1)}))
     for row, index in ((h_row, 1), (c_row, 2)):
         if row >= 0:
-            lw.bind(node.outputs[index], lw.view(slice_op(lw, out, {0: (row, row + 1, 1)}), (dirs, 1, hidden)))
+            lw.bind(node.outputs[index], lw.view(slice_op(lw, out, {0: (row, row + 1, 1)}), (dirs, batch, hidden)))
 
 
 def emit_quant_rnn(ctx: Context, kernel: Kernel) -> None:
@@ -444,14 +456,15 @@ def emit_quant_rnn(ctx: Context, kernel: Kernel) -> None:
     hidden, dirs = op.hidden, len(op.reverse)
     gh = 4 * hidden
     k4, blocks = -(-hidden // 4) * 4, -(-gh // QGEMM_COLS)
-    hp, ghp = -(-hidden // 16) * 16, -(-gh // 16) * 16
-    # per task: h, c, the gates, the int32 sums (blocks * 64), h's bytes (K4), 64-byte apart
-    scratch = 2 * hp + ghp + blocks * QGEMM_COLS + -(-k4 // 64) * 16
+    hp, ghp = -(-op.batch * hidden // 16) * 16, -(-gh // 16) * 16
+    # per task: h and c of every row, one row's gates and int32 sums (blocks * 64), every row's
+    # bytes of h (K4 each), 64-byte apart
+    scratch = 2 * hp + ghp + blocks * QGEMM_COLS + -(-op.batch * k4 // 64) * 16
     ctx.define_once("cg_quant_range", lambda: c_file("ops/quantize.c"))
     name = ctx.name("qlstm")
     ctx.functions.append(filled(
-        "ops/qlstm.c", name=name, dirs=dirs, seq=op.seq, len=op.steps, H=hidden, GH=gh, Hp=hp, GHp=ghp, K4=k4,
-        blocks=blocks, h_row=op.h_row, c_row=op.c_row, has_bias=int(op.bias is not None),
+        "ops/qlstm.c", name=name, dirs=dirs, seq=op.seq, len=op.steps, B=op.batch, H=hidden, GH=gh, Hp=hp,
+        GHp=ghp, K4=k4, blocks=blocks, h_row=op.h_row, c_row=op.c_row, has_bias=int(op.bias is not None),
         has_clip=int(op.clip is not None), clip=c_float(op.clip or 0.0), peep=int(op.peepholes is not None),
         scratch=scratch, reverse_mask=sum(1 << d for d, back in enumerate(op.reverse) if back),
     ))  # fmt: skip
@@ -472,7 +485,7 @@ def emit_quant_rnn(ctx: Context, kernel: Kernel) -> None:
 def quant_recurrence_flops(op: QuantRecurrence) -> float:
     """Products of ``h_prev R`` (8-bit, four to a float FMA's one) and the gate math, every step and direction."""
     gh = 4 * op.hidden
-    return float(op.steps * len(op.reverse) * (0.5 * gh * op.hidden + 60 * op.hidden))
+    return float(op.steps * op.batch * len(op.reverse) * (0.5 * gh * op.hidden + 60 * op.hidden))
 
 
 ONNX = (
