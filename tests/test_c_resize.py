@@ -87,27 +87,90 @@ def test_nearest_matches_onnxruntime(coordinates: str, rounding: str, target: di
     np.testing.assert_array_equal(got["y"], want["y"])  # a copy: bit for bit, every index on onnxruntime's side
 
 
-@pytest.mark.parametrize("rounding", ["round_prefer_floor", "round_prefer_ceil"])
-def test_nearest_to_sizes_reads_rows_as_onnxruntime_does_near_a_half(rounding: str) -> None:
-    # onnxruntime maps a rounding nearest resize to sizes by their exact ratio, in double:
-    # 7 rows to 2, asymmetric, read row 3.5 (a tie: 4 with round_prefer_ceil), where float32
-    # arithmetic gives 3.4999998 (row 3); every size from 1-9 rows to 1-15 in each mode
+def _onnxruntime_rows(length: int, *, scale: float | None = None, resized: int | None = None) -> dict[str, np.ndarray]:
+    """The input rows onnxruntime's nearest Resize reads for each output row of a column of
+    ``length`` rows, resized by ``scale`` (float32) or to ``resized`` rows: per
+    ``"coordinates/rounding"``, every pair at once (one model, one Resize each)."""
+    nodes, names = [], []
+    for coordinates in (*COORDINATES, "tf_half_pixel_for_nn"):
+        for rounding in NEAREST:
+            names.append(f"{coordinates}/{rounding}")
+            nodes.append(helper.make_node(
+                "Resize", ["x", "", "scales", ""] if resized is None else ["x", "", "", "sizes"], [names[-1]],
+                mode="nearest", coordinate_transformation_mode=coordinates, nearest_mode=rounding,
+            ))  # fmt: skip
+    inits = {"scales": np.array([1, 1, scale, 1], np.float32)} if resized is None else \
+        {"sizes": np.array([1, 1, resized, 1], np.int64)}  # fmt: skip
+    model = make_model(nodes, {"x": [1, 1, length, 1]}, names, inits, opset=19)
+    rows = np.arange(length, dtype=np.float32).reshape(1, 1, length, 1)
+    return {name: y.reshape(-1).astype(np.int32) for name, y in run_onnxruntime(model, {"x": rows}).items()}
+
+
+def _assert_tables_read_onnxruntimes_rows(length: int, *, scale: float | None = None,
+                                          resized: int | None = None) -> None:  # fmt: skip
     from codegraft.backends.c.ops.resize import axis_table
 
-    model = _resize((1, 2, 7, 14), sizes=[1, 2, 2, 19], mode="nearest", coordinate_transformation_mode="asymmetric",
+    if resized is None:  # as the lowering sizes and maps it: floor(length * scale), by the scale
+        scale = float(np.float32(scale))
+        resized = int(np.floor(np.float32(length) * np.float32(scale)))
+        wanted = _onnxruntime_rows(length, scale=scale)
+    else:  # to sizes: by their float32 ratio
+        wanted = _onnxruntime_rows(length, resized=resized)
+        scale = float(np.float32(resized) / np.float32(length))
+    if resized in (0, length):  # no output, or the lowering copies the input (as onnxruntime does)
+        return
+    for name, want in wanted.items():
+        coordinates, rounding = name.split("/")
+        got = axis_table(length, resized, scale, "nearest", coordinates, rounding)[0]
+        np.testing.assert_array_equal(got, want, err_msg=f"{name}: {length} rows by {scale!r} to {resized}")
+
+
+# float32 scales whose coordinates fall within a float32 step or a few of a half: 2/7 is
+# 0.2857143, so 7 rows read row 3.4999998 at output row 1, asymmetric (a tie to onnxruntime:
+# row 4 with round_prefer_ceil); and the brief's 0.3, 1/3, 2.5, 7/3 beside them
+NEAR_TIES = (0.3, 1 / 3, 2.5, 7 / 3, 1 / 7, 2 / 7, 4 / 7, 8 / 7, 16 / 7, 19 / 7, 7 / 13, 16 / 13, 13 / 11, 0.6, 0.75,
+             1.2, 2.4, 2.6, 2.75, 4.2, 2 / 3, 5 / 3, 13 / 3, 14 / 3)  # fmt: skip
+
+
+@pytest.mark.parametrize("scale", NEAR_TIES, ids=lambda s: f"{s:.4g}")
+def test_nearest_by_scales_reads_rows_as_onnxruntime_does_near_a_half(scale: float) -> None:
+    # onnxruntime 1.32 takes a coordinate within 1e-6 of a half for a tie (nearest_indices);
+    # exact ties alone missed 275 of 44496 resizes by scales (1-13 rows), in asymmetric,
+    # tf_half_pixel_for_nn and half_pixel_symmetric: every length from 1 to 12, every mode
+    for length in range(1, 13):
+        _assert_tables_read_onnxruntimes_rows(length, scale=scale)
+
+
+def test_nearest_to_sizes_reads_rows_as_onnxruntime_does_near_a_half() -> None:
+    # the same rule to sizes (mapped by their float32 ratio): every size from 1-9 rows to 1-15,
+    # and sizes the exact ratio in double (the rule before) read one row off at: 26 rows to 28,
+    # asymmetric, round_prefer_ceil; 28 to 62, half_pixel, round_prefer_floor; 14 to 19,
+    # half_pixel_symmetric; 28 to 4, tf_half_pixel_for_nn; and 20 to 6 (onnxruntime#28291)
+    for length in range(1, 10):
+        for resized in range(1, 16):
+            _assert_tables_read_onnxruntimes_rows(length, resized=resized)
+    for length, resized in ((26, 28), (28, 62), (14, 19), (28, 4), (20, 6), (27, 15)):
+        _assert_tables_read_onnxruntimes_rows(length, resized=resized)
+
+
+@pytest.mark.parametrize(
+    ("coordinates", "rounding", "shape", "scales"),
+    [
+        ("asymmetric", "round_prefer_ceil", (7, 5), (2 / 7, 16 / 7)),  # rows and columns at 3.4999998
+        ("asymmetric", "round_prefer_floor", (9, 4), (14 / 3, 1)),  # row 35 at 7.5000005
+        ("tf_half_pixel_for_nn", "round_prefer_floor", (5, 7), (19 / 7, 13 / 11)),
+        ("tf_half_pixel_for_nn", "round_prefer_ceil", (8, 9), (7 / 13, 0.6)),
+        ("half_pixel_symmetric", "round_prefer_floor", (2, 5), (0.75, 2 / 3)),
+        ("half_pixel_symmetric", "round_prefer_ceil", (5, 6), (5 / 3, 2.75)),
+    ],
+)  # fmt: skip
+def test_nearest_by_scales_near_a_half_matches_onnxruntime(coordinates: str, rounding: str, shape: tuple[int, int],
+                                                          scales: tuple[float, float]) -> None:  # fmt: skip
+    """Through the backend, bit for bit: each of these read a row or column one off before."""
+    model = _resize((2, 3, *shape), scales=[1, 1, *scales], mode="nearest", coordinate_transformation_mode=coordinates,
                     nearest_mode=rounding)  # fmt: skip
-    feeds = {"x": np.random.default_rng(2).standard_normal((1, 2, 7, 14)).astype(np.float32)}
+    feeds = {"x": np.random.default_rng(3).standard_normal((2, 3, *shape)).astype(np.float32)}
     np.testing.assert_array_equal(run_c(model, feeds)["y"], run_onnxruntime(model, feeds)["y"])
-    for coordinates in ("asymmetric", "half_pixel", "pytorch_half_pixel", "align_corners"):
-        for length in range(1, 10):
-            rows = np.arange(length, dtype=np.float32).reshape(1, 1, length, 1)
-            for resized in range(1, 16):
-                one = _resize((1, 1, length, 1), sizes=[1, 1, resized, 1], mode="nearest",
-                              coordinate_transformation_mode=coordinates, nearest_mode=rounding)  # fmt: skip
-                want = run_onnxruntime(one, {"x": rows})["y"].reshape(-1).astype(np.int32)
-                scale = float(np.float32(resized) / np.float32(length))
-                got = axis_table(length, resized, scale, "nearest", coordinates, rounding, exact_scale=resized / length)
-                np.testing.assert_array_equal(got[0], want, err_msg=f"{coordinates} {length} -> {resized}")
 
 
 def test_ppocr_neck_upsample_and_opset_18_axes() -> None:

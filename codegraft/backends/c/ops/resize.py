@@ -6,8 +6,10 @@ image and channel, so the mapping is computed once, at compile time, into small 
 output column likewise.  The kernel then copies (nearest) or blends four (linear) or sixteen
 (cubic) runs of ``C`` contiguous floats per output pixel, one task per output row.  The
 coordinates and weights are computed in float32 in the order onnxruntime computes them
-(``GetOriginalCoordinate``, ``GetNearestPixelFromOriginal``, ``GetCubicCoeffs``), so a
-nearest index never lands on the other side of a rounding tie from onnxruntime's.
+(``GetOriginalCoordinate``, ``GetNearestPixelFromOriginal``, ``GetCubicCoeffs``), and a
+rounding nearest resize takes a coordinate within 1e-6 of a half for a tie, as onnxruntime 1.32
+does (:func:`nearest_indices`), so a nearest index never lands on the other side of a tie from
+onnxruntime's.
 
 Taken: opset 11 and later, 4-D input (N, C, H, W, or the ``codegraft.nhwc`` form) resized
 in H and W only; ``mode`` nearest (every ``nearest_mode``), linear or cubic (any
@@ -107,16 +109,14 @@ def _resize(lw: Lowerer, node: ir.Node) -> None:
     logical_in = (n, c, h, w)  # scales and sizes are given in ONNX's NCHW order in both forms
     axes = [a % 4 for a in attr_ints(node, "axes") or range(4)]
     scales = np.ones(4, np.float32)
-    exact: list[float | None] = [None] * 4  # from sizes, their exact ratios (see _nearest_coordinates)
     out_dims = list(logical_in)
     sizes = present(node, 3)
-    if sizes is not None:
+    if sizes is not None:  # onnxruntime maps by the float32 ratio of the sizes
         given = lw.known(sizes, "sizes").astype(np.int64).reshape(-1)
         for axis, size in zip(axes, given, strict=True):
             out_dims[axis] = int(size)
             scales[axis] = np.float32(size) / np.float32(logical_in[axis])
-            exact[axis] = int(size) / logical_in[axis]
-    else:
+    else:  # by the scale as given, to floor(length * scale) positions (both in float32)
         given_scales = lw.known(present(node, 2), "scales").astype(np.float32).reshape(-1)
         for axis, scale in zip(axes, given_scales, strict=True):
             scales[axis] = scale
@@ -138,8 +138,8 @@ def _resize(lw: Lowerer, node: ir.Node) -> None:
                                   cols=cubic_table(w, out_dims[3], float(scales[3]), coordinates, a, exclude)))
     else:
         rounding = attr_str(node, "nearest_mode", "round_prefer_floor")
-        rows = axis_table(h, out_dims[2], float(scales[2]), mode, coordinates, rounding, exact_scale=exact[2])
-        cols = axis_table(w, out_dims[3], float(scales[3]), mode, coordinates, rounding, exact_scale=exact[3])
+        rows = axis_table(h, out_dims[2], float(scales[2]), mode, coordinates, rounding)
+        cols = axis_table(w, out_dims[3], float(scales[3]), mode, coordinates, rounding)
         lw.ops.append(Resize([x], out, native_nhwc=native, linear=mode == "linear", rows=rows, cols=cols))
     lw.bind(node.outputs[0], out)
 
@@ -179,60 +179,52 @@ def source_coordinates(length: int, resized: int, scale: float, coordinates: str
     return x.astype(np.float32)
 
 
-def _nearest_coordinates(length: int, resized: int, scale: float, coordinates: str) -> np.ndarray:
-    """:func:`source_coordinates` as onnxruntime maps a nearest resize to ``sizes`` that rounds
-    (``round_prefer_floor`` or ``_ceil``): in double, by the exact ratio of the sizes, rounded to
-    float32 before the nearest rounding.  7 positions resized to 2, asymmetric, read 3.5, a tie,
-    where float32 arithmetic gives 3.4999998 (``round_prefer_ceil`` took row 3 for
-    onnxruntime's 4).  Found by comparing: so every one of 2600 such resizes (1-13 positions to
-    1-21, five coordinate modes, both roundings) matches onnxruntime 1.32, where float32 missed
-    17; given ``scales``, or with ``floor`` and ``ceil``, float32 is what matches.
+TIE_TOLERANCE = 1e-6  # how near a half onnxruntime's rounding nearest modes take a coordinate for a tie
 
-    >>> float(_nearest_coordinates(7, 2, 2 / 7, "asymmetric")[1])
-    3.5
+
+def nearest_indices(x: np.ndarray, rounding: str) -> np.ndarray:
+    """The input positions (unclamped) that onnxruntime 1.32's ``nearest_mode`` reads for the
+    float32 coordinates ``x``.  ``floor`` and ``ceil`` are exact.  The rounding modes take a
+    coordinate within :data:`TIE_TOLERANCE` of a half (either side) for a tie, and a tie goes
+    down (``round_prefer_floor``) or up (``round_prefer_ceil``); any other coordinate rounds to
+    the nearest position.  So 7 rows resized by ``scales`` 2/7 (0.2857143 in float32),
+    asymmetric, read row 4 at 3.4999998 with ``round_prefer_ceil``; 5 rows to 13 by 2.7142856,
+    ``tf_half_pixel_for_nn``, read row 3 at 3.5000002 with ``round_prefer_floor``.  Found by
+    comparing: the tolerance lies between 9.8e-7 (33 float32 steps below 0.5: a tie) and 1.01e-6
+    (34 steps: not); every one of 44496 resizes by ``scales`` and 43152 to ``sizes`` (1-29
+    rows, six coordinate modes, four nearest modes) matches onnxruntime 1.32 with it, where
+    exact ties alone missed 275 and 216 (and mapping sizes by their exact ratio in double, the
+    rule before, 36 of the sizes).
+
+    >>> nearest_indices(np.float32([3.4999998, 3.4999, 2.5, 7.5000005]), "round_prefer_ceil").tolist()
+    [4.0, 3.0, 3.0, 8.0]
+    >>> nearest_indices(np.float32([3.4999998, 3.5000002, 7.5000005]), "round_prefer_floor").tolist()
+    [3.0, 3.0, 7.0]
     """
-    if np.float32(scale) == np.float32(1) or coordinates == "half_pixel_symmetric":
-        return source_coordinates(length, resized, scale, coordinates)
-    out = np.arange(resized, dtype=np.float64)
-    if coordinates == "asymmetric":
-        x = out / scale
-    elif coordinates in ("half_pixel", "pytorch_half_pixel"):
-        x = (out + 0.5) / scale - 0.5 if resized > 1 or coordinates == "half_pixel" else np.zeros(resized)
-    elif coordinates == "tf_half_pixel_for_nn":
-        x = (out + 0.5) / scale
-    elif coordinates == "align_corners":
-        x = out * (length - 1) / (resized - 1) if resized > 1 else np.zeros(resized)
-    else:
-        raise LoweringError(f"coordinate_transformation_mode={coordinates} is not supported")
-    return x.astype(np.float32)
+    x = np.asarray(x, np.float32)
+    if rounding == "floor":
+        return np.floor(x)
+    if rounding == "ceil":
+        return np.ceil(x)
+    below = np.floor(x)
+    tie = np.abs(x.astype(np.float64) - (below.astype(np.float64) + 0.5)) <= TIE_TOLERANCE
+    nearest = np.sign(x) * np.floor(np.abs(x) + np.float32(0.5))  # C's round: halves away from zero
+    return np.where(tie, below if rounding == "round_prefer_floor" else below + 1, nearest)
 
 
 def axis_table(
-    length: int, resized: int, scale: float, mode: str, coordinates: str, rounding: str,
-    *, exact_scale: float | None = None,
+    length: int, resized: int, scale: float, mode: str, coordinates: str, rounding: str
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """For each of ``resized`` output positions: the first and second input positions it reads
-    and the weight of the second (0 for nearest), in onnxruntime's float32 arithmetic
-    (``exact_scale``: the exact ratio of ``sizes``, by which a rounding nearest resize maps).
+    and the weight of the second (0 for nearest), in onnxruntime's float32 arithmetic (nearest:
+    rounded by :func:`nearest_indices`).
 
     >>> axis_table(2, 4, 2.0, "linear", "half_pixel", "")[2].tolist()  # x = (o + 0.5) / 2 - 0.5, clamped
     [0.0, 0.25, 0.75, 0.0]
     """
     f = np.float32
     if mode == "nearest":
-        rounds = rounding in ("round_prefer_floor", "round_prefer_ceil")
-        if exact_scale is not None and rounds:
-            x = _nearest_coordinates(length, resized, exact_scale, coordinates)
-        else:
-            x = source_coordinates(length, resized, scale, coordinates)
-        if rounding == "floor":
-            index = np.floor(x)
-        elif rounding == "ceil":
-            index = np.ceil(x)
-        else:
-            away = np.sign(x) * np.floor(np.abs(x) + f(0.5))  # C's round: halves away from zero
-            tie = x == np.trunc(x) + f(0.5)
-            index = np.where(tie, np.floor(x), away) if rounding == "round_prefer_floor" else away
+        index = nearest_indices(source_coordinates(length, resized, scale, coordinates), rounding)
         first = np.clip(index, 0, length - 1).astype(np.int32)
         return first, first, np.zeros(resized, np.float32)
     x = np.clip(source_coordinates(length, resized, scale, coordinates), f(0), f(length - 1))
