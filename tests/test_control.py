@@ -131,6 +131,45 @@ def test_bodies_no_target_wants_stay_whole_on_the_host() -> None:
         assert_close(exe.run(feeds), run_onnxruntime(model, feeds))
 
 
+def _counting_loop(trips: str, name: str, inner: onnx.NodeProto | None = None) -> onnx.NodeProto:
+    """``Loop(trips, "")`` with no carried values, scanning out ``i + x`` each step (or, with
+    ``inner``, what that node scans out): its last input is the omitted condition."""
+    i, cond, y = f"{name}_i", f"{name}_cond", f"{name}_y"
+    nodes = [helper.make_node("Identity", [cond], [f"{cond}_out"])]
+    if inner is None:
+        nodes += [helper.make_node("Cast", [i], [f"{name}_f"], to=TensorProto.FLOAT),
+                  helper.make_node("Add", [f"{name}_f", "x"], [y])]  # fmt: skip
+    else:
+        nodes += [inner, helper.make_node("Identity", [inner.output[0]], [y])]
+    body = helper.make_graph(
+        nodes, f"{name}_body",
+        [helper.make_tensor_value_info(i, TensorProto.INT64, []),
+         helper.make_tensor_value_info(cond, TensorProto.BOOL, [])],
+        [helper.make_tensor_value_info(f"{cond}_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info(y, TensorProto.FLOAT, None if inner is None else [None, 2])],
+    )  # fmt: skip
+    return helper.make_node("Loop", [trips, ""], [f"{name}_ys"], body=body, name=name)
+
+
+@pytest.mark.parametrize("targets", [[], ["c"]])
+@pytest.mark.parametrize("nested", [False, True])
+def test_a_loop_with_an_omitted_condition_and_nothing_carried_keeps_its_two_inputs(
+    targets: list[str], nested: bool
+) -> None:
+    # onnx-ir's dead-code pass trims omitted inputs from a node's end: Loop(M, "") came out
+    # Loop(M), which onnxruntime refuses (a Loop takes 2 to any inputs), host partitions too
+    loop = _counting_loop("trips", "inner")
+    if nested:
+        loop = _counting_loop("trips", "outer", inner=loop)
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2]),
+              helper.make_tensor_value_info("trips", TensorProto.INT64, [])]  # fmt: skip
+    output = helper.make_tensor_value_info(loop.output[0], TensorProto.FLOAT, None)
+    model = helper.make_model(helper.make_graph([loop], "counting", inputs, [output]),
+                              opset_imports=[helper.make_opsetid("", 17)])  # fmt: skip
+    feeds = {"x": np.array([0.5, -1.0], np.float32), "trips": np.array(3, np.int64)}
+    assert_close(cg.compile(model, targets=targets).run(feeds), run_onnxruntime(model, feeds))
+
+
 def _if_returning_outer_identities() -> onnx.ModelProto:
     """Each branch returns ``Identity`` of an outer-scope value, as exported recurrent state
     does (Silero VAD): Identity removal must not make the outer value a branch output."""

@@ -8,6 +8,7 @@ changed so the compile report can say "fold_constants: 212 -> 180 nodes, 12 cons
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields, replace
@@ -663,9 +664,33 @@ def _dce(run: _Run) -> str:
     model = run.model
     initializers, nodes = len(model.graph.initializers), run.count_nodes()
     ir_passes.RemoveUnusedNodesPass()(model)
+    _restore_listed_omissions(model)
     ir_passes.RemoveUnusedOpsetsPass()(model)
     removed = initializers - len(model.graph.initializers)
     return f"removed {nodes - run.count_nodes()} unused nodes, {removed} unused initializers"
+
+
+def _restore_listed_omissions(model: ir.Model) -> None:
+    """List again the omitted inputs onnx-ir's dead-code pass trims from a node's end where the
+    op's schema counts them: a Loop's condition is optional but its place is not (Loop takes 2
+    to any inputs), so ``Loop(M, "")`` with no carried values came out ``Loop(M)``, which
+    onnxruntime refuses ("input size 1 not in range [min=2"), bodies included."""
+    version = model.opset_imports.get("", None)
+    if version is None:
+        return
+    for node in ir.traversal.RecursiveGraphIterator(model.graph):
+        if node.domain in ("", "ai.onnx") and len(node.inputs) < _min_inputs(node.op_type, version):
+            node.resize_inputs(_min_inputs(node.op_type, version))
+
+
+@functools.cache
+def _min_inputs(op_type: str, version: int) -> int:
+    import onnx
+
+    try:
+        return onnx.defs.get_schema(op_type, version, "").min_input
+    except onnx.defs.SchemaError:
+        return 0
 
 
 _PASSES = {
