@@ -15,6 +15,7 @@ from codegraft.core.attributes import attributes_of
 
 NHWC_DOMAIN = "codegraft.nhwc"
 CONTRIB_DOMAIN = "com.microsoft"  # onnxruntime's contrib ops (ops/_spec.OnnxOp.contrib)
+ML_DOMAIN = "ai.onnx.ml"  # ONNX's traditional-ML ops, as scikit-learn exports them (ops/_spec.OnnxOp.ml)
 
 # Evaluated at compile time when every input is (ops on shapes and constants: exporters' shape
 # arithmetic).  The backend compiles per concrete input shape, so ``Shape`` is always a constant.
@@ -68,6 +69,11 @@ def attr_floats(node: ir.Node, name: str) -> list[float] | None:
 def attr_str(node: ir.Node, name: str, default: str) -> str:
     attr = attributes_of(node).get(name)
     return default if attr is None else attr.as_string()
+
+
+def attr_strs(node: ir.Node, name: str) -> list[str]:
+    attr = attributes_of(node).get(name)
+    return [] if attr is None else [v.decode() if isinstance(v, bytes) else str(v) for v in attr.as_strings()]
 
 
 def present(node: ir.Node, index: int) -> ir.Value | None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import onnx_ir as ir
 
 from codegraft.backend import Support
-from codegraft.backends.c._node import CONTRIB_DOMAIN, FOLDABLE, NHWC_DOMAIN, SHAPE_OPS, compile_time
+from codegraft.backends.c._node import CONTRIB_DOMAIN, FOLDABLE, ML_DOMAIN, NHWC_DOMAIN, SHAPE_OPS, compile_time
 from codegraft.backends.c.ops import ONNX_OPS
 from codegraft.backends.c.ops._spec import FLOATS, INTEGER_DTYPES
 
@@ -27,8 +27,13 @@ def supports(node: ir.Node) -> Support:
     elif node.domain == CONTRIB_DOMAIN:
         if entry is None or not entry.contrib:
             return Support.no(f"{op}: not implemented in the {CONTRIB_DOMAIN} domain")
+    elif node.domain == ML_DOMAIN:
+        if entry is None or not entry.ml:
+            return Support.no(f"{op}: not implemented in the {ML_DOMAIN} domain")
     elif node.domain not in ("", "ai.onnx"):
         return Support.no(f"{op}: domain {node.domain!r} is not supported")
+    elif entry is not None and entry.ml:
+        return Support.no(f"{op}: an op of the {ML_DOMAIN} domain, not of the default one")
     elif op in SHAPE_OPS or (op in FOLDABLE and all(compile_time(v) for v in node.inputs)):
         return Support.yes()  # folded to a constant at compile time, whatever its dtype
     if entry is None:

@@ -62,7 +62,9 @@ class OnnxOp:
     result float32 cannot hold sends the call to the host: ``INTEGER_HELPERS``); ``nhwc``: also taken in the
     ``codegraft.nhwc`` domain; ``contrib``: taken in onnxruntime's ``com.microsoft`` domain,
     where the op of this name is onnxruntime's contrib op (SkipLayerNormalization, BiasGelu:
-    what onnxruntime's transformer optimizer leaves in a model).
+    what onnxruntime's transformer optimizer leaves in a model); ``ml``: an op of the
+    ``ai.onnx.ml`` domain, taken there only (Scaler, Normalizer, LinearClassifier: what skl2onnx
+    makes of a scikit-learn pipeline, in onnxruntime's arithmetic, ``core/providers/cpu/ml``).
 
     Example::
 
@@ -81,6 +83,7 @@ class OnnxOp:
     integer_arithmetic: bool = False
     nhwc: bool = False
     contrib: bool = False
+    ml: bool = False
 
 
 class Layout(enum.Enum):

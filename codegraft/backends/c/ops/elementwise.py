@@ -23,9 +23,10 @@ import onnx_ir as ir
 from codegraft.backends.c import _graph as g
 from codegraft.backends.c._emit import Context
 from codegraft.backends.c._fuse import Kernel, Ref, Step
-from codegraft.backends.c._lowerer import Lowerer
+from codegraft.backends.c._lowerer import Lowerer, LoweringError
 from codegraft.backends.c._node import (
     attr_float,
+    attr_floats,
     attr_int,
     attr_str,
     compile_time,
@@ -38,11 +39,13 @@ from codegraft.backends.c.ops._spec import INTEGER_DTYPES, KernelOp, Layout, Onn
 
 @dataclass(frozen=True)
 class Unary:
-    """A one-input ONNX op that is one C expression: ``{a}`` the input, ``{p0}``/``{p1}`` its float ``attributes``."""
+    """A one-input ONNX op that is one C expression: ``{a}`` the input, ``{p0}``/``{p1}`` its float ``attributes``
+    (``ml``: an op of the ``ai.onnx.ml`` domain, ``OnnxOp.ml``)."""
 
     op_type: str
     c: str
     attributes: tuple[tuple[str, float], ...] = ()  # (name, default), in parameter order
+    ml: bool = False
 
     @property
     def kind(self) -> str:
@@ -90,6 +93,9 @@ UNARY = (
     Unary("Asinh", "asinhf({a})"),
     Unary("Acosh", "acoshf({a})"),
     Unary("Atanh", "atanhf({a})"),
+    # ai.onnx.ml: 1 above the threshold, else 0 (float only, as onnxruntime registers it; a NaN,
+    # which onnxruntime answers with an error, gives 0)
+    Unary("Binarizer", "({a} > {p0} ? 1.0f : 0.0f)", (("threshold", 0.0),), ml=True),
 )
 
 # The C expression of every elementwise kind (``g.Elementwise.kind``): operands ``{a}``, ``{b}``,
@@ -128,6 +134,7 @@ EXPRESSIONS: dict[str, str] = {
     # before rounding as onnxruntime's MlasQuantizeLinear does (the bounds are integers)
     "quantize_u8": "rintf(cg_clamp({a} / {b}, -{c}, 255.0f - {c})) + {c}",
     "round_half": "cg_half({a})",  # Cast to float16 (computed in float32: ops/_spec.FLOATS)
+    "probit": "cg_probit({a})",  # ai.onnx.ml's PROBIT post transform, in onnxruntime's arithmetic
     **{op.kind: op.c for op in UNARY},
     **{kind: c for kind, c in (
         # Integers held as exact floats (every one up to 2**24): a result that float32 cannot
@@ -365,6 +372,39 @@ def _mod(lw: Lowerer, node: ir.Node) -> None:
     lw.bind(node.outputs[0], lw.elementwise(kind, inputs))
 
 
+def _check_scaler(node: ir.Node) -> str:
+    """ai.onnx.ml's Scaler as onnxruntime's ``scaler.cc`` takes it: offset and scale of one length,
+    1 or the feature count (axis 1 of a 2-D input, axis 0 of a 1-D one)."""
+    scale, offset = attr_floats(node, "scale") or [], attr_floats(node, "offset") or []
+    if not scale or len(scale) != len(offset):
+        return f"scale ({len(scale)} values) and offset ({len(offset)}) must be given, of one length"
+    shape = node.inputs[0].shape if node.inputs[0] is not None else None
+    if shape is None:
+        return "the input rank is unknown"
+    if len(shape) == 0:
+        return "a scalar input is not valid (onnxruntime refuses it)"
+    if len(scale) > 1:
+        if len(shape) > 2:
+            return f"a rank-{len(shape)} input with {len(scale)} offsets (onnxruntime indexes them by axis 1 modulo)"
+        features = shape.dims[-1]
+        if isinstance(features, int) and features != len(scale):
+            return f"{len(scale)} offsets for {features} features"
+    return ""
+
+
+def _scaler(lw: Lowerer, node: ir.Node) -> None:
+    """``(x - offset) * scale`` in float32, per feature along the last axis (an integer input
+    converted to float32 first, as onnxruntime's subtraction converts it)."""
+    x = lw.tensor(node.inputs[0])
+    scale = np.asarray(attr_floats(node, "scale"), np.float32)
+    offset = np.asarray(attr_floats(node, "offset"), np.float32)
+    if scale.size > 1 and x.shape[-1] != scale.size:
+        raise LoweringError(f"{scale.size} offsets for {x.shape[-1]} features")
+    shape = (scale.size,) if scale.size > 1 else ()
+    shifted = lw.elementwise("sub", [x, lw.const(offset.reshape(shape))])
+    lw.bind(node.outputs[0], lw.elementwise("mul", [shifted, lw.const(scale.reshape(shape))]))
+
+
 def _where(lw: Lowerer, node: ir.Node) -> None:
     condition = node.inputs[0]
     x, y = lw.tensor(node.inputs[1]), lw.tensor(node.inputs[2])
@@ -377,7 +417,10 @@ def _where(lw: Lowerer, node: ir.Node) -> None:
 
 ONNX = (
     # (Abs and Neg of integers held as exact floats are exact: T5's relative positions)
-    *(OnnxOp(op.op_type, op.lower, integer_arithmetic=op.op_type in ("Abs", "Neg", "Sign")) for op in UNARY),
+    *(OnnxOp(op.op_type, op.lower, integer_arithmetic=op.op_type in ("Abs", "Neg", "Sign"), ml=op.ml)
+      for op in UNARY),
+    # ai.onnx.ml's Scaler: float32, or int32/int64 features converted as onnxruntime converts them
+    OnnxOp("Scaler", _scaler, _check_scaler, converted=frozenset({0}), ml=True),
     OnnxOp("Gelu", _gelu, _check_gelu, contrib=True),
     OnnxOp("BiasGelu", _bias_gelu, contrib=True),
     OnnxOp("FastGelu", _bias_gelu, contrib=True),

@@ -18,10 +18,21 @@ from codegraft.backends.c._blocking import host_blocking, weights_outweigh
 from codegraft.backends.c._emit import Context
 from codegraft.backends.c._fuse import Kernel
 from codegraft.backends.c._lowerer import Lowerer, LoweringError
-from codegraft.backends.c._node import attr_float, attr_int, attr_str, present, rank_of
+from codegraft.backends.c._node import (
+    attr_float,
+    attr_floats,
+    attr_int,
+    attr_ints,
+    attr_str,
+    attr_strs,
+    present,
+    rank_of,
+)
 from codegraft.backends.c.ops._spec import KernelOp, Layout, OnnxOp, core_of
+from codegraft.backends.c.ops.data import Gather
 from codegraft.backends.c.ops.elementwise import emit_epilogue
 from codegraft.backends.c.ops.gemm import c_longs, choose_tile, gemm_function, pack_weights, write_over_residual
+from codegraft.backends.c.ops.norm import ArgExtreme, ml_rows
 
 # -- Gemm ------------------------------------------------------------------------------------------
 
@@ -265,6 +276,121 @@ def emit_matmul(ctx: Context, kernel: Kernel) -> None:
     )
 
 
+# -- ai.onnx.ml: LinearRegressor and LinearClassifier ---------------------------------------------
+# What onnxruntime's linearregressor.cc and linearclassifier.cc compute: the input (rank 1 is one
+# row) times the coefficients read as [targets, features], the first targets * features of them
+# as onnxruntime reads them whatever their count (its logreg_iris sample declares 2 features for
+# 3 x 4 coefficients), plus the intercepts, then ml_common.h's batched_update_scores_inplace.
+
+_TRANSFORMS = ("NONE", "LOGISTIC", "SOFTMAX", "SOFTMAX_ZERO", "PROBIT")
+
+
+def _targets(node: ir.Node) -> int:
+    if node.op_type == "LinearRegressor":
+        return attr_int(node, "targets", 1)
+    return len(attr_floats(node, "intercepts") or [])  # onnxruntime's class count
+
+
+def _check_linear(node: ir.Node) -> str:
+    transform = attr_str(node, "post_transform", "NONE")
+    if transform not in _TRANSFORMS:
+        return f"post_transform={transform!r} is not one of {', '.join(_TRANSFORMS)}"
+    rank = rank_of(node.inputs[0])
+    if rank not in (1, 2):
+        return "the input rank is unknown" if rank is None else f"a rank-{rank} input (onnxruntime reads 2 axes)"
+    targets, coefficients = _targets(node), attr_floats(node, "coefficients") or []
+    if targets < 1:
+        return "no targets (a LinearClassifier's classes are its intercepts)"
+    features = node.inputs[0].shape.dims[-1]  # type: ignore[union-attr]
+    if isinstance(features, int) and targets * features > len(coefficients):
+        return f"{len(coefficients)} coefficients for {targets} targets of {features} features"
+    if node.op_type == "LinearClassifier":
+        return _check_classifier(node, targets, transform)
+    return ""
+
+
+def _check_classifier(node: ir.Node, classes: int, transform: str) -> str:
+    if attr_strs(node, "classlabels_strings"):
+        return "string class labels (a string label stays on the host)"
+    labels = attr_ints(node, "classlabels_ints") or []
+    if classes == 1 and labels and len(labels) != 2:
+        return f"{len(labels)} class labels for one set of coefficients (onnxruntime wants 2)"
+    if classes == 1 and labels and transform == "PROBIT":
+        return "PROBIT of one set of coefficients with 2 labels (onnxruntime leaves half the scores unwritten)"
+    if classes > 1 and len(labels) != classes:
+        return f"{len(labels)} class labels for {classes} classes"
+    if any(abs(label) > 1 << 24 for label in labels):
+        return "class labels beyond 2**24, which float32 cannot hold exactly"
+    return ""
+
+
+def _scores(lw: Lowerer, node: ir.Node) -> g.Tensor:
+    """``x @ coefficients.T + intercepts``, ``[rows, targets]``: onnxruntime's Gemm."""
+    x = lw.tensor(node.inputs[0])
+    if len(x.shape) == 1:
+        x = lw.view(x, (1, x.shape[0]))
+    rows, features = x.shape
+    targets = _targets(node)
+    coefficients = np.asarray(attr_floats(node, "coefficients") or [], np.float32)
+    if targets * features > coefficients.size:
+        raise LoweringError(f"{coefficients.size} coefficients for {targets} targets of {features} features")
+    out = lw.new((rows, targets))
+    weight = lw.const(coefficients[: targets * features].reshape(targets, features))
+    lw.ops.append(g.MatMul([x, weight], out, trans_b=True))
+    intercepts = attr_floats(node, "intercepts") or []
+    if len(intercepts) == targets:  # (LinearRegressor's are used only then, as onnxruntime's)
+        out = lw.elementwise("add", [out, lw.const(np.asarray(intercepts, np.float32))])
+    return out
+
+
+def _post_transform(lw: Lowerer, scores: g.Tensor, transform: str) -> g.Tensor:
+    """onnxruntime's ``batched_update_scores_inplace`` without a second class: PROBIT (its
+    ErfInv approximation) of any scores; the others only where a row has 2 scores or more."""
+    rows, targets = scores.shape
+    if transform == "PROBIT":
+        return lw.elementwise("probit", [scores])
+    if targets == 1 or transform == "NONE":
+        return scores
+    if transform == "LOGISTIC":  # MlasComputeLogistic, onnxruntime's Sigmoid
+        return lw.elementwise("sigmoid", [scores])
+    return ml_rows(lw, scores, rows, targets, transform.lower())
+
+
+def _linear_regressor(lw: Lowerer, node: ir.Node) -> None:
+    lw.bind(node.outputs[0], _post_transform(lw, _scores(lw, node), attr_str(node, "post_transform", "NONE")))
+
+
+def _linear_classifier(lw: Lowerer, node: ir.Node) -> None:
+    """The label from the raw scores (the first largest; of one score, above 0 the second label,
+    else the first), int64 as an exact float; the scores transformed, or for one set of
+    coefficients and two labels ``[1 - p, p]``, ``p`` the score after LOGISTIC and untransformed
+    otherwise, as onnxruntime 1.32 writes them (its source before applied no transform there)."""
+    scores = _scores(lw, node)
+    rows, classes = scores.shape
+    labels = attr_ints(node, "classlabels_ints") or []
+    transform = attr_str(node, "post_transform", "NONE")
+    if classes == 1:
+        negative, positive = labels if len(labels) == 2 else (0, 1)
+        above = lw.elementwise("greater", [scores, lw.const(np.float32(0.0))])
+        label = lw.elementwise("where", [above, lw.const(np.float32(positive)), lw.const(np.float32(negative))])
+        if len(labels) == 2:
+            p = lw.elementwise("sigmoid", [scores]) if transform == "LOGISTIC" else scores
+            complement = lw.elementwise("sub", [lw.const(np.float32(1.0)), p])
+            probabilities = lw.elementwise("where", [lw.const(np.array([0.0, 1.0])), p, complement])
+        else:
+            probabilities = _post_transform(lw, scores, transform)
+    else:
+        label = lw.new((rows, 1))
+        lw.ops.append(ArgExtreme([scores], label, outer=rows, n=classes, inner=1))
+        if labels != list(range(classes)):
+            picked = lw.new((rows,))
+            lw.ops.append(Gather([lw.const(np.asarray(labels)), lw.view(label, (rows,))], picked, axis=0))
+            label = picked
+        probabilities = _post_transform(lw, scores, transform)
+    lw.bind(node.outputs[0], lw.view(label, (rows,)))
+    lw.bind(node.outputs[1], probabilities)
+
+
 # -- the family's entries in the op table ----------------------------------------------------------
 
 
@@ -272,6 +398,9 @@ ONNX = (
     OnnxOp("Gemm", _gemm, _check_gemm),
     OnnxOp("MatMul", _matmul, _check_matmul),
     OnnxOp("Einsum", _einsum, _check_einsum),
+    # ai.onnx.ml (LinearClassifier of int32/int64 features too, converted as onnxruntime converts them)
+    OnnxOp("LinearRegressor", _linear_regressor, _check_linear, ml=True),
+    OnnxOp("LinearClassifier", _linear_classifier, _check_linear, converted=frozenset({0}), index_output=True, ml=True),
 )
 
 

