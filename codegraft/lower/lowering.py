@@ -220,17 +220,35 @@ def load_runnable(backend: Backend, blob: bytes, name: str) -> Runnable:
 
 
 def specialise(proto: onnx.ModelProto, shapes: Sequence[tuple[int, ...]]) -> onnx.ModelProto:
-    """A copy of ``proto`` with concrete input shapes, shapes re-inferred throughout."""
+    """A copy of ``proto`` with concrete input shapes, shapes re-inferred throughout.
+
+    Where that fails for want of a type (onnx infers none for ai.onnx.ml's Scaler, Normalizer
+    and LinearRegressor, so a Relu or MatMul after one has an untyped input), inference runs
+    again with the types ``proto`` noted for its values, their shapes still left to inference.
+    """
     concrete = onnx.ModelProto.FromString(proto.SerializeToString())
     for value, shape in zip(concrete.graph.input, shapes, strict=True):
         dims = value.type.tensor_type.shape.dim
         del dims[:]
         for size in shape:
             dims.add().dim_value = size
+    notes = list(concrete.graph.value_info)
     del concrete.graph.value_info[:]
     for output in concrete.graph.output:
         output.type.tensor_type.ClearField("shape")
-    return onnx.shape_inference.infer_shapes(concrete, strict_mode=True)
+    try:
+        return onnx.shape_inference.infer_shapes(concrete, strict_mode=True)
+    except Exception as error:  # onnx raises several internal error types here
+        if not notes:
+            raise
+        first = error
+    for note in notes:
+        note.type.tensor_type.ClearField("shape")
+    concrete.graph.value_info.extend(notes)
+    try:
+        return onnx.shape_inference.infer_shapes(concrete, strict_mode=True)
+    except Exception:  # noqa: BLE001 - the first error says what is wrong
+        raise first from None
 
 
 class ShapeSpecialisingRunnable:

@@ -135,9 +135,10 @@ def partition_proto(model: ir.Model, annotation: Annotation, plan: PartitionPlan
     """The standalone ONNX model of one partition (inputs and outputs in plan order)."""
     graph = model.graph
     values = _values_by_name(model, annotation, plan)
-    nodes = []
+    nodes, notes = [], []
     for i in plan.node_indices:
         node = annotation.infos[i].node
+        notes += _types_onnx_does_not_infer(node, plan)
         proto = ir.serde.serialize_node(node)
         if any(c is not None and node.name in c.node_names for c in plan.composites):
             composite = next(c for c in plan.composites if node.name in c.node_names)
@@ -150,6 +151,7 @@ def partition_proto(model: ir.Model, annotation: Annotation, plan: PartitionPlan
         [ir.serde.serialize_value(values[name]) for name in plan.inputs],
         [ir.serde.serialize_value(values[name]) for name in plan.outputs],
         initializer=[_serialize_initializer(graph.initializers[name]) for name in plan.initializers],
+        value_info=notes,
     )
     proto = onnx.helper.make_model(
         graph_proto,
@@ -159,6 +161,21 @@ def partition_proto(model: ir.Model, annotation: Annotation, plan: PartitionPlan
     )
     proto.functions.extend(ir.serde.serialize_function(f) for f in model.functions.values())
     return proto
+
+
+def _types_onnx_does_not_infer(node: ir.Node, plan: PartitionPlan) -> list[onnx.ValueInfoProto]:
+    """The known types of what an op outside the default domain makes inside the partition: onnx
+    infers none for some (ai.onnx.ml's Scaler, Normalizer, LinearRegressor), and a partition
+    compiled per input shape is inferred again from its proto (``lower.lowering.specialise``:
+    a MatMul after a Scaler had an untyped input there)."""
+    if node.domain in ("", "ai.onnx"):
+        return []
+    return [
+        onnx.helper.make_tensor_value_info(value.name, int(value.dtype), None)
+        for value in node.outputs
+        if value.name and isinstance(value.type, ir.TensorType) and value.dtype is not None
+        and value.name not in plan.outputs
+    ]
 
 
 def _values_by_name(model: ir.Model, annotation: Annotation, plan: PartitionPlan) -> dict[str, ir.Value]:
