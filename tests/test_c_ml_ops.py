@@ -101,6 +101,22 @@ def test_binarizer(threshold: float | None) -> None:
     _on_c(model, {"x": x}, rtol=0)
 
 
+@pytest.mark.parametrize(
+    ("imputed", "replaced"), [([1.5, -2.0, 0.25, 9.0], 0.0), ([7.0], float("nan")), ([1.5, -2.0, 3.0], -1.0)]
+)
+def test_imputer(imputed: list[float], replaced: float) -> None:
+    """Per feature where there are as many values as features, else the first for all (as onnxruntime)."""
+    node = _ml("Imputer", ["x"], ["y"], imputed_value_floats=imputed, replaced_value_float=replaced)
+    model = _model([node], {"x": (F32, ("N", 4))}, {"y": F32}, ml_opset=1)
+    x = _rand(6, 4, seed=18).round(0)  # some 0.0, some -1.0, some -0.0
+    x[1, 2] = x[3, 0] = np.nan
+    x[4, 1] = -0.0
+    exe = cg.compile(model, targets=["c"])
+    assert {n.backend for n in exe.report().nodes} == {"c"}
+    got, want = exe.run({"x": x})["y"], run_onnxruntime(model, {"x": x})["y"]
+    np.testing.assert_array_equal(got, want)  # NaN where a NaN is kept (equal_nan), bit for bit elsewhere
+
+
 # -- LinearRegressor -----------------------------------------------------------------------------
 
 
@@ -265,5 +281,7 @@ def test_what_stays_on_the_host_says_why() -> None:
                                                 x, {"y": F32})  # fmt: skip
     unknown = _ml("LinearRegressor", ["x"], ["y"], coefficients=[1.0] * 3, post_transform="probit")
     assert "post_transform" in _verdict(unknown, x, {"y": F32})
+    integers = _ml("Imputer", ["x"], ["y"], imputed_value_int64s=[0], replaced_value_int64=-1)
+    assert "int64" in _verdict(integers, {"x": (I64, (4, 3))}, {"y": I64})
     plain = helper.make_node("Binarizer", ["x"], ["y"])  # no such op in the default domain
     assert "ai.onnx.ml" in _verdict(plain, x, {"y": F32})

@@ -33,6 +33,7 @@ from codegraft.backends.c._node import (
     is_constant,
     opset_of,
     present,
+    rank_of,
 )
 from codegraft.backends.c.ops._spec import INTEGER_DTYPES, KernelOp, Layout, OnnxOp
 
@@ -135,6 +136,9 @@ EXPRESSIONS: dict[str, str] = {
     "quantize_u8": "rintf(cg_clamp({a} / {b}, -{c}, 255.0f - {c})) + {c}",
     "round_half": "cg_half({a})",  # Cast to float16 (computed in float32: ops/_spec.FLOATS)
     "probit": "cg_probit({a})",  # ai.onnx.ml's PROBIT post transform, in onnxruntime's arithmetic
+    # ai.onnx.ml's Imputer: {b} where {a} is the replaced value {p0}, or where it is NaN
+    "impute": "({a} == {p0} ? {b} : {a})",
+    "impute_nan": "({a} != {a} ? {b} : {a})",
     **{op.kind: op.c for op in UNARY},
     **{kind: c for kind, c in (
         # Integers held as exact floats (every one up to 2**24): a result that float32 cannot
@@ -405,6 +409,29 @@ def _scaler(lw: Lowerer, node: ir.Node) -> None:
     lw.bind(node.outputs[0], lw.elementwise("mul", [shifted, lw.const(scale.reshape(shape))]))
 
 
+def _check_imputer(node: ir.Node) -> str:
+    """ai.onnx.ml's Imputer of floats as onnxruntime's ``imputer.cc`` takes it (int64 data stays on the host)."""
+    if not attr_floats(node, "imputed_value_floats"):
+        return "no imputed_value_floats (int64 imputation stays on the host)"
+    rank = rank_of(node.inputs[0])
+    if rank not in (1, 2):
+        return "the input rank is unknown" if rank is None else f"a rank-{rank} input (imputed values by axis 1 modulo)"
+    return ""
+
+
+def _imputer(lw: Lowerer, node: ir.Node) -> None:
+    """The imputed value per feature where there are as many as features (the last axis), else
+    the first for all, as onnxruntime picks; a NaN replaced value replaces NaNs."""
+    x = lw.tensor(node.inputs[0])
+    imputed = np.asarray(attr_floats(node, "imputed_value_floats"), np.float32)
+    values = lw.const(imputed if imputed.size == x.shape[-1] else imputed[0])
+    replaced = attr_float(node, "replaced_value_float", 0.0)
+    if math.isnan(replaced):
+        lw.bind(node.outputs[0], lw.elementwise("impute_nan", [x, values]))
+    else:
+        lw.bind(node.outputs[0], lw.elementwise("impute", [x, values], (replaced,)))
+
+
 def _where(lw: Lowerer, node: ir.Node) -> None:
     condition = node.inputs[0]
     x, y = lw.tensor(node.inputs[1]), lw.tensor(node.inputs[2])
@@ -421,6 +448,7 @@ ONNX = (
       for op in UNARY),
     # ai.onnx.ml's Scaler: float32, or int32/int64 features converted as onnxruntime converts them
     OnnxOp("Scaler", _scaler, _check_scaler, converted=frozenset({0}), ml=True),
+    OnnxOp("Imputer", _imputer, _check_imputer, ml=True),
     OnnxOp("Gelu", _gelu, _check_gelu, contrib=True),
     OnnxOp("BiasGelu", _bias_gelu, contrib=True),
     OnnxOp("FastGelu", _bias_gelu, contrib=True),
