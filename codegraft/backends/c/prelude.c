@@ -83,6 +83,32 @@ static __attribute__((noinline, unused)) float cg_probit(float val) {
   const float v3 = -v + sqrtf(v * v - v2);
   return (float)M_SQRT2 * (sgn * sqrtf(v3));
 }
+/* ai.onnx.ml's LOGISTIC post transform: onnxruntime's MlasComputeLogistic, its FMA3 kernel
+   (MlasComputeLogisticF32KernelFma3, one value; as ops/qlstm.c computes it), bit for bit. */
+static __attribute__((noinline, unused)) float cg_mlas_logistic(float x) {
+  CG_NO_CONTRACT
+  x = x < -18.0f ? -18.0f : x;
+  x = x > 18.0f ? 18.0f : x;
+  const float x2 = x * x;
+  float p = fmaf(x2, 4.37031012579801e-11f, 1.15627324459942e-07f);
+  p = fmaf(x2, p, 6.08574864600143e-05f);
+  p = fmaf(x2, p, 8.51377133304701e-03f);
+  p = fmaf(x2, p, 2.48287947061529e-01f);
+  float q = fmaf(x2, 6.10247389755681e-13f, 5.76102136993427e-09f);
+  q = fmaf(x2, q, 6.29106785017040e-06f);
+  q = fmaf(x2, q, 1.70198817374094e-03f);
+  q = fmaf(x2, q, 1.16817656904453e-01f);
+  q = fmaf(x2, q, 9.93151921023180e-01f);
+  const float r = (x * p) / q + 0.5f;
+  return r < 0.0f ? 0.0f : r;
+}
+/* ml_common.h's ComputeLogistic (libm's expf), onnxruntime's LOGISTIC of a binary
+   LinearClassifier's one score */
+static __attribute__((noinline, unused)) float cg_ml_logistic(float x) {
+  CG_NO_CONTRACT
+  const float v = 1.0f / (1.0f + expf(-fabsf(x)));
+  return x < 0.0f ? 1.0f - v : v;
+}
 #pragma GCC pop_options
 static inline float cg_tanh(float x) {
   const float a = x < 0.0f ? -x : x;

@@ -136,6 +136,8 @@ EXPRESSIONS: dict[str, str] = {
     "quantize_u8": "rintf(cg_clamp({a} / {b}, -{c}, 255.0f - {c})) + {c}",
     "round_half": "cg_half({a})",  # Cast to float16 (computed in float32: ops/_spec.FLOATS)
     "probit": "cg_probit({a})",  # ai.onnx.ml's PROBIT post transform, in onnxruntime's arithmetic
+    "mlas_logistic": "cg_mlas_logistic({a})",  # ai.onnx.ml's LOGISTIC: MLAS's FMA3 kernel, bit for bit
+    "ml_logistic": "cg_ml_logistic({a})",  # ml_common.h's ComputeLogistic
     # ai.onnx.ml's Imputer: {b} where {a} is the replaced value {p0}, or where it is NaN
     "impute": "({a} == {p0} ? {b} : {a})",
     "impute_nan": "({a} != {a} ? {b} : {a})",

@@ -351,8 +351,8 @@ def _post_transform(lw: Lowerer, scores: g.Tensor, transform: str) -> g.Tensor:
         return lw.elementwise("probit", [scores])
     if targets == 1 or transform == "NONE":
         return scores
-    if transform == "LOGISTIC":  # MlasComputeLogistic, onnxruntime's Sigmoid
-        return lw.elementwise("sigmoid", [scores])
+    if transform == "LOGISTIC":  # MlasComputeLogistic
+        return lw.elementwise("mlas_logistic", [scores])
     return ml_rows(lw, scores, rows, targets, transform.lower())
 
 
@@ -374,7 +374,7 @@ def _linear_classifier(lw: Lowerer, node: ir.Node) -> None:
         above = lw.elementwise("greater", [scores, lw.const(np.float32(0.0))])
         label = lw.elementwise("where", [above, lw.const(np.float32(positive)), lw.const(np.float32(negative))])
         if len(labels) == 2:
-            p = lw.elementwise("sigmoid", [scores]) if transform == "LOGISTIC" else scores
+            p = lw.elementwise("ml_logistic", [scores]) if transform == "LOGISTIC" else scores
             complement = lw.elementwise("sub", [lw.const(np.float32(1.0)), p])
             probabilities = lw.elementwise("where", [lw.const(np.array([0.0, 1.0])), p, complement])
         else:
