@@ -128,3 +128,21 @@ def test_an_empty_output_shape_inference_missed_is_found_by_evaluating_the_node(
     lowered = translate(model)
     assert lowered.outputs[0].shape == (0, 3) and lowered.outputs[0].const is not None
     assert len(lowered.ops) == 1  # the Sigmoid's, and nothing for the Gather or the Relu
+
+
+def test_a_slice_found_empty_only_by_the_lowering_computes_nothing() -> None:
+    """RivaGAN's encoder slices nothing off a tensor for a Concat; shape inference did not say
+    so, the lowering does: the Slice's output is an empty constant and no kernel makes it."""
+    import onnx_ir as ir
+
+    from codegraft.backends.c._translate import translate
+
+    graph = helper.make_graph(
+        [helper.make_node("Slice", ["x", "starts", "ends", "axes"], ["nothing"]),
+         helper.make_node("Concat", ["nothing", "x"], ["c"], axis=1), helper.make_node("Relu", ["c"], ["y"])],
+        "g", [helper.make_tensor_value_info("x", F, [1, 4])], [helper.make_tensor_value_info("y", F, None)],
+        [numpy_helper.from_array(np.array([v], np.int64), n) for n, v in (("starts", 4), ("ends", 10), ("axes", 1))],
+    )  # fmt: skip
+    lowered = translate(ir.from_proto(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])))
+    assert lowered.outputs[0].shape == (1, 4)
+    assert all(0 not in op.out.shape for op in lowered.ops)

@@ -61,6 +61,7 @@ def translate(model: ir.Model, features: frozenset[str] = frozenset()) -> g.Grap
             raise LoweringError(f"{node.op_type} ({node.name}): {error}") from None
         for op in lowerer.ops[made:]:
             op.out.origin = op.out.origin or node.name or ""
+        _drop_empty_results(lowerer, node, made)
     outputs = [lowerer.tensor(v) for v in model.graph.outputs]
     for index, (value, tensor) in enumerate(zip(model.graph.outputs, outputs, strict=True)):
         if tensor.const is not None and tensor.const.size == 0:  # no data: its type is the runtime's to give
@@ -73,6 +74,17 @@ def translate(model: ir.Model, features: frozenset[str] = frozenset()) -> g.Grap
             raise LoweringError(f"{op.out.origin or type(op).__name__} reads or makes an empty tensor "
                                 f"(shape {list(empty.shape)}) that its kernel cannot take")
     return g.Graph(inputs, outputs, lowerer.ops)
+
+
+def _drop_empty_results(lw: Lowerer, node: ir.Node, made: int) -> None:
+    """What the lowering found empty that shape inference did not (RivaGAN's Slice of nothing
+    into a Concat): the node's empty outputs become empty constants, and its ops making an
+    empty tensor, computing nothing, go."""
+    for value in node.outputs:
+        tensor = lw.values.get(value.name or "")
+        if tensor is not None and tensor.const is None and 0 in tensor.shape:
+            lw.bind(value, g.Tensor(f"{value.name}:empty", tensor.shape, const=np.zeros(tensor.shape, _dtype(value))))
+    lw.ops[made:] = [op for op in lw.ops[made:] if 0 not in op.out.shape]
 
 
 def _empty_constant(value: ir.Value) -> g.Tensor:
