@@ -768,3 +768,19 @@ def test_pads_computed_from_a_split_of_the_shape_stay_on_c() -> None:
         got, want = exe.run(feeds), run_onnxruntime(model, feeds)
         assert got["y"].shape == (1, 2, h + h % 2, w + w % 2)
         assert_close(got, want)
+
+
+def test_depthwise_channels_past_the_last_vector_run_as_one_overlapping_vector() -> None:
+    """ShuffleNet's 58, 116 and 136 channels on AVX-512: the remainder is one vector ending at
+    the last channel (recomputing some, each channel its own sum), not a loop lane by lane,
+    which took about as long as the whole vectors; fewer channels than a vector stay lanes."""
+    from codegraft.backends.c.ops.depthwise import DepthwiseShape, depthwise_function
+
+    def source(channels: int) -> str:
+        shape = DepthwiseShape(1, 14, 14, channels, 14, 14, 3, 3, 1, 1, 1, 1, 1, 1)
+        return depthwise_function("dw", shape, "cg_ep", 16)
+
+    assert "if (42 >= 0) dw_vectors(xr, w, acc, ih0, ow0, np, interior, 42);" in source(58)
+    assert "for (long c = 58; c < 58; c++)" in source(58)  # no channel left to a lane loop
+    assert "if (-1 >= 0)" in source(64)
+    assert "for (long c = 0; c < 5; c++)" in source(5)

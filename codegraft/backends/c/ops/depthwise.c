@@ -1,8 +1,8 @@
 
 typedef struct { const float* x; const float* w; float* y; const float* const* ops; } ${name}_t;
-static inline __attribute__((always_inline)) void ${name}_block(const float* xr, const float* w, float* acc, long ih0,
-                                                            long ow0, long np, const int interior) {
-  for (long c = 0; c < ${cv}; c += VW) {
+static inline __attribute__((always_inline)) void ${name}_vectors(const float* xr, const float* w, float* acc, long ih0,
+                                                              long ow0, long np, const int interior, const long c) {
+  {
     vf a[${pb}];
     #pragma GCC unroll ${pb}
     for (int p = 0; p < ${pb}; p++) a[p] = (vf){0};
@@ -36,8 +36,15 @@ static inline __attribute__((always_inline)) void ${name}_block(const float* xr,
     #pragma GCC unroll ${pb}
     for (int p = 0; p < ${pb}; p++) *(vfu*)(acc + p * ${c} + c) = a[p];
   }
+}
+static inline __attribute__((always_inline)) void ${name}_block(const float* xr, const float* w, float* acc, long ih0,
+                                                            long ow0, long np, const int interior) {
+  for (long c = 0; c < ${cv}; c += VW) ${name}_vectors(xr, w, acc, ih0, ow0, np, interior, c);
+  /* Channels past the last whole vector: one more vector ending at the last channel, over
+     channels computed already (each channel is its own sum, so they get the same values). */
+  if (${overlap} >= 0) ${name}_vectors(xr, w, acc, ih0, ow0, np, interior, ${overlap});
   for (long p = 0; p < np; p++)
-    for (long c = ${cv}; c < ${c}; c++) {
+    for (long c = ${scalar_from}; c < ${c}; c++) {
       float sum = 0.0f;
       for (long i = 0; i < ${kh}; i++) {
         const long ih = ih0 + i * ${dh};

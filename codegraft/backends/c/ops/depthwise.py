@@ -51,12 +51,16 @@ def depthwise_function(name: str, s: DepthwiseShape, epilogue: str, vector: int)
     """C for ``name(x, w, y, ops)`` (``depthwise.c``): ``w`` is ``[kh][kw][c]``; ``y`` is NHWC with ``c`` channels."""
     pb = pixels_per_block(s, vector)
     cv = s.c // vector * vector
+    # A remainder of channels (shufflenet's 116 and 136 on AVX-512) runs as one vector overlapping
+    # the last whole one rather than lane by lane: scalar, it took about as long as the vectors.
+    overlap = s.c - vector if cv < s.c and s.c >= vector else -1
+    scalar_from = s.c if overlap >= 0 else cv
     span = (pb - 1) * s.sw + (s.kw - 1) * s.dw + 1  # input pixels one interior block reads per kernel row
     # Output columns whose whole window is inside the row: ow * sw - pl >= 0 and ow * sw - pl + (kw-1)*dw < w.
     first_in = -(-s.pl // s.sw)
     last_in = (s.w - 1 - (s.kw - 1) * s.dw + s.pl) // s.sw  # may be < first_in
     return filled(
-        "ops/depthwise.c", name=name, epilogue=epilogue, pb=pb, cv=cv, span=span, first_in=first_in, last_in=last_in,
+        "ops/depthwise.c", name=name, epilogue=epilogue, pb=pb, cv=cv, overlap=overlap, scalar_from=scalar_from, span=span, first_in=first_in, last_in=last_in,
         last_pixel=pb - 1, block=pb * s.c, h=s.h, w=s.w, c=s.c, oh=s.oh, ow=s.ow, kh=s.kh, kw=s.kw,
         sh=s.sh, sw=s.sw, dh=s.dh, dw=s.dw, pt=s.pt, pl=s.pl, row=s.w * s.c, image=s.h * s.w * s.c,
         rows=s.n * s.oh,
