@@ -57,59 +57,6 @@ static inline float cg_exp_op(float x) {
 }
 /* 0 where e^-x overflows a float, as onnxruntime's: a SiLU of -inf is then -inf * 0 = NaN there too. */
 static inline float cg_sigmoid(float x) { return x < -88.72283935546875f ? 0.0f : 1.0f / (1.0f + cg_exp(-x)); }
-/* No multiply and add contracted into an FMA in a function compiled between
-   "#pragma GCC push_options" / "#pragma GCC optimize(\"fp-contract=off\")" and "pop_options"
-   (gcc), with CG_NO_CONTRACT first in its body (clang): onnxruntime's arithmetic, rounded step by step. */
-#ifndef CG_NO_CONTRACT
-#ifdef __clang__
-#define CG_NO_CONTRACT _Pragma("clang fp contract(off)")
-#else
-#define CG_NO_CONTRACT
-#endif
-#endif
-/* ai.onnx.ml's PROBIT post transform as onnxruntime computes it (ml_common.h: sqrt(2) times
-   its ErfInv approximation at 2v - 1, in float, step by step; not inlined into a loop that
-   contracts). */
-#pragma GCC push_options
-#pragma GCC optimize("fp-contract=off")
-static __attribute__((noinline, unused)) float cg_probit(float val) {
-  CG_NO_CONTRACT
-  float x = 2.0f * val - 1.0f;
-  const float sgn = x < 0.0f ? -1.0f : 1.0f;
-  x = (1.0f - x) * (1.0f + x);
-  const float lg = logf(x);
-  const float v = 2.0f / ((float)M_PI * 0.147f) + 0.5f * lg;  /* (older onnxruntime: 3.14159f) */
-  const float v2 = 1.0f / 0.147f * lg;
-  const float v3 = -v + sqrtf(v * v - v2);
-  return (float)M_SQRT2 * (sgn * sqrtf(v3));
-}
-/* ai.onnx.ml's LOGISTIC post transform: onnxruntime's MlasComputeLogistic, its FMA3 kernel
-   (MlasComputeLogisticF32KernelFma3, one value; as ops/qlstm.c computes it), bit for bit. */
-static __attribute__((noinline, unused)) float cg_mlas_logistic(float x) {
-  CG_NO_CONTRACT
-  x = x < -18.0f ? -18.0f : x;
-  x = x > 18.0f ? 18.0f : x;
-  const float x2 = x * x;
-  float p = fmaf(x2, 4.37031012579801e-11f, 1.15627324459942e-07f);
-  p = fmaf(x2, p, 6.08574864600143e-05f);
-  p = fmaf(x2, p, 8.51377133304701e-03f);
-  p = fmaf(x2, p, 2.48287947061529e-01f);
-  float q = fmaf(x2, 6.10247389755681e-13f, 5.76102136993427e-09f);
-  q = fmaf(x2, q, 6.29106785017040e-06f);
-  q = fmaf(x2, q, 1.70198817374094e-03f);
-  q = fmaf(x2, q, 1.16817656904453e-01f);
-  q = fmaf(x2, q, 9.93151921023180e-01f);
-  const float r = (x * p) / q + 0.5f;
-  return r < 0.0f ? 0.0f : r;
-}
-/* ml_common.h's ComputeLogistic (libm's expf), onnxruntime's LOGISTIC of a binary
-   LinearClassifier's one score */
-static __attribute__((noinline, unused)) float cg_ml_logistic(float x) {
-  CG_NO_CONTRACT
-  const float v = 1.0f / (1.0f + expf(-fabsf(x)));
-  return x < 0.0f ? 1.0f - v : v;
-}
-#pragma GCC pop_options
 static inline float cg_tanh(float x) {
   const float a = x < 0.0f ? -x : x;
   const float big = 1.0f - 2.0f / (cg_exp(2.0f * a) + 1.0f);

@@ -60,7 +60,8 @@ def depthwise_function(name: str, s: DepthwiseShape, epilogue: str, vector: int)
     first_in = -(-s.pl // s.sw)
     last_in = (s.w - 1 - (s.kw - 1) * s.dw + s.pl) // s.sw  # may be < first_in
     return filled(
-        "ops/depthwise.c", name=name, epilogue=epilogue, pb=pb, cv=cv, overlap=overlap, scalar_from=scalar_from, span=span, first_in=first_in, last_in=last_in,
+        "ops/depthwise.c", name=name, epilogue=epilogue, pb=pb, cv=cv, overlap=overlap, scalar_from=scalar_from,
+        span=span, first_in=first_in, last_in=last_in,
         last_pixel=pb - 1, block=pb * s.c, h=s.h, w=s.w, c=s.c, oh=s.oh, ow=s.ow, kh=s.kh, kw=s.kw,
         sh=s.sh, sw=s.sw, dh=s.dh, dw=s.dw, pt=s.pt, pl=s.pl, row=s.w * s.c, image=s.h * s.w * s.c,
         rows=s.n * s.oh,

@@ -156,6 +156,8 @@ EXPRESSIONS: dict[str, str] = {
         ("iwrap", "cg_wrap({a}, {p0}, {p1})"),  # into a narrow type's {p1} values from {p0}
     )},
 }
+# Kinds calling ops/mlas_math.c (the partition's C then carries it).
+MLAS_KINDS = frozenset({"probit", "mlas_logistic", "ml_logistic"})
 INTEGER_KINDS = frozenset({"iadd", "isub", "imul", "idiv", "imod", "ifmod", "itrunc", "iwrap"})
 # Defined in a program only where an integer kind is used (float programs' C is unchanged).
 # Below 2**24 in magnitude (strictly: 2**24 + 1 rounds to 2**24) a float32 result of integer

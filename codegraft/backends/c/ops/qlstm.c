@@ -19,54 +19,10 @@
 /* no multiply and add contracted into an FMA (gcc: the pragma; clang: CG_NO_CONTRACT in each function) */
 #pragma GCC push_options
 #pragma GCC optimize("fp-contract=off")
-#ifndef CG_NO_CONTRACT
-#ifdef __clang__
-#define CG_NO_CONTRACT _Pragma("clang fp contract(off)")
-#else
-#define CG_NO_CONTRACT
-#endif
-#endif
 
 typedef struct { const float* xp; const float* h0; const float* c0; const int8_t* r; const int32_t* colsum;
                  const int32_t* offset; const float* rscale; const float* bias; const float* peep; float* y;
                  float* scratch; } ${name}_t;
-
-/* MlasComputeLogisticF32KernelFma3, one value */
-static inline float ${name}_sigmoid(float x) {
-  CG_NO_CONTRACT
-  x = x < -18.0f ? -18.0f : x;
-  x = x > 18.0f ? 18.0f : x;
-  const float x2 = x * x;
-  float p = fmaf(x2, 4.37031012579801e-11f, 1.15627324459942e-07f);
-  p = fmaf(x2, p, 6.08574864600143e-05f);
-  p = fmaf(x2, p, 8.51377133304701e-03f);
-  p = fmaf(x2, p, 2.48287947061529e-01f);
-  float q = fmaf(x2, 6.10247389755681e-13f, 5.76102136993427e-09f);
-  q = fmaf(x2, q, 6.29106785017040e-06f);
-  q = fmaf(x2, q, 1.70198817374094e-03f);
-  q = fmaf(x2, q, 1.16817656904453e-01f);
-  q = fmaf(x2, q, 9.93151921023180e-01f);
-  const float r = (x * p) / q + 0.5f;
-  return r < 0.0f ? 0.0f : r;
-}
-
-/* MlasComputeTanhF32KernelFma3, one value */
-static inline float ${name}_tanh(float x) {
-  CG_NO_CONTRACT
-  x = x < -9.0f ? -9.0f : x;
-  x = x > 9.0f ? 9.0f : x;
-  const float x2 = x * x;
-  float p = fmaf(x2, -2.76076847742355e-16f, 2.00018790482477e-13f);
-  p = fmaf(x2, p, -8.60467152213735e-11f);
-  p = fmaf(x2, p, 5.12229709037114e-08f);
-  p = fmaf(x2, p, 1.48572235717979e-05f);
-  p = fmaf(x2, p, 6.37261928875436e-04f);
-  p = fmaf(x2, p, 4.89352455891786e-03f);
-  float q = fmaf(x2, 1.19825839466702e-06f, 1.18534705686654e-04f);
-  q = fmaf(x2, q, 2.26843463243900e-03f);
-  q = fmaf(x2, q, 4.89352518554385e-03f);
-  return (x * p) / q;
-}
 
 /* onnxruntime's clip_add_bias / clip_ignore_bias: the bias first, then min(clip, x), max(-clip, x) */
 static inline float ${name}_pre(float x, const float* bias, long i) {
@@ -171,17 +127,17 @@ static void ${name}_task(const void* ctx, long d) {
         gi = gi + cb[i] * p[i];
         gf = gf + cb[i] * p[2 * ${H} + i];
 #endif
-        const float it = ${name}_sigmoid(${name}_pre(gi, bias, i));
-        const float ft = ${name}_sigmoid(${name}_pre(gf, bias, 2 * ${H} + i));
-        const float ct = ${name}_tanh(${name}_pre(g[3 * ${H} + i], bias, 3 * ${H} + i));
+        const float it = cg_mlas_logistic(${name}_pre(gi, bias, i));
+        const float ft = cg_mlas_logistic(${name}_pre(gf, bias, 2 * ${H} + i));
+        const float ct = cg_mlas_tanh(${name}_pre(g[3 * ${H} + i], bias, 3 * ${H} + i));
         const float first = cb[i] * ft, second = it * ct;
         const float cn = first + second;
 #if ${peep}
         go = go + cn * p[${H} + i];
 #endif
-        const float ot = ${name}_sigmoid(${name}_pre(go, bias, ${H} + i));
+        const float ot = cg_mlas_logistic(${name}_pre(go, bias, ${H} + i));
         cb[i] = cn;
-        hb[i] = ${name}_tanh(cn) * ot;
+        hb[i] = cg_mlas_tanh(cn) * ot;
         y[i] = hb[i];
       }
     }
