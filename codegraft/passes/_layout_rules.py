@@ -441,6 +441,22 @@ def _slice(node: ir.Node, inputs: Sequence[ArrivingInput], opset: int) -> NodePl
     return NodePlan(wanted, (perm,), new_constants={3: stored}, reason="axes remapped")
 
 
+def _quantize_linear(node: ir.Node, inputs: Sequence[ArrivingInput], opset: int) -> NodePlan | None:
+    """QuantizeLinear and DequantizeLinear (a QDQ model's activations) work element by element:
+    per tensor in any layout, per axis with the axis remapped; the scale and zero point stay."""
+    perm = inputs[0].perm
+    if perm is None or is_identity(perm) or node.attributes.get_int("block_size", 0) != 0:
+        return None
+    scale = inputs[1] if len(inputs) > 1 else None
+    if scale is None or scale.perm is None or len(scale.perm) > 1:
+        return None
+    wanted = (perm, *(None for _ in inputs[1:]))
+    if scale.is_single_element or not scale.perm:
+        return NodePlan(wanted, (perm,), reason="quantized per tensor")
+    attrs = {"axis": ir.AttrInt64("axis", _stored_axis(perm, node.attributes.get_int("axis", 1)))}
+    return NodePlan(wanted, (perm,), attributes=attrs, reason="axis remapped")
+
+
 def _split(node: ir.Node, inputs: Sequence[ArrivingInput], opset: int) -> NodePlan | None:
     perm = inputs[0].perm
     if perm is None or is_identity(perm):
@@ -476,6 +492,8 @@ def rule_for(node: ir.Node) -> Rule | None:
         return _slice
     if op == "Split":
         return _split
+    if op in ("QuantizeLinear", "DequantizeLinear"):
+        return _quantize_linear
     if op == "Flatten":
         return _reads_memory_order
     return None
