@@ -99,6 +99,9 @@ class Op:
     # Its emitter runs the elementwise steps fused after it on each finished output row
     # (``emit_epilogue``), so fusion treats it as an anchor, like Conv and MatMul (_fuse.py).
     row_epilogue: ClassVar[bool] = False
+    # Dropped where nothing reads its result (it only computes it): the elementwise ops of a
+    # DequantizeLinear whose Conv reads the 8-bit values instead (ops/quantize.quantized_conv).
+    dropped_unread: ClassVar[bool] = False
 
     def checks_at_run_time(self) -> bool:
         """Whether its kernel may find a run-time value it cannot compute with (a sequence
@@ -140,6 +143,7 @@ class Elementwise(Op):
 
     kind: str = ""
     params: tuple[float, ...] = ()
+    dropped_unread: ClassVar[bool] = True
 
 
 @dataclass(eq=False)

@@ -30,6 +30,9 @@ FOLDABLE = frozenset(
      "Expand", "ConstantOfShape", "Range", "Identity", "Min", "Max", "Transpose", "ReduceProd", "ReduceSum",
      "Log", "Exp", "Sqrt", "Pow", "Reciprocal", "Floor", "Ceil", "Round", "Sign", "Split"}
 )
+# Folded too where their inputs are known, by their own lowering (its arithmetic, onnxruntime's):
+# a QDQ model's weights and biases, DequantizeLinear of 8-bit (int32) constants.
+FOLDED_WHEN_KNOWN = frozenset({"DequantizeLinear"})
 
 
 def opset_of(node: ir.Node) -> int:
@@ -131,7 +134,8 @@ def compile_time(value: ir.Value | None, _seen: dict[int, bool] | None = None) -
         elif producer.op_type in SHAPE_OPS or producer.op_type == "Constant":
             seen[key] = True
         else:
-            seen[key] = producer.op_type in FOLDABLE and all(compile_time(v, seen) for v in producer.inputs)
+            folds = producer.op_type in FOLDABLE or producer.op_type in FOLDED_WHEN_KNOWN
+            seen[key] = folds and all(compile_time(v, seen) for v in producer.inputs)
     return seen[key]
 
 

@@ -68,6 +68,7 @@ def translate(model: ir.Model, features: frozenset[str] = frozenset()) -> g.Grap
             outputs[index] = g.Tensor(tensor.name, tensor.shape, const=np.zeros(tensor.shape, np.float32))
         elif tensor.const is not None and tensor.const.dtype != np.float32:
             raise LoweringError(f"output {value.name!r} is a {tensor.const.dtype} constant; outputs are float32")
+    _drop_unread(lowerer, outputs)
     for op in lowerer.ops:  # what the rules above left empty (a shape inference could not tell)
         empty = next((t for t in (*op.inputs, op.out) if 0 in t.shape), None)
         if empty is not None:
@@ -85,6 +86,20 @@ def _drop_empty_results(lw: Lowerer, node: ir.Node, made: int) -> None:
         if tensor is not None and tensor.const is None and 0 in tensor.shape:
             lw.bind(value, g.Tensor(f"{value.name}:empty", tensor.shape, const=np.zeros(tensor.shape, _dtype(value))))
     lw.ops[made:] = [op for op in lw.ops[made:] if 0 not in op.out.shape]
+
+
+def _drop_unread(lowerer: Lowerer, outputs: list[g.Tensor]) -> None:
+    """Drop the ops (``dropped_unread``) whose results nothing reads: a QDQ Conv taken on 8-bit
+    products (``ops/quantize.quantized_conv``) reads its input's 8-bit values, not the
+    DequantizeLinear of them lowered before it."""
+    read = {id(t) for t in outputs}
+    kept: list[g.Op] = []
+    for op in reversed(lowerer.ops):
+        if op.dropped_unread and id(op.out) not in read:
+            continue
+        kept.append(op)
+        read.update(id(t) for t in op.inputs)
+    lowerer.ops[:] = kept[::-1]
 
 
 def _empty_constant(value: ir.Value) -> g.Tensor:

@@ -83,6 +83,11 @@ static inline float cg_clamp(float x, float lo, float hi) {
   x = x < lo ? lo : x;
   return x > hi ? hi : x;
 }
+/* QuantizeLinear's clamp: as x86's MAXPS then MINPS (MlasQuantizeLinear), a NaN gives lo. */
+static inline float cg_qclamp(float x, float lo, float hi) {
+  x = x > lo ? x : lo;
+  return x < hi ? x : hi;
+}
 
 /* A Cast to float16 in a partition computing float16 in float32: the nearest float16 (ties to
    even, as IEEE conversion rounds; from 65520 on, infinity), held as a float.  Adding and
@@ -334,6 +339,14 @@ static inline vf cg_vclamp(vf x, float lo, float hi) {
   const vf l = (vf){0} + lo, h = (vf){0} + hi;
   x = cg_vpick(x < l, l, x);
   return cg_vpick(x > h, h, x);
+}
+/* cg_qclamp, rintf and the zero point's add of "quantize" on vectors: the clamped value is
+   within 2**8 of 0, where adding and subtracting 1.5 * 2**23 rounds it half to even as rintf. */
+static inline vf cg_vquantize(vf x, vf zero_point, float lo, float hi) {
+  const vf l = lo - zero_point, h = hi - zero_point;
+  x = cg_vpick(x > l, x, l);
+  x = cg_vpick(x < h, x, h);
+  return (x + 12582912.0f) - 12582912.0f + zero_point;
 }
 static inline vf cg_vhardsigmoid(vf x, float alpha, float beta) {
   const vf y = x * alpha + beta, one = (vf){0} + 1.0f, zero = (vf){0};

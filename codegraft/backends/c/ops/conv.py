@@ -28,7 +28,16 @@ from codegraft.backends.c._c_files import c_file
 from codegraft.backends.c._emit import Context
 from codegraft.backends.c._fuse import Kernel
 from codegraft.backends.c._lowerer import Lowerer, LoweringError
-from codegraft.backends.c._node import NHWC_DOMAIN, attr_floats, attr_int, attr_ints, attr_str, is_constant, present
+from codegraft.backends.c._node import (
+    NHWC_DOMAIN,
+    attr_floats,
+    attr_int,
+    attr_ints,
+    attr_str,
+    compile_time,
+    is_constant,
+    present,
+)
 from codegraft.backends.c.ops._spec import KernelOp, Layout, OnnxOp, core_of
 from codegraft.backends.c.ops._window import check_window, join_layout, split_layout, window_of
 from codegraft.backends.c.ops.depthwise import DepthwiseShape, depthwise_function
@@ -44,18 +53,23 @@ from codegraft.backends.c.ops.gemm import (
 
 
 def constant_weight_dims(node: ir.Node) -> tuple[int, ...] | None:
-    """The dimensions of a Conv's (ConvTranspose's) weight, ``None`` unless it is a constant initializer."""
+    """The dimensions of a Conv's (ConvTranspose's) weight, ``None`` unless it is a constant
+    initializer or computed from constants at compile time (a QDQ model's DequantizeLinear of
+    an int8 weight) with a known shape."""
     weight = present(node, 1)
-    if not is_constant(weight):
+    if is_constant(weight):
+        assert weight is not None and weight.const_value is not None
+        return _dims(weight.const_value)
+    if weight is None or weight.shape is None or not compile_time(weight):
         return None
-    assert weight is not None and weight.const_value is not None
-    return _dims(weight.const_value)
+    dims = tuple(weight.shape.dims)
+    return dims if all(isinstance(d, int) for d in dims) else None  # type: ignore[return-value]
 
 
 def check_conv(node: ir.Node) -> str:
     bias = present(node, 2)
-    if bias is not None and not is_constant(bias):
-        return "the bias must be a constant initializer"
+    if bias is not None and not (is_constant(bias) or compile_time(bias)):
+        return "the bias must be a constant (or computed from constants: a DequantizeLinear of one)"
     return check_conv_geometry(node)
 
 
@@ -96,7 +110,12 @@ def _dims(tensor: ir.TensorProtocol) -> tuple[int, ...]:
 
 
 def _conv(lw: Lowerer, node: ir.Node) -> None:
-    lw.bind(node.outputs[0], _conv_with_bias(lw, node))
+    from codegraft.backends.c.ops.quantize import quantized_conv  # (quantize.py builds on this module)
+
+    bias = present(node, 2)
+    weight = lw.known(node.inputs[1], "weight")
+    quantized = quantized_conv(lw, node, weight, None if bias is None else lw.known(bias, "bias"))
+    lw.bind(node.outputs[0], quantized if quantized is not None else _conv_with_bias(lw, node))
 
 
 def _conv_with_bias(lw: Lowerer, node: ir.Node) -> g.Tensor:

@@ -134,6 +134,9 @@ EXPRESSIONS: dict[str, str] = {
     # uint8 quantization by a scale {b} and zero point {c} (held as exact floats), clamped
     # before rounding as onnxruntime's MlasQuantizeLinear does (the bounds are integers)
     "quantize_u8": "rintf(cg_clamp({a} / {b}, -{c}, 255.0f - {c})) + {c}",
+    # QuantizeLinear to the type's range [p0, p1] by a scale {b} and zero point {c}: the same
+    # steps, a NaN to the lowest value (MlasQuantizeLinear's MAXPS keeps the bound for a NaN)
+    "quantize": "rintf(cg_qclamp({a} / {b}, {p0} - {c}, {p1} - {c})) + {c}",
     "round_half": "cg_half({a})",  # Cast to float16 (computed in float32: ops/_spec.FLOATS)
     "probit": "cg_probit({a})",  # ai.onnx.ml's PROBIT post transform, in onnxruntime's arithmetic
     "mlas_logistic": "cg_mlas_logistic({a})",  # ai.onnx.ml's LOGISTIC: MLAS's FMA3 kernel, bit for bit
@@ -672,6 +675,7 @@ VECTOR_FORMS = {
     "relu": "cg_vrelu({a})",
     "sigmoid": "cg_vsigmoid({a})",
     "clip": "cg_vclamp({a}, {p0}, {p1})",
+    "quantize": "cg_vquantize({a} / {b}, (vf){{0}} + {c}, {p0}, {p1})",  # {c} a float or a vector
     "hardsigmoid": "cg_vhardsigmoid({a}, {p0}, {p1})",
     "hardswish": "{a} * cg_vhardsigmoid({a}, 0x1.555556p-3f, 0.5f)",
     "iadd": "cg_vint({a} + {b})",

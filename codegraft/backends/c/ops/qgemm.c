@@ -22,6 +22,10 @@ typedef struct {
   uint8_t* au8;  /* scratch: M x K4 bytes */
   int32_t* rowsum;  /* scratch: M sums of a */
   float* y; long ldy; cg_ep ep; const float* const* ops;
+  /* a convolution's rows (ops/quantize.py QuantConv), or none: a's image channels-last
+     {n, h, w, c, oh, ow, kh, kw, sh, sw, dh, dw, pad top, pad left}; each row of the GEMM is
+     one output pixel's taps, k in (kh, kw, c) order, a pad tap a0 (so a - a0 is 0 there) */
+  const long* conv; float shift;  /* added to each value: 128 for int8 data, held as uint8 */
 } cg_qgemm_t;
 
 static void cg_qgemm_bytes(const void* ctx, long row) {
@@ -31,6 +35,31 @@ static void cg_qgemm_bytes(const void* ctx, long row) {
   int32_t sum = 0;
   for (long k = 0; k < q->K; k++) { to[k] = (uint8_t)a[k]; sum += to[k]; }
   for (long k = q->K; k < q->K4; k++) to[k] = 0;
+  q->rowsum[row] = sum;
+}
+
+static void cg_qconv_bytes(const void* ctx, long row) {
+  const cg_qgemm_t* q = ctx;
+  const long *g = q->conv, h = g[1], w = g[2], c = g[3], oh = g[4], ow = g[5];
+  const long img = row / (oh * ow), oy = row / ow % oh, ox = row % ow;
+  uint8_t* to = q->au8 + row * q->K4;
+  const uint8_t pad = (uint8_t)(int32_t)q->a0[0];
+  long k = 0;
+  for (long ky = 0; ky < g[6]; ky++) {
+    const long iy = oy * g[8] - g[12] + ky * g[10];
+    for (long kx = 0; kx < g[7]; kx++, k += c) {
+      const long ix = ox * g[9] - g[13] + kx * g[11];
+      if (iy < 0 || iy >= h || ix < 0 || ix >= w) {
+        memset(to + k, pad, (size_t)c);
+        continue;
+      }
+      const float* a = q->a + ((img * h + iy) * w + ix) * c;
+      for (long i = 0; i < c; i++) to[k + i] = (uint8_t)(int32_t)(a[i] + q->shift);
+    }
+  }
+  int32_t sum = 0;
+  for (long i = 0; i < q->K; i++) sum += to[i];
+  for (long i = q->K; i < q->K4; i++) to[i] = 0;
   q->rowsum[row] = sum;
 }
 
@@ -109,7 +138,7 @@ static void cg_qgemm_task(const void* ctx, long task) {
 }
 
 static void cg_qgemm(const cg_qgemm_t* q) {
-  cg_parallel(q->M, cg_qgemm_bytes, q);
+  cg_parallel(q->M, q->conv ? cg_qconv_bytes : cg_qgemm_bytes, q);
   const long tiles = (q->M + CG_QGEMM_ROWS - 1) / CG_QGEMM_ROWS, runs = (tiles + CG_QGEMM_RUN - 1) / CG_QGEMM_RUN;
   cg_parallel(runs * ((q->N + CG_QGEMM_COLS - 1) / CG_QGEMM_COLS), cg_qgemm_task, q);
 }

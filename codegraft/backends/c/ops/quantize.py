@@ -30,9 +30,10 @@ from codegraft.backends.c._c_files import c_file
 from codegraft.backends.c._emit import Context
 from codegraft.backends.c._fuse import Kernel
 from codegraft.backends.c._lowerer import Lowerer
-from codegraft.backends.c._node import attr_int, is_constant, present, rank_of
+from codegraft.backends.c._node import NHWC_DOMAIN, attr_int, is_constant, present, rank_of
 from codegraft.backends.c._toolchain import VNNI
 from codegraft.backends.c.ops._spec import KernelOp, Layout, OnnxOp, core_of
+from codegraft.backends.c.ops._window import join_layout, split_layout, window_of
 from codegraft.backends.c.ops.conv import check_conv_geometry, constant_weight_dims, lower_conv
 from codegraft.backends.c.ops.data import slice_op
 from codegraft.backends.c.ops.elementwise import emit_epilogue
@@ -105,6 +106,50 @@ def _dequantize(lw: Lowerer, node: ir.Node) -> None:
         x = lw.elementwise("sub", [x, _along_axis(lw, node, x, _exact_floats(lw, zero_value))])
     scale = lw.tensor(node.inputs[1])
     lw.bind(node.outputs[0], lw.elementwise("mul", [x, _along_axis(lw, node, x, scale)]))
+
+
+# -- QuantizeLinear --------------------------------------------------------------------------------
+# ``saturate(round_half_even(x / scale) + zero point)``, per tensor or along ``axis``, as
+# onnxruntime's MlasQuantizeLinear computes it: the division, the clamp to the type's range
+# less the zero point (a NaN to its lowest value), the rounding, then the zero point's add.
+
+_RANGES = {ir.DataType.UINT8: (0.0, 255.0), ir.DataType.INT8: (-128.0, 127.0)}
+
+
+def _quantized_type(node: ir.Node) -> ir.DataType | None:
+    """QuantizeLinear's result type: its output's, else its zero point's, else ``output_dtype``'s (uint8 by default)."""
+    zero = present(node, 2)
+    for dtype in (node.outputs[0].dtype, None if zero is None else zero.dtype):
+        if dtype is not None:
+            return dtype
+    given = attr_int(node, "output_dtype", 0)
+    return ir.DataType(given) if given else ir.DataType.UINT8
+
+
+def _check_quantize(node: ir.Node) -> str:
+    if attr_int(node, "block_size", 0):
+        return "blocked quantization (block_size) is not supported"
+    x, scale = node.inputs[0], present(node, 1)
+    if x is None or x.dtype != ir.DataType.FLOAT or scale is None or scale.dtype != ir.DataType.FLOAT:
+        return "the input and the scale must be float32"
+    if rank_of(scale) not in (0, 1) or rank_of(x) is None:
+        return "the scale must be a scalar or a vector, and the input's rank known"
+    dtype = _quantized_type(node)
+    if dtype not in _RANGES:
+        return f"only uint8 and int8 results are supported, not {dtype.name.lower() if dtype else 'unknown'}"
+    return ""
+
+
+def _quantize(lw: Lowerer, node: ir.Node) -> None:
+    x = lw.tensor(node.inputs[0])
+    dtype = _quantized_type(node)
+    assert dtype is not None
+    zero_value = present(node, 2)
+    zero = lw.const(np.zeros((), np.float32)) if zero_value is None else _exact_floats(lw, zero_value)
+    scale = lw.tensor(node.inputs[1])
+    out = lw.elementwise("quantize", [x, _along_axis(lw, node, x, scale), _along_axis(lw, node, x, zero)],
+                         _RANGES[dtype])
+    lw.bind(node.outputs[0], out)
 
 
 # -- MatMulInteger and ConvInteger -----------------------------------------------------------------
@@ -337,6 +382,156 @@ def emit_quant_matmul(ctx: Context, kernel: Kernel) -> None:
     )
 
 
+# -- a QDQ model's Conv on 8-bit products (AVX-512 VNNI) -------------------------------------------
+# DequantizeLinear(x) -> Conv(DequantizeLinear(int8 weight), DequantizeLinear(int32 bias)): the
+# sums of (x - x0)(w - w0) exact in int32 on VNNI (QuantMatMul's tiles, each row one output
+# pixel's taps gathered channels-last), times x's scale and the weight's per channel, plus the
+# bias: the float Conv's value but for its rounding (the float Conv rounds every product and
+# partial sum; this rounds once).  The QuantizeLinear after it fuses into the epilogue.
+
+
+@dataclass(eq=False)
+class QuantConv(g.SpatialOp):
+    """``(x - x0) * weight`` on 8-bit products, channels-last: ``inputs[0]`` holds 8-bit values
+    as exact floats (``shift`` 128 for int8 ones, then uint8); ``weight`` is ``[K, M]`` int8
+    (K in (kh, kw, C) order, the weight less its zero point, less ``offset`` per column);
+    ``zero`` is x0 plus ``shift``; ``out`` the int32 sums as floats."""
+
+    weight: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.int8))
+    offset: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
+    window: g.Window | None = None
+    zero: int = 0
+    shift: int = 0
+    row_epilogue: ClassVar[bool] = True
+
+    @property
+    def colsum(self) -> np.ndarray:
+        return self.weight.sum(axis=0, dtype=np.int64).astype(np.int32)
+
+
+def _dequantized(value: ir.Value | None, moved: bool = False) -> ir.Node | None:
+    """The DequantizeLinear ``value`` is the output of (with ``moved``, through Transposes and
+    Reshapes: the layout pass moves a weight to OHWI), or ``None``."""
+    node = None if value is None else value.producer()
+    while moved and node is not None and node.op_type in _MOVES and node.domain in ("", "ai.onnx"):
+        node = node.inputs[0].producer() if node.inputs[0] is not None else None
+    if node is None or node.op_type != "DequantizeLinear" or node.domain not in ("", "ai.onnx"):
+        return None
+    return node
+
+
+_MOVES = frozenset({"Transpose", "Reshape", "Identity"})
+
+
+def _constant(value: ir.Value | None) -> np.ndarray | None:
+    return None if value is None or value.const_value is None else value.const_value.numpy()
+
+
+def _integer_weight(node: ir.Node, weight: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """The Conv's weight (as lowered: ``[M, ..., C]`` floats) as the integers less their zero
+    point it dequantizes, and its scale per output channel; ``None`` unless it is a
+    DequantizeLinear of 8-bit constants per tensor or along the output channels and those
+    integers times the scale are ``weight`` bit for bit."""
+    dq = _dequantized(node.inputs[1], moved=True)
+    if dq is None:
+        return None
+    q, scale = _constant(dq.inputs[0]), _constant(present(dq, 1))
+    if q is None or q.dtype not in (np.int8, np.uint8) or scale is None or scale.dtype != np.float32:
+        return None
+    if scale.size != 1 and (scale.ndim != 1 or attr_int(dq, "axis", 1) % q.ndim != 0):
+        return None  # per output channel (still axis 0 after the layout pass) or per tensor only
+    scales = np.broadcast_to(scale.reshape(-1), (weight.shape[0],)).astype(np.float32)
+    if not scales.all() or not np.isfinite(scales).all():
+        return None
+    shape = (-1, *([1] * (weight.ndim - 1)))
+    with np.errstate(all="ignore"):
+        ints = np.rint(weight.astype(np.float32) / scales.reshape(shape))
+    if not np.isfinite(ints).all() or np.abs(ints).max(initial=0) > _EIGHT_BIT_SPAN:
+        return None
+    if not np.array_equal(ints.astype(np.float32) * scales.reshape(shape), weight):
+        return None
+    return ints.astype(np.int32), np.ascontiguousarray(scales)
+
+
+def quantized_conv(lw: Lowerer, node: ir.Node, weight: np.ndarray, bias: np.ndarray | None) -> g.Tensor | None:
+    """A QDQ Conv on 8-bit products (see above), or ``None`` where the target lacks VNNI or the
+    Conv is not one: its input a DequantizeLinear of 8-bit values in this partition by one
+    constant scale and zero point, its weight 8-bit constants per tensor or per output channel,
+    one group, at most 2**14 deep."""
+    if VNNI not in lw.features or attr_int(node, "group", 1) != 1:
+        return None
+    dq = _dequantized(node.inputs[0])
+    if dq is None:
+        return None
+    q_value, x_scale, x_zero = dq.inputs[0], _constant(present(dq, 1)), _constant(present(dq, 2))
+    if q_value is None or q_value.dtype not in (ir.DataType.UINT8, ir.DataType.INT8) or not q_value.name:
+        return None
+    x = lw.values.get(q_value.name)
+    if x is None or x.const is not None or x_scale is None or x_scale.size != 1:
+        return None
+    if present(dq, 2) is not None and x_zero is None:
+        return None
+    shift = 128 if q_value.dtype == ir.DataType.INT8 else 0
+    zero = (0 if x_zero is None else int(x_zero.reshape(-1)[0])) + shift
+    integer = _integer_weight(node, weight)
+    native = node.domain == NHWC_DOMAIN
+    if integer is None or len(x.shape) not in (3, 4):
+        return None
+    ints, scales = integer
+    if not native:  # OIHW -> OHWI
+        ints = np.moveaxis(ints, 1, -1)
+    m, depth = ints.shape[0], math.prod(ints.shape[1:])
+    found_columns = int8_columns(ints.reshape(m, depth).T)
+    if found_columns is None or depth > QGEMM_DEPTH:
+        return None
+    n, c, spatial = split_layout(x, native)
+    if c != ints.shape[-1]:
+        return None
+    window, out_spatial = window_of(node, spatial, tuple(ints.shape[1:-1]), ceil=False)
+    out = lw.new(join_layout(n, m, out_spatial, native))
+    columns, offset = found_columns
+    lw.ops.append(QuantConv([x], out, weight=columns, offset=offset, window=window, zero=zero, shift=shift,
+                            native_nhwc=native))
+    x_scale32 = np.float32(x_scale.reshape(-1)[0])
+    out = lw.elementwise("mul", [out, lw.per_channel((x_scale32 * scales).astype(np.float32), len(out.shape), native)])
+    if bias is not None:
+        out = lw.elementwise("add", [out, lw.per_channel(bias.astype(np.float32), len(out.shape), native)])
+    return out
+
+
+def emit_quant_conv(ctx: Context, kernel: Kernel) -> None:
+    op = core_of(kernel, QuantConv)
+    assert op.window is not None
+    x = op.inputs[0]
+    phys_in, phys_out = x.physical_shape, kernel.out.physical_shape
+    win = op.window
+    kernel_dims, strides, dilations = list(win.kernel), list(win.strides), list(win.dilations)
+    pads = list(win.pads_begin)
+    if len(kernel_dims) == 1:  # 1-D: one row
+        phys_in, phys_out = (phys_in[0], 1, *phys_in[1:]), (phys_out[0], 1, *phys_out[1:])
+        kernel_dims, strides, dilations, pads = [1, *kernel_dims], [1, *strides], [1, *dilations], [0, *pads]
+    n, h, w, c = phys_in
+    oh, ow, m = phys_out[1:]
+    rows, depth = n * oh * ow, op.weight.shape[0]
+    k4 = -(-depth // 4) * 4
+    weights, colsum = as_weight_bytes(ctx, vnni_packed(op.weight)), as_weight_bytes(ctx, op.colsum.astype(np.int32))
+    offset = as_weight_bytes(ctx, op.offset.astype(np.int32)) if op.offset.any() else "0"
+    ep = emit_epilogue(ctx, kernel)
+    byte_floats = -(-rows * k4 // 4)
+    scratch = ctx.temp(byte_floats + rows)
+    fn = ctx.define_once("cg_qgemm", lambda: c_file("ops/qgemm.c"))
+    geom, zero = ctx.name("qconv"), ctx.name("qzero")
+    values = [n, h, w, c, oh, ow, *kernel_dims, *strides, *dilations, *pads]
+    ctx.body.append(
+        f"  {{ static const long {geom}[] = {{{', '.join(str(v) for v in values)}}};\n"
+        f"    static const float {zero}[] = {{{op.zero}.0f}};\n"
+        f"    const cg_qgemm_t q = {{{ctx.ptr(x)}, {rows}, {depth}, {k4}, {zero}, (const int8_t*){weights}, "
+        f"(const int32_t*){colsum}, (const int32_t*){offset}, {m}, (uint8_t*){scratch}, "
+        f"(int32_t*)({scratch} + {byte_floats}), {ctx.ptr(kernel.out)}, {m}, {ep}, {ep}_ops, {geom}, {op.shift}.0f}};\n"
+        f"    {fn}(&q); }}"
+    )
+
+
 def _matmul_integer(lw: Lowerer, node: ir.Node) -> None:
     if _quant_matmul(lw, node):
         return
@@ -360,6 +555,7 @@ ONNX = (
     OnnxOp("DynamicQuantizeLinear", _dynamic_quantize, index_output=True),
     # (the entry converts integer data as Cast does, which is how onnxruntime converts x - x0)
     OnnxOp("DequantizeLinear", _dequantize, _check_dequantize, converted=frozenset({0, 2})),
+    OnnxOp("QuantizeLinear", _quantize, _check_quantize, converted=frozenset({2}), index_output=True),
     OnnxOp("MatMulInteger", _matmul_integer, _check_matmul_integer, integer_arithmetic=True),
     OnnxOp("ConvInteger", _conv_integer, _check_conv_integer, integer_arithmetic=True),
 )
@@ -368,10 +564,11 @@ ONNX = (
 KERNELS = (
     KernelOp(QuantRange, Layout.ANY_ORDER, emit_quant_range),
     KernelOp(QuantMatMul, Layout.PLAIN, emit_quant_matmul),
+    KernelOp(QuantConv, Layout.CHANNELS_LAST, emit_quant_conv),
 )
 
 
 __all__ = [
-    "EXACT_SUMS", "KERNELS", "ONNX", "QGEMM_COLS", "QGEMM_ROWS", "QGEMM_RUN", "QuantMatMul", "QuantRange",
-    "as_weight_bytes", "int8_columns", "vnni_packed",
+    "EXACT_SUMS", "KERNELS", "ONNX", "QGEMM_COLS", "QGEMM_ROWS", "QGEMM_RUN", "QuantConv", "QuantMatMul",
+    "QuantRange", "as_weight_bytes", "int8_columns", "quantized_conv", "vnni_packed",
 ]
