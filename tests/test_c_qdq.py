@@ -148,3 +148,15 @@ def test_a_qdq_conv_unit_runs_on_c(x_dtype: type, cin: int, kernel: int, attrs: 
     assert largest <= 1 and differ <= 0.01 * got["q2"].size, (largest, differ)
     if VNNI in cpu_features():
         assert "QuantConv" in _kernels(model, feeds)
+
+
+def test_without_vnni_a_qdq_conv_stays_with_onnxruntime() -> None:
+    """In float a QDQ Conv is slower than onnxruntime's 8-bit kernels (sscd_qdq: about 2x)."""
+    from codegraft.backends.c import CBackend
+    from codegraft.backends.c._toolchain import target_for
+
+    model = _qdq_convs(np.uint8, [1, 8, 9, 9], [(16, 3, {"pads": [1] * 4})])
+    target = target_for(cpu_features() - {VNNI})
+    report = cg.compile(model, targets=[CBackend(target=target)]).report()
+    assert {n.backend for n in report.nodes if n.op_type == "Conv"} == {"onnxruntime"}
+    assert any("only with AVX-512 VNNI" in reason for _, op, reason, _ in report.decline_reasons() if op == "Conv")

@@ -31,6 +31,7 @@ from codegraft.backends.c._runtime import CRunnable
 from codegraft.backends.c._support import supports
 from codegraft.backends.c._thread_measure import measure
 from codegraft.backends.c._toolchain import (
+    VNNI,
     CompilerNotFoundError,
     Target,
     Toolchain,
@@ -39,6 +40,7 @@ from codegraft.backends.c._toolchain import (
     source_version,
     usable_cpus,
 )
+from codegraft.backends.c.ops.quantize import quantized_conv_weight
 from codegraft.errors import BackendError, CodegraftError
 
 log = logging.getLogger("codegraft")
@@ -117,7 +119,13 @@ class CBackend:
 
     def supports(self, node: ir.Node) -> Support:
         """Yes, or ``"<op>: <reason>"``; decided from the node alone."""
-        return supports(node)
+        verdict = supports(node)
+        if verdict and VNNI not in (self.target or host_target()).features and quantized_conv_weight(node):
+            return Support.no(
+                f"{node.op_type}: a QDQ Conv runs on 8-bit products only with AVX-512 VNNI; in float it is "
+                "slower than onnxruntime's 8-bit kernels"
+            )
+        return verdict
 
     def cache_fingerprint(self) -> str:
         """What besides the partition shapes the blob, for codegraft's compiled-partition cache:

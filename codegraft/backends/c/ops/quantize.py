@@ -453,6 +453,12 @@ def _integer_weight(node: ir.Node, weight: np.ndarray) -> tuple[np.ndarray, np.n
     return ints.astype(np.int32), np.ascontiguousarray(scales)
 
 
+def quantized_conv_weight(node: ir.Node) -> bool:
+    """Whether ``node`` is a QDQ model's Conv: its weight a DequantizeLinear (through the layout
+    pass's Transposes).  Without VNNI it would run in float (``CBackend.supports`` declines it)."""
+    return node.op_type == "Conv" and _dequantized(present(node, 1), moved=True) is not None
+
+
 def quantized_conv(lw: Lowerer, node: ir.Node, weight: np.ndarray, bias: np.ndarray | None) -> g.Tensor | None:
     """A QDQ Conv on 8-bit products (see above), or ``None`` where the target lacks VNNI or the
     Conv is not one: its input a DequantizeLinear of 8-bit values in this partition by one
@@ -570,5 +576,5 @@ KERNELS = (
 
 __all__ = [
     "EXACT_SUMS", "KERNELS", "ONNX", "QGEMM_COLS", "QGEMM_ROWS", "QGEMM_RUN", "QuantConv", "QuantMatMul",
-    "QuantRange", "as_weight_bytes", "int8_columns", "quantized_conv", "vnni_packed",
+    "QuantRange", "as_weight_bytes", "int8_columns", "quantized_conv", "quantized_conv_weight", "vnni_packed",
 ]
