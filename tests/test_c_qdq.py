@@ -160,3 +160,24 @@ def test_without_vnni_a_qdq_conv_stays_with_onnxruntime() -> None:
     report = cg.compile(model, targets=[CBackend(target=target)]).report()
     assert {n.backend for n in report.nodes if n.op_type == "Conv"} == {"onnxruntime"}
     assert any("only with AVX-512 VNNI" in reason for _, op, reason, _ in report.decline_reasons() if op == "Conv")
+
+
+@pytest.mark.skipif(VNNI not in cpu_features(), reason="8-bit products need AVX-512 VNNI")
+@pytest.mark.parametrize(("kernel", "attrs"), [
+    (1, {}), (3, {"pads": [1, 1, 1, 1]}), (3, {"strides": [2, 2], "pads": [0, 1, 1, 0]}),
+    (5, {"dilations": [2, 1], "pads": [4, 2, 4, 2]}),
+])  # fmt: skip
+@pytest.mark.parametrize("weight_dtype", [np.int8, np.uint8])
+def test_qdq_convs_on_8_bit_products_are_qlinear_convs_bit_for_bit(kernel: int, attrs: dict[str, Any],
+                                                                   weight_dtype: type) -> None:
+    """onnxruntime's optimizer fuses each uint8 unit into a QLinearConv: the exact int32 sums plus
+    the bias, times (x scale * w scale) / y scale, rounded; ``c`` computes the same."""
+    import onnxruntime as ort
+
+    model = _qdq_convs(np.uint8, [1, 24, 15, 14], [(32, kernel, attrs), (40, kernel, attrs)], weight_dtype)
+    feeds = {"x": (RNG.standard_normal([1, 24, 15, 14]) * 2).astype(np.float32)}
+    assert _kernels(model, feeds).count("QuantConv") == 2
+    got = _on_c(model, feeds)
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    want = dict(zip(["q2"], session.run(["q2"], feeds), strict=True))
+    np.testing.assert_array_equal(got["q2"], want["q2"])

@@ -137,6 +137,9 @@ EXPRESSIONS: dict[str, str] = {
     # QuantizeLinear to the type's range [p0, p1] by a scale {b} and zero point {c}: the same
     # steps, a NaN to the lowest value (MlasQuantizeLinear's MAXPS keeps the bound for a NaN)
     "quantize": "rintf(cg_qclamp({a} / {b}, {p0} - {c}, {p1} - {c})) + {c}",
+    # QLinearConv's requantization (MlasRequantizeOutput): an int32 sum as a float times the
+    # multiplier {b}, the same clamp and rounding, the zero point {c}
+    "requantize": "rintf(cg_qclamp({a} * {b}, {p0} - {c}, {p1} - {c})) + {c}",
     "round_half": "cg_half({a})",  # Cast to float16 (computed in float32: ops/_spec.FLOATS)
     "probit": "cg_probit({a})",  # ai.onnx.ml's PROBIT post transform, in onnxruntime's arithmetic
     "mlas_logistic": "cg_mlas_logistic({a})",  # ai.onnx.ml's LOGISTIC: MLAS's FMA3 kernel, bit for bit
@@ -676,6 +679,7 @@ VECTOR_FORMS = {
     "sigmoid": "cg_vsigmoid({a})",
     "clip": "cg_vclamp({a}, {p0}, {p1})",
     "quantize": "cg_vquantize({a} / {b}, (vf){{0}} + {c}, {p0}, {p1})",  # {c} a float or a vector
+    "requantize": "cg_vquantize({a} * {b}, (vf){{0}} + {c}, {p0}, {p1})",
     "hardsigmoid": "cg_vhardsigmoid({a}, {p0}, {p1})",
     "hardswish": "{a} * cg_vhardsigmoid({a}, 0x1.555556p-3f, 0.5f)",
     "iadd": "cg_vint({a} + {b})",

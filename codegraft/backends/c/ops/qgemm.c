@@ -26,16 +26,37 @@ typedef struct {
      {n, h, w, c, oh, ow, kh, kw, sh, sw, dh, dw, pad top, pad left}; each row of the GEMM is
      one output pixel's taps, k in (kh, kw, c) order, a pad tap a0 (so a - a0 is 0 there) */
   const long* conv; float shift;  /* added to each value: 128 for int8 data, held as uint8 */
+  const int32_t* bias;  /* an int32 bias per column added to the sums, or none (QLinearConv's) */
 } cg_qgemm_t;
+
+/* n values (8-bit integers as exact floats, plus shift) as bytes; returns their sum.  One pass
+   on vectors: the packing read each row three times (0.03 of a 0.08 ms 64-channel 1x1 Conv). */
+static int32_t cg_qbytes(const float* a, uint8_t* to, long n, float shift) {
+  int32_t sum = 0;
+  long i = 0;
+#ifdef CG_QGEMM_VNNI
+  const __m512 sh = _mm512_set1_ps(shift);
+  __m512i acc = _mm512_setzero_si512();
+  for (; i + 16 <= n; i += 16) {
+    const __m512i v = _mm512_cvtps_epi32(_mm512_add_ps(_mm512_loadu_ps(a + i), sh));
+    _mm_storeu_si128((__m128i*)(to + i), _mm512_cvtepi32_epi8(v));
+    acc = _mm512_add_epi32(acc, v);
+  }
+  sum = _mm512_reduce_add_epi32(acc);
+#endif
+  for (; i < n; i++) {
+    const int32_t v = (int32_t)(a[i] + shift);
+    to[i] = (uint8_t)v;
+    sum += v;
+  }
+  return sum;
+}
 
 static void cg_qgemm_bytes(const void* ctx, long row) {
   const cg_qgemm_t* q = ctx;
-  const float* a = q->a + row * q->K;
   uint8_t* to = q->au8 + row * q->K4;
-  int32_t sum = 0;
-  for (long k = 0; k < q->K; k++) { to[k] = (uint8_t)a[k]; sum += to[k]; }
+  q->rowsum[row] = cg_qbytes(q->a + row * q->K, to, q->K, 0.0f);
   for (long k = q->K; k < q->K4; k++) to[k] = 0;
-  q->rowsum[row] = sum;
 }
 
 static void cg_qconv_bytes(const void* ctx, long row) {
@@ -45,20 +66,19 @@ static void cg_qconv_bytes(const void* ctx, long row) {
   uint8_t* to = q->au8 + row * q->K4;
   const uint8_t pad = (uint8_t)(int32_t)q->a0[0];
   long k = 0;
+  int32_t sum = 0;
   for (long ky = 0; ky < g[6]; ky++) {
     const long iy = oy * g[8] - g[12] + ky * g[10];
     for (long kx = 0; kx < g[7]; kx++, k += c) {
       const long ix = ox * g[9] - g[13] + kx * g[11];
       if (iy < 0 || iy >= h || ix < 0 || ix >= w) {
         memset(to + k, pad, (size_t)c);
+        sum += (int32_t)pad * (int32_t)c;
         continue;
       }
-      const float* a = q->a + ((img * h + iy) * w + ix) * c;
-      for (long i = 0; i < c; i++) to[k + i] = (uint8_t)(int32_t)(a[i] + q->shift);
+      sum += cg_qbytes(q->a + ((img * h + iy) * w + ix) * c, to + k, c, q->shift);
     }
   }
-  int32_t sum = 0;
-  for (long i = 0; i < q->K; i++) sum += to[i];
   for (long i = q->K; i < q->K4; i++) to[i] = 0;
   q->rowsum[row] = sum;
 }
@@ -94,6 +114,49 @@ static void cg_qgemm_tile(const cg_qgemm_t* q, long r0, long block) {
     c30 = _mm512_dpbusd_epi32(c30, b, w0); c31 = _mm512_dpbusd_epi32(c31, b, w1);
     c32 = _mm512_dpbusd_epi32(c32, b, w2); c33 = _mm512_dpbusd_epi32(c33, b, w3);
   }
+  {
+    /* sum - a0 * colsum + d * (rowsum - a0 * K), converted to float, on vectors */
+    const int32_t a0 = q->a0 ? (int32_t)q->a0[0] : 0;
+    const int32_t* cs = q->colsum + c0;
+    float t[CG_QGEMM_ROWS * CG_QGEMM_COLS] __attribute__((aligned(64)));
+    if (nc == CG_QGEMM_COLS) {
+      const __m512i a0v = _mm512_set1_epi32(a0);
+      __m512i k0 = _mm512_mullo_epi32(a0v, _mm512_loadu_si512((const void*)cs));
+      __m512i k1 = _mm512_mullo_epi32(a0v, _mm512_loadu_si512((const void*)(cs + 16)));
+      __m512i k2 = _mm512_mullo_epi32(a0v, _mm512_loadu_si512((const void*)(cs + 32)));
+      __m512i k3 = _mm512_mullo_epi32(a0v, _mm512_loadu_si512((const void*)(cs + 48)));
+      if (q->bias) {  /* less the bias: sum - (a0 * colsum - bias) */
+        const int32_t* b = q->bias + c0;
+        k0 = _mm512_sub_epi32(k0, _mm512_loadu_si512((const void*)b));
+        k1 = _mm512_sub_epi32(k1, _mm512_loadu_si512((const void*)(b + 16)));
+        k2 = _mm512_sub_epi32(k2, _mm512_loadu_si512((const void*)(b + 32)));
+        k3 = _mm512_sub_epi32(k3, _mm512_loadu_si512((const void*)(b + 48)));
+      }
+      __m512i d0 = _mm512_setzero_si512(), d1 = d0, d2 = d0, d3 = d0;
+      if (q->offset) {
+        d0 = _mm512_loadu_si512((const void*)(q->offset + c0));
+        d1 = _mm512_loadu_si512((const void*)(q->offset + c0 + 16));
+        d2 = _mm512_loadu_si512((const void*)(q->offset + c0 + 32));
+        d3 = _mm512_loadu_si512((const void*)(q->offset + c0 + 48));
+      }
+#define CG_QGEMM_ROW(r, x0, x1, x2, x3)                                                              \
+      if (r < nr) {                                                                                  \
+        const __m512i rest = _mm512_set1_epi32(q->rowsum[r0 + r] - a0 * (int32_t)q->K);               \
+        float* tr = t + r * CG_QGEMM_COLS;                                                           \
+        _mm512_store_ps(tr, _mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_sub_epi32(x0, k0), _mm512_mullo_epi32(d0, rest)))); \
+        _mm512_store_ps(tr + 16, _mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_sub_epi32(x1, k1), _mm512_mullo_epi32(d1, rest)))); \
+        _mm512_store_ps(tr + 32, _mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_sub_epi32(x2, k2), _mm512_mullo_epi32(d2, rest)))); \
+        _mm512_store_ps(tr + 48, _mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_sub_epi32(x3, k3), _mm512_mullo_epi32(d3, rest)))); \
+      }
+      CG_QGEMM_ROW(0, c00, c01, c02, c03)
+      CG_QGEMM_ROW(1, c10, c11, c12, c13)
+      CG_QGEMM_ROW(2, c20, c21, c22, c23)
+      CG_QGEMM_ROW(3, c30, c31, c32, c33)
+#undef CG_QGEMM_ROW
+      q->ep(q->ops, q->y, q->ldy, t, CG_QGEMM_COLS, r0, nr, c0, nc);
+      return;
+    }
+  }
   _mm512_store_si512((void*)(sums[0]), c00); _mm512_store_si512((void*)(sums[0] + 16), c01);
   _mm512_store_si512((void*)(sums[0] + 32), c02); _mm512_store_si512((void*)(sums[0] + 48), c03);
   _mm512_store_si512((void*)(sums[1]), c10); _mm512_store_si512((void*)(sums[1] + 16), c11);
@@ -120,7 +183,8 @@ static void cg_qgemm_tile(const cg_qgemm_t* q, long r0, long block) {
   for (long r = 0; r < nr; r++) {
     const int32_t rest = q->rowsum[r0 + r] - a0 * (int32_t)q->K;
     for (long c = 0; c < nc; c++)
-      t[r * CG_QGEMM_COLS + c] = (float)(sums[r][c] - a0 * q->colsum[c0 + c] + (q->offset ? q->offset[c0 + c] * rest : 0));
+      t[r * CG_QGEMM_COLS + c] = (float)(sums[r][c] - a0 * q->colsum[c0 + c] + (q->offset ? q->offset[c0 + c] * rest : 0)
+                                         + (q->bias ? q->bias[c0 + c] : 0));
   }
   q->ep(q->ops, q->y, q->ldy, t, CG_QGEMM_COLS, r0, nr, c0, nc);
 }
@@ -137,8 +201,20 @@ static void cg_qgemm_task(const void* ctx, long task) {
   for (long tile = first; tile < last; tile++) cg_qgemm_tile(q, tile * CG_QGEMM_ROWS, block);
 }
 
+/* The bytes of CG_QGEMM_PACK rows a task: one task a row cost more in the pool than the
+   copying of a 64-channel row (a 40 x 40 image: 1600 tasks). */
+#define CG_QGEMM_PACK 32
+static void cg_qgemm_pack(const void* ctx, long task) {
+  const cg_qgemm_t* q = ctx;
+  const long last = cg_min(q->M, (task + 1) * CG_QGEMM_PACK);
+  for (long row = task * CG_QGEMM_PACK; row < last; row++) {
+    if (q->conv) cg_qconv_bytes(q, row);
+    else cg_qgemm_bytes(q, row);
+  }
+}
+
 static void cg_qgemm(const cg_qgemm_t* q) {
-  cg_parallel(q->M, q->conv ? cg_qconv_bytes : cg_qgemm_bytes, q);
+  cg_parallel((q->M + CG_QGEMM_PACK - 1) / CG_QGEMM_PACK, cg_qgemm_pack, q);
   const long tiles = (q->M + CG_QGEMM_ROWS - 1) / CG_QGEMM_ROWS, runs = (tiles + CG_QGEMM_RUN - 1) / CG_QGEMM_RUN;
   cg_parallel(runs * ((q->N + CG_QGEMM_COLS - 1) / CG_QGEMM_COLS), cg_qgemm_task, q);
 }

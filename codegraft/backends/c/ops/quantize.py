@@ -147,6 +147,15 @@ def _quantize(lw: Lowerer, node: ir.Node) -> None:
     zero_value = present(node, 2)
     zero = lw.const(np.zeros((), np.float32)) if zero_value is None else _exact_floats(lw, zero_value)
     scale = lw.tensor(node.inputs[1])
+    name = node.inputs[0].name if node.inputs[0] is not None else ""
+    sums, scales = lw.values.get(f"{name}{_SUMS}"), lw.values.get(f"{name}{_SCALES}")
+    if (sums is not None and scales is not None and scales.const is not None and scale.const is not None
+            and scale.size == 1 and zero.size == 1):
+        # a QDQ Conv's QuantizeLinear: QLinearConv's requantization of its sums, by
+        # (x scale * w scale) / y scale in float32 as onnxruntime computes the multiplier
+        multiplier = lw.const((scales.const / scale.const.reshape(())).astype(np.float32))
+        lw.bind(node.outputs[0], lw.elementwise("requantize", [sums, multiplier, zero], _RANGES[dtype]))
+        return
     out = lw.elementwise("quantize", [x, _along_axis(lw, node, x, scale), _along_axis(lw, node, x, zero)],
                          _RANGES[dtype])
     lw.bind(node.outputs[0], out)
@@ -399,6 +408,7 @@ class QuantConv(g.SpatialOp):
 
     weight: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.int8))
     offset: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
+    bias: np.ndarray | None = None  # int32 per column, added to the sums
     window: g.Window | None = None
     zero: int = 0
     shift: int = 0
@@ -466,7 +476,14 @@ def quantized_conv(lw: Lowerer, node: ir.Node, weight: np.ndarray, bias: np.ndar
     one group, at most 2**14 deep."""
     if VNNI not in lw.features or attr_int(node, "group", 1) != 1:
         return None
-    dq = _dequantized(node.inputs[0])
+    source, perm = node.inputs[0], None
+    producer = None if source is None else source.producer()
+    if producer is not None and producer.op_type == "Transpose" and producer.domain in ("", "ai.onnx"):
+        # the layout pass's move of a model's first quantized image to channels-last
+        perm, source = producer.attributes.get_ints("perm", None), producer.inputs[0]
+        if perm is None:
+            return None
+    dq = _dequantized(source)
     if dq is None:
         return None
     q_value, x_scale, x_zero = dq.inputs[0], _constant(present(dq, 1)), _constant(present(dq, 2))
@@ -477,6 +494,10 @@ def quantized_conv(lw: Lowerer, node: ir.Node, weight: np.ndarray, bias: np.ndar
         return None
     if present(dq, 2) is not None and x_zero is None:
         return None
+    if perm is not None:  # transposing DequantizeLinear's 8-bit input instead (per tensor: the same values)
+        moved = lw.new(tuple(x.shape[p] for p in perm))
+        lw.ops.append(g.Transpose([x], moved, perm=tuple(perm)))
+        x = moved
     shift = 128 if q_value.dtype == ir.DataType.INT8 else 0
     zero = (0 if x_zero is None else int(x_zero.reshape(-1)[0])) + shift
     integer = _integer_weight(node, weight)
@@ -496,13 +517,44 @@ def quantized_conv(lw: Lowerer, node: ir.Node, weight: np.ndarray, bias: np.ndar
     window, out_spatial = window_of(node, spatial, tuple(ints.shape[1:-1]), ceil=False)
     out = lw.new(join_layout(n, m, out_spatial, native))
     columns, offset = found_columns
-    lw.ops.append(QuantConv([x], out, weight=columns, offset=offset, window=window, zero=zero, shift=shift,
-                            native_nhwc=native))
     x_scale32 = np.float32(x_scale.reshape(-1)[0])
-    out = lw.elementwise("mul", [out, lw.per_channel((x_scale32 * scales).astype(np.float32), len(out.shape), native)])
-    if bias is not None:
-        out = lw.elementwise("add", [out, lw.per_channel(bias.astype(np.float32), len(out.shape), native)])
-    return out
+    product = (x_scale32 * scales).astype(np.float32)  # onnxruntime's x scale * w scale, in float32
+    int_bias = _integer_bias(node, product)
+    lw.ops.append(QuantConv([x], out, weight=columns, offset=offset, bias=int_bias, window=window, zero=zero,
+                            shift=shift, native_nhwc=native))
+    per_column = lw.per_channel(product, len(out.shape), native)
+    if int_bias is not None or bias is None:
+        # (sum + bias) as QLinearConv has it, for a QuantizeLinear after it (_quantize)
+        name = node.outputs[0].name or ""
+        lw.values[f"{name}{_SUMS}"], lw.values[f"{name}{_SCALES}"] = out, per_column
+        return lw.elementwise("mul", [out, per_column])
+    out = lw.elementwise("mul", [out, per_column])
+    return lw.elementwise("add", [out, lw.per_channel(bias.astype(np.float32), len(out.shape), native)])
+
+
+# Keys beside a QDQ Conv's output in ``Lowerer.values``: its int32 sums plus the bias (floats),
+# and x scale * w scale per channel (shaped to broadcast over them).
+_SUMS, _SCALES = "::qlinear-sums", "::qlinear-scales"
+
+
+def _integer_bias(node: ir.Node, product: np.ndarray) -> np.ndarray | None:
+    """The Conv's bias as the int32 values its DequantizeLinear reads (zeros where it has none),
+    where their scale is x scale * w scale exactly (as onnxruntime's quantizer makes it, and
+    QLinearConv reads it) and their zero point 0; ``None`` where not."""
+    value = present(node, 2)
+    if value is None:
+        return np.zeros(product.shape, np.int32)
+    dq = _dequantized(value)
+    if dq is None:
+        return None
+    q, scale, zero = _constant(dq.inputs[0]), _constant(present(dq, 1)), _constant(present(dq, 2))
+    if q is None or q.dtype != np.int32 or q.shape != product.shape or scale is None or scale.dtype != np.float32:
+        return None
+    if (present(dq, 2) is not None and (zero is None or zero.any())) or scale.size not in (1, product.size):
+        return None
+    if not np.array_equal(np.broadcast_to(scale.reshape(-1), product.shape), product):
+        return None
+    return q.astype(np.int32)
 
 
 def emit_quant_conv(ctx: Context, kernel: Kernel) -> None:
@@ -526,6 +578,7 @@ def emit_quant_conv(ctx: Context, kernel: Kernel) -> None:
     byte_floats = -(-rows * k4 // 4)
     scratch = ctx.temp(byte_floats + rows)
     fn = ctx.define_once("cg_qgemm", lambda: c_file("ops/qgemm.c"))
+    bias = "0" if op.bias is None or not op.bias.any() else as_weight_bytes(ctx, op.bias.astype(np.int32))
     geom, zero = ctx.name("qconv"), ctx.name("qzero")
     values = [n, h, w, c, oh, ow, *kernel_dims, *strides, *dilations, *pads]
     ctx.body.append(
@@ -533,7 +586,8 @@ def emit_quant_conv(ctx: Context, kernel: Kernel) -> None:
         f"    static const float {zero}[] = {{{op.zero}.0f}};\n"
         f"    const cg_qgemm_t q = {{{ctx.ptr(x)}, {rows}, {depth}, {k4}, {zero}, (const int8_t*){weights}, "
         f"(const int32_t*){colsum}, (const int32_t*){offset}, {m}, (uint8_t*){scratch}, "
-        f"(int32_t*)({scratch} + {byte_floats}), {ctx.ptr(kernel.out)}, {m}, {ep}, {ep}_ops, {geom}, {op.shift}.0f}};\n"
+        f"(int32_t*)({scratch} + {byte_floats}), {ctx.ptr(kernel.out)}, {m}, {ep}, {ep}_ops, {geom}, {op.shift}.0f, "
+        f"(const int32_t*){bias}}};\n"
         f"    {fn}(&q); }}"
     )
 
