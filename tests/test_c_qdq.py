@@ -181,3 +181,50 @@ def test_qdq_convs_on_8_bit_products_are_qlinear_convs_bit_for_bit(kernel: int, 
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     want = dict(zip(["q2"], session.run(["q2"], feeds), strict=True))
     np.testing.assert_array_equal(got["q2"], want["q2"])
+
+
+@pytest.mark.parametrize("x_dtype", [np.uint8, np.int8])
+@pytest.mark.parametrize("per_column", [False, True])
+def test_a_qdq_matmul_unit_runs_on_c(x_dtype: type, per_column: bool) -> None:
+    """DequantizeLinear -> MatMul -> QuantizeLinear (the weight int8 per tensor or per column),
+    computed in float (dequantized, the float GEMM, quantized), as onnxruntime computes it
+    unoptimized: the same 8-bit results but where a sum rounds to the other side of a half step."""
+    info = np.iinfo(x_dtype)
+    scale = RNG.uniform(0.002, 0.01, 80 if per_column else ()).astype(np.float32)
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"]),
+        helper.make_node("DequantizeLinear", ["xq", "xs", "xz"], ["xd"]),
+        helper.make_node("DequantizeLinear", ["w", "ws", "wz"], ["wd"], axis=1),
+        helper.make_node("MatMul", ["xd", "wd"], ["m"]),
+        helper.make_node("QuantizeLinear", ["m", "ys", "yz"], ["yq"]),
+        helper.make_node("DequantizeLinear", ["yq", "ys", "yz"], ["y"]),
+    ]
+    inits = {"xs": np.float32(0.04), "xz": np.array(7 if x_dtype == np.uint8 else -5, x_dtype),
+             "w": RNG.integers(-127, 128, (96, 80)).astype(np.int8), "ws": scale, "wz": np.zeros(scale.shape, np.int8),
+             "ys": np.float32(0.1), "yz": np.array(info.min + 120, x_dtype)}  # fmt: skip
+    model = _model(nodes, {"x": (TensorProto.FLOAT, [2, 25, 96])}, {"y": TensorProto.FLOAT, "yq": _TYPES[x_dtype]},
+                   inits)
+    feeds = {"x": (RNG.standard_normal([2, 25, 96]) * 2).astype(np.float32)}
+    got, want = _on_c(model, feeds), run_onnxruntime(model, feeds)
+    largest, differ = _quantized_differences(got["yq"], want["yq"])
+    assert largest <= 1 and differ <= 0.01 * got["yq"].size, (largest, differ)
+
+
+def test_a_qdq_add_unit_runs_on_c() -> None:
+    """A residual Add of two dequantized 8-bit tensors, quantized again (ResNet's blocks)."""
+    nodes = [
+        helper.make_node("QuantizeLinear", ["a", "s1", "z1"], ["aq"]),
+        helper.make_node("QuantizeLinear", ["b", "s2", "z2"], ["bq"]),
+        helper.make_node("DequantizeLinear", ["aq", "s1", "z1"], ["ad"]),
+        helper.make_node("DequantizeLinear", ["bq", "s2", "z2"], ["bd"]),
+        helper.make_node("Add", ["ad", "bd"], ["sum"]),
+        helper.make_node("QuantizeLinear", ["sum", "s3", "z3"], ["q"]),
+    ]
+    inits = {"s1": np.float32(0.05), "z1": np.uint8(128), "s2": np.float32(0.03), "z2": np.uint8(0),
+             "s3": np.float32(0.07), "z3": np.uint8(60)}  # fmt: skip
+    shape = [1, 8, 6, 6]
+    model = _model(nodes, {"a": (TensorProto.FLOAT, shape), "b": (TensorProto.FLOAT, shape)},
+                   {"q": TensorProto.UINT8}, inits)
+    feeds = {"a": _activations(shape), "b": np.abs(RNG.standard_normal(shape)).astype(np.float32) * 3}
+    got, want = _on_c(model, feeds), run_onnxruntime(model, feeds)
+    np.testing.assert_array_equal(got["q"], want["q"])
