@@ -84,7 +84,11 @@ def _check_conv(node: ir.Node) -> str:
     if reason:
         return reason
     weight = node.inputs[1]
-    assert weight is not None and weight.const_value is not None
+    if weight is None or weight.const_value is None:  # (c's check also takes a DequantizeLinear of one)
+        return "the weight must be a constant initializer"
+    bias = node.inputs[2] if len(node.inputs) > 2 else None
+    if bias is not None and bias.const_value is None:
+        return "the bias must be a constant initializer"
     group = attr_int(node, "group", 1)
     out_channels, in_per_group = (int(d) for d in weight.const_value.shape.numpy()[:2])
     x = node.inputs[0]
