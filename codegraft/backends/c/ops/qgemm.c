@@ -68,7 +68,13 @@ static void cg_qconv_bytes(const void* ctx, long row) {
   long k = 0;
   int32_t sum = 0;
   for (long ky = 0; ky < g[6]; ky++) {
-    const long iy = oy * g[8] - g[12] + ky * g[10];
+    const long iy = oy * g[8] - g[12] + ky * g[10], ix0 = ox * g[9] - g[13];
+    if (g[11] == 1 && iy >= 0 && iy < h && ix0 >= 0 && ix0 + g[7] <= w) {
+      /* a kernel row inside the image: its taps are kw * C adjacent values (a 3-channel image) */
+      sum += cg_qbytes(q->a + ((img * h + iy) * w + ix0) * c, to + k, g[7] * c, q->shift);
+      k += g[7] * c;
+      continue;
+    }
     for (long kx = 0; kx < g[7]; kx++, k += c) {
       const long ix = ox * g[9] - g[13] + kx * g[11];
       if (iy < 0 || iy >= h || ix < 0 || ix >= w) {
