@@ -219,7 +219,24 @@ static void cg_qgemm_pack(const void* ctx, long task) {
   }
 }
 
+/* A convolution's task when it has runs enough for the threads: one run of row tiles, its
+   bytes packed by the task itself, over every block of columns (a conv's weights, up to 1 MB in
+   a ResNet, stay in L2 across the blocks): one parallel region a layer instead of two, whose
+   barrier a busy core held up (sscd: 53 Convs). */
+static void cg_qconv_run(const void* ctx, long run) {
+  const cg_qgemm_t* q = ctx;
+  const long first = run * CG_QGEMM_RUN * CG_QGEMM_ROWS, last = cg_min(q->M, first + CG_QGEMM_RUN * CG_QGEMM_ROWS);
+  for (long row = first; row < last; row++) cg_qconv_bytes(q, row);
+  for (long block = 0; block * CG_QGEMM_COLS < q->N; block++)
+    for (long r0 = first; r0 < last; r0 += CG_QGEMM_ROWS) cg_qgemm_tile(q, r0, block);
+}
+
 static void cg_qgemm(const cg_qgemm_t* q) {
+  const long row_runs = (q->M + CG_QGEMM_RUN * CG_QGEMM_ROWS - 1) / (CG_QGEMM_RUN * CG_QGEMM_ROWS);
+  if (q->conv && row_runs >= 4) {
+    cg_parallel(row_runs, cg_qconv_run, q);
+    return;
+  }
   cg_parallel((q->M + CG_QGEMM_PACK - 1) / CG_QGEMM_PACK, cg_qgemm_pack, q);
   const long tiles = (q->M + CG_QGEMM_ROWS - 1) / CG_QGEMM_ROWS, runs = (tiles + CG_QGEMM_RUN - 1) / CG_QGEMM_RUN;
   cg_parallel(runs * ((q->N + CG_QGEMM_COLS - 1) / CG_QGEMM_COLS), cg_qgemm_task, q);
