@@ -40,7 +40,7 @@ from codegraft.backends.c._toolchain import (
     source_version,
     usable_cpus,
 )
-from codegraft.backends.c.ops.quantize import quantized_conv_weight
+from codegraft.backends.c.ops.qconv import quantized_conv_weight
 from codegraft.errors import BackendError, CodegraftError
 
 log = logging.getLogger("codegraft")
@@ -67,8 +67,8 @@ class CBackend:
     # dtypes=None: ``supports`` checks the dtype of *data* inputs itself, so a Reshape whose
     # shape input is an int64 constant is still taken (a declared {"float32"} would refuse it).
     # int8: it takes dynamically quantized layers (DynamicQuantizeLinear, MatMulInteger,
-    # ConvInteger, ``ops/quantize.py``); a QDQ unit's QuantizeLinear it declines, so such units
-    # stay whole elsewhere.
+    # ConvInteger, ``ops/quantize.py``) and static (QDQ) units: QuantizeLinear, DequantizeLinear,
+    # their Convs on 8-bit products where the target has VNNI (declined without: ``supports``).
     # call_overhead_us: a two-op partition, ~5 us a call (2-core VM), most of it numpy's
     capabilities = Capabilities(
         dynamic_shapes=False, dtypes=None, layout="NHWC", native_code=True, precisions=frozenset({"float32", "int8"}),

@@ -1,7 +1,7 @@
 """The ``c`` backend's op table: every op it takes, described once, by family.
 
 Each family module (``elementwise``, ``conv``, ``matmul``, ``pool``, ``resize``, ``rnn``,
-``norm``, ``data``, ``views``, ``quantize``) lists its ONNX ops (``ONNX``: check and lowering,
+``norm``, ``data``, ``views``, ``quantize``, ``qconv``) lists its ONNX ops (``ONNX``: check and lowering,
 :class:`OnnxOp`) and the ops of the backend's graph it emits (``KERNELS``: layout rule and C
 emitter, :class:`KernelOp`).  Support (``_support.py``), translation (``_translate.py``),
 layout (``_layout.py``) and code generation (``_codegen.py``) read these two tables and
@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from codegraft.backends.c import _graph as g
-from codegraft.backends.c.ops import conv, data, elementwise, matmul, norm, pool, quantize, resize, rnn, views
+from codegraft.backends.c.ops import conv, data, elementwise, matmul, norm, pool, qconv, quantize, resize, rnn, views
 from codegraft.backends.c.ops._spec import KernelOp, Layout, OnnxOp
 
 
@@ -47,11 +47,11 @@ def _by_class(*families: Iterable[KernelOp]) -> dict[type[g.Op], KernelOp]:
 
 ONNX_OPS = _by_op_type(
     elementwise.ONNX, conv.ONNX, matmul.ONNX, pool.ONNX, resize.ONNX, rnn.ONNX, norm.ONNX, data.ONNX, views.ONNX,
-    quantize.ONNX,
+    quantize.ONNX, qconv.ONNX,
 )
 KERNEL_OPS = _by_class(
     elementwise.KERNELS, conv.KERNELS, matmul.KERNELS, pool.KERNELS, resize.KERNELS, rnn.KERNELS, norm.KERNELS,
-    data.KERNELS, views.KERNELS, quantize.KERNELS,
+    data.KERNELS, views.KERNELS, quantize.KERNELS, qconv.KERNELS,
 )
 
 __all__ = ["KERNEL_OPS", "ONNX_OPS", "KernelOp", "Layout", "OnnxOp"]

@@ -50,6 +50,7 @@ from codegraft.backends.c.ops.gemm import (
     pack_weights,
     write_over_residual,
 )
+from codegraft.backends.c.ops.qconv import quantized_conv
 
 
 def constant_weight_dims(node: ir.Node) -> tuple[int, ...] | None:
@@ -110,8 +111,6 @@ def _dims(tensor: ir.TensorProtocol) -> tuple[int, ...]:
 
 
 def _conv(lw: Lowerer, node: ir.Node) -> None:
-    from codegraft.backends.c.ops.quantize import quantized_conv  # (quantize.py builds on this module)
-
     bias = present(node, 2)
     weight = lw.known(node.inputs[1], "weight")
     quantized = quantized_conv(lw, node, weight, None if bias is None else lw.known(bias, "bias"))

@@ -1,4 +1,5 @@
-"""Dynamic quantization: DynamicQuantizeLinear, MatMulInteger and ConvInteger on exact floats.
+"""Quantization: DynamicQuantizeLinear, MatMulInteger and ConvInteger on exact floats; static
+quantization's (QDQ) QuantizeLinear, DequantizeLinear and Convs on 8-bit products (QuantConv).
 
 NOTE: onnxruntime's ``quantize_dynamic`` turns each float MatMul (Conv) into
 DynamicQuantizeLinear -> MatMulInteger (ConvInteger) -> Cast to float -> Mul by the two
@@ -30,18 +31,27 @@ from codegraft.backends.c._c_files import c_file
 from codegraft.backends.c._emit import Context
 from codegraft.backends.c._fuse import Kernel
 from codegraft.backends.c._lowerer import Lowerer
-from codegraft.backends.c._node import NHWC_DOMAIN, attr_int, is_constant, present, rank_of
+from codegraft.backends.c._node import attr_int, is_constant, present, rank_of
 from codegraft.backends.c._toolchain import VNNI
+from codegraft.backends.c.ops._qpack import (
+    EIGHT_BIT_SPAN,
+    QGEMM_COLS,
+    QGEMM_DEPTH,
+    QGEMM_ROWS,
+    QGEMM_RUN,
+    as_weight_bytes,
+    int8_columns,
+    vnni_packed,
+)
 from codegraft.backends.c.ops._spec import KernelOp, Layout, OnnxOp, core_of
-from codegraft.backends.c.ops._window import join_layout, split_layout, window_of
 from codegraft.backends.c.ops.conv import check_conv_geometry, constant_weight_dims, lower_conv
 from codegraft.backends.c.ops.data import slice_op
 from codegraft.backends.c.ops.elementwise import emit_epilogue
 from codegraft.backends.c.ops.matmul import bind_matmul
+from codegraft.backends.c.ops.qconv import SCALES, SUMS
 
 EXACT_SUMS = 1 << 24  # float32 holds every integer sum of at most this magnitude
 _EIGHT_BITS = frozenset({ir.DataType.UINT8, ir.DataType.INT8})
-_EIGHT_BIT_SPAN = 255  # the largest |x - zero point| of two 8-bit values of one type
 
 
 # -- DynamicQuantizeLinear -------------------------------------------------------------------------
@@ -148,7 +158,7 @@ def _quantize(lw: Lowerer, node: ir.Node) -> None:
     zero = lw.const(np.zeros((), np.float32)) if zero_value is None else _exact_floats(lw, zero_value)
     scale = lw.tensor(node.inputs[1])
     name = node.inputs[0].name if node.inputs[0] is not None else ""
-    sums, scales = lw.values.get(f"{name}{_SUMS}"), lw.values.get(f"{name}{_SCALES}")
+    sums, scales = lw.values.get(f"{name}{SUMS}"), lw.values.get(f"{name}{SCALES}")
     if (sums is not None and scales is not None and scales.const is not None and scale.const is not None
             and scale.size == 1 and zero.size == 1):
         # a QDQ Conv's QuantizeLinear: QLinearConv's requantization of its sums, by
@@ -168,7 +178,7 @@ def _span(node: ir.Node, data: int, zero: int) -> int:
     """The largest ``|x - zero point|`` of input ``data``: from the values where both are constants."""
     value, zero_value = present(node, data), present(node, zero)
     if not is_constant(value) or (zero_value is not None and not is_constant(zero_value)):
-        return _EIGHT_BIT_SPAN
+        return EIGHT_BIT_SPAN
     assert value is not None and value.const_value is not None
     x = value.const_value.numpy().astype(np.int64)
     if zero_value is not None:
@@ -180,7 +190,7 @@ def _span(node: ir.Node, data: int, zero: int) -> int:
         try:
             x = x - zp
         except ValueError:  # shapes the op would refuse
-            return _EIGHT_BIT_SPAN
+            return EIGHT_BIT_SPAN
     return int(np.abs(x).max()) if x.size else 0
 
 
@@ -272,8 +282,6 @@ def _less_zero_point(lw: Lowerer, node: ir.Node, data: int, zero: int) -> g.Tens
 # float FMA's products, from a quarter of the weight bytes: onnxruntime's u8 x s8 kernels run
 # so, and the float GEMM above ran dynamic-int8 models 1.5-2.3x their time on such a Xeon.
 
-QGEMM_ROWS, QGEMM_COLS, QGEMM_RUN = 4, 64, 16  # a tile, and tiles to a task (CG_QGEMM_* in qgemm.c)
-QGEMM_DEPTH = 1 << 14  # 255 * 255 * 2**14 < 2**31: no int32 sum overflows
 
 
 @dataclass(eq=False)
@@ -311,23 +319,6 @@ def _int8_weight(node: ir.Node) -> tuple[np.ndarray, np.ndarray] | None:
     return int8_columns(weight)
 
 
-def int8_columns(weight: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
-    """An integer ``[K, N]`` matrix (an 8-bit weight less its zero point) as int8 values plus
-    an int32 offset per column (0 where the values fit int8 already; a uint8 weight's column
-    spans 255 values at most, so less the middle of its range it fits); ``None`` where not."""
-    if not weight.size:
-        return None
-    weight = weight.astype(np.int32)
-    offset = np.zeros(weight.shape[1], np.int32)
-    if weight.min() < -128 or weight.max() > 127:
-        low, high = weight.min(axis=0), weight.max(axis=0)
-        offset = ((low + high + 1) // 2).astype(np.int32)
-    shifted = weight - offset.reshape(1, -1)
-    if shifted.min() < -128 or shifted.max() > 127:
-        return None
-    return shifted.astype(np.int8), offset
-
-
 def _quant_matmul(lw: Lowerer, node: ir.Node) -> bool:
     """Lower ``node`` on 8-bit products where the target has VNNI and the operands allow:
     ``a`` uint8 computed at run time, its zero point one value, the weight a constant 8-bit
@@ -354,22 +345,6 @@ def _quant_matmul(lw: Lowerer, node: ir.Node) -> bool:
     return True
 
 
-def vnni_packed(weight: np.ndarray) -> np.ndarray:
-    """An int8 ``[K, N]`` weight as the 8-bit kernels read it: zero-padded to ``K4`` (a multiple
-    of 4) rows and whole blocks of ``QGEMM_COLS`` columns, laid out [block][k / 4][column][k % 4]:
-    four consecutive k of a column in one 32-bit lane (vpdpbusd)."""
-    depth, cols = weight.shape
-    k4, blocks = -(-depth // 4) * 4, -(-cols // QGEMM_COLS)
-    padded = np.zeros((k4, blocks * QGEMM_COLS), np.int8)
-    padded[:depth, :cols] = weight
-    return padded.reshape(k4 // 4, 4, blocks, QGEMM_COLS).transpose(2, 0, 3, 1)
-
-
-def as_weight_bytes(ctx: Context, array: np.ndarray) -> str:
-    """The symbol of an int8 or int32 constant placed in the (float) weight arena byte for byte."""
-    return ctx.weight(np.ascontiguousarray(array).reshape(-1).view(np.float32))
-
-
 def emit_quant_matmul(ctx: Context, kernel: Kernel) -> None:
     op = core_of(kernel, QuantMatMul)
     a = op.inputs[0]
@@ -387,207 +362,6 @@ def emit_quant_matmul(ctx: Context, kernel: Kernel) -> None:
         f"  {{ const cg_qgemm_t q = {{{ctx.ptr(a)}, {rows}, {depth}, {k4}, {a0}, (const int8_t*){weights}, "
         f"(const int32_t*){colsum}, (const int32_t*){offset}, {cols}, (uint8_t*){scratch}, "
         f"(int32_t*)({scratch} + {byte_floats}), {ctx.ptr(kernel.out)}, {cols}, {ep}, {ep}_ops}};\n"
-        f"    {fn}(&q); }}"
-    )
-
-
-# -- a QDQ model's Conv on 8-bit products (AVX-512 VNNI) -------------------------------------------
-# DequantizeLinear(x) -> Conv(DequantizeLinear(int8 weight), DequantizeLinear(int32 bias)): the
-# sums of (x - x0)(w - w0) exact in int32 on VNNI (QuantMatMul's tiles, each row one output
-# pixel's taps gathered channels-last), times x's scale and the weight's per channel, plus the
-# bias: the float Conv's value but for its rounding (the float Conv rounds every product and
-# partial sum; this rounds once).  The QuantizeLinear after it fuses into the epilogue.
-
-
-@dataclass(eq=False)
-class QuantConv(g.SpatialOp):
-    """``(x - x0) * weight`` on 8-bit products, channels-last: ``inputs[0]`` holds 8-bit values
-    as exact floats (``shift`` 128 for int8 ones, then uint8); ``weight`` is ``[K, M]`` int8
-    (K in (kh, kw, C) order, the weight less its zero point, less ``offset`` per column);
-    ``zero`` is x0 plus ``shift``; ``out`` the int32 sums as floats."""
-
-    weight: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.int8))
-    offset: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
-    bias: np.ndarray | None = None  # int32 per column, added to the sums
-    window: g.Window | None = None
-    zero: int = 0
-    shift: int = 0
-    row_epilogue: ClassVar[bool] = True
-
-    @property
-    def colsum(self) -> np.ndarray:
-        return self.weight.sum(axis=0, dtype=np.int64).astype(np.int32)
-
-
-def _dequantized(value: ir.Value | None, moved: bool = False) -> ir.Node | None:
-    """The DequantizeLinear ``value`` is the output of (with ``moved``, through Transposes and
-    Reshapes: the layout pass moves a weight to OHWI), or ``None``."""
-    node = None if value is None else value.producer()
-    while moved and node is not None and node.op_type in _MOVES and node.domain in ("", "ai.onnx"):
-        node = node.inputs[0].producer() if node.inputs[0] is not None else None
-    if node is None or node.op_type != "DequantizeLinear" or node.domain not in ("", "ai.onnx"):
-        return None
-    return node
-
-
-_MOVES = frozenset({"Transpose", "Reshape", "Identity"})
-
-
-def _constant(value: ir.Value | None) -> np.ndarray | None:
-    return None if value is None or value.const_value is None else value.const_value.numpy()
-
-
-def _integer_weight(node: ir.Node, weight: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
-    """The Conv's weight (as lowered: ``[M, ..., C]`` floats) as the integers less their zero
-    point it dequantizes, and its scale per output channel; ``None`` unless it is a
-    DequantizeLinear of 8-bit constants per tensor or along the output channels and those
-    integers times the scale are ``weight`` bit for bit."""
-    dq = _dequantized(node.inputs[1], moved=True)
-    if dq is None:
-        return None
-    q, scale = _constant(dq.inputs[0]), _constant(present(dq, 1))
-    if q is None or q.dtype not in (np.int8, np.uint8) or scale is None or scale.dtype != np.float32:
-        return None
-    if scale.size != 1 and (scale.ndim != 1 or attr_int(dq, "axis", 1) % q.ndim != 0):
-        return None  # per output channel (still axis 0 after the layout pass) or per tensor only
-    scales = np.broadcast_to(scale.reshape(-1), (weight.shape[0],)).astype(np.float32)
-    if not scales.all() or not np.isfinite(scales).all():
-        return None
-    shape = (-1, *([1] * (weight.ndim - 1)))
-    with np.errstate(all="ignore"):
-        ints = np.rint(weight.astype(np.float32) / scales.reshape(shape))
-    if not np.isfinite(ints).all() or np.abs(ints).max(initial=0) > _EIGHT_BIT_SPAN:
-        return None
-    if not np.array_equal(ints.astype(np.float32) * scales.reshape(shape), weight):
-        return None
-    return ints.astype(np.int32), np.ascontiguousarray(scales)
-
-
-def quantized_conv_weight(node: ir.Node) -> bool:
-    """Whether ``node`` is a QDQ model's Conv: its weight a DequantizeLinear (through the layout
-    pass's Transposes).  Without VNNI it would run in float (``CBackend.supports`` declines it)."""
-    return node.op_type == "Conv" and _dequantized(present(node, 1), moved=True) is not None
-
-
-def quantized_conv(lw: Lowerer, node: ir.Node, weight: np.ndarray, bias: np.ndarray | None) -> g.Tensor | None:
-    """A QDQ Conv on 8-bit products (see above), or ``None`` where the target lacks VNNI or the
-    Conv is not one: its input a DequantizeLinear of 8-bit values in this partition by one
-    constant scale and zero point, its weight 8-bit constants per tensor or per output channel,
-    one group, at most 2**14 deep."""
-    if VNNI not in lw.features or attr_int(node, "group", 1) != 1:
-        return None
-    source, perm = node.inputs[0], None
-    producer = None if source is None else source.producer()
-    if producer is not None and producer.op_type == "Transpose" and producer.domain in ("", "ai.onnx"):
-        # the layout pass's move of a model's first quantized image to channels-last
-        perm, source = producer.attributes.get_ints("perm", None), producer.inputs[0]
-        if perm is None:
-            return None
-    dq = _dequantized(source)
-    if dq is None:
-        return None
-    q_value, x_scale, x_zero = dq.inputs[0], _constant(present(dq, 1)), _constant(present(dq, 2))
-    if q_value is None or q_value.dtype not in (ir.DataType.UINT8, ir.DataType.INT8) or not q_value.name:
-        return None
-    x = lw.values.get(q_value.name)
-    if x is None or x.const is not None or x_scale is None or x_scale.size != 1:
-        return None
-    if present(dq, 2) is not None and x_zero is None:
-        return None
-    if perm is not None:  # transposing DequantizeLinear's 8-bit input instead (per tensor: the same values)
-        moved = lw.new(tuple(x.shape[p] for p in perm))
-        lw.ops.append(g.Transpose([x], moved, perm=tuple(perm)))
-        x = moved
-    shift = 128 if q_value.dtype == ir.DataType.INT8 else 0
-    zero = (0 if x_zero is None else int(x_zero.reshape(-1)[0])) + shift
-    integer = _integer_weight(node, weight)
-    native = node.domain == NHWC_DOMAIN
-    if integer is None or len(x.shape) not in (3, 4):
-        return None
-    ints, scales = integer
-    if not native:  # OIHW -> OHWI
-        ints = np.moveaxis(ints, 1, -1)
-    m, depth = ints.shape[0], math.prod(ints.shape[1:])
-    found_columns = int8_columns(ints.reshape(m, depth).T)
-    if found_columns is None or depth > QGEMM_DEPTH:
-        return None
-    n, c, spatial = split_layout(x, native)
-    if c != ints.shape[-1]:
-        return None
-    window, out_spatial = window_of(node, spatial, tuple(ints.shape[1:-1]), ceil=False)
-    out = lw.new(join_layout(n, m, out_spatial, native))
-    columns, offset = found_columns
-    x_scale32 = np.float32(x_scale.reshape(-1)[0])
-    product = (x_scale32 * scales).astype(np.float32)  # onnxruntime's x scale * w scale, in float32
-    int_bias = _integer_bias(node, product)
-    lw.ops.append(QuantConv([x], out, weight=columns, offset=offset, bias=int_bias, window=window, zero=zero,
-                            shift=shift, native_nhwc=native))
-    per_column = lw.per_channel(product, len(out.shape), native)
-    if int_bias is not None or bias is None:
-        # (sum + bias) as QLinearConv has it, for a QuantizeLinear after it (_quantize)
-        name = node.outputs[0].name or ""
-        lw.values[f"{name}{_SUMS}"], lw.values[f"{name}{_SCALES}"] = out, per_column
-        return lw.elementwise("mul", [out, per_column])
-    out = lw.elementwise("mul", [out, per_column])
-    return lw.elementwise("add", [out, lw.per_channel(bias.astype(np.float32), len(out.shape), native)])
-
-
-# Keys beside a QDQ Conv's output in ``Lowerer.values``: its int32 sums plus the bias (floats),
-# and x scale * w scale per channel (shaped to broadcast over them).
-_SUMS, _SCALES = "::qlinear-sums", "::qlinear-scales"
-
-
-def _integer_bias(node: ir.Node, product: np.ndarray) -> np.ndarray | None:
-    """The Conv's bias as the int32 values its DequantizeLinear reads (zeros where it has none),
-    where their scale is x scale * w scale exactly (as onnxruntime's quantizer makes it, and
-    QLinearConv reads it) and their zero point 0; ``None`` where not."""
-    value = present(node, 2)
-    if value is None:
-        return np.zeros(product.shape, np.int32)
-    dq = _dequantized(value)
-    if dq is None:
-        return None
-    q, scale, zero = _constant(dq.inputs[0]), _constant(present(dq, 1)), _constant(present(dq, 2))
-    if q is None or q.dtype != np.int32 or q.shape != product.shape or scale is None or scale.dtype != np.float32:
-        return None
-    if (present(dq, 2) is not None and (zero is None or zero.any())) or scale.size not in (1, product.size):
-        return None
-    if not np.array_equal(np.broadcast_to(scale.reshape(-1), product.shape), product):
-        return None
-    return q.astype(np.int32)
-
-
-def emit_quant_conv(ctx: Context, kernel: Kernel) -> None:
-    op = core_of(kernel, QuantConv)
-    assert op.window is not None
-    x = op.inputs[0]
-    phys_in, phys_out = x.physical_shape, kernel.out.physical_shape
-    win = op.window
-    kernel_dims, strides, dilations = list(win.kernel), list(win.strides), list(win.dilations)
-    pads = list(win.pads_begin)
-    if len(kernel_dims) == 1:  # 1-D: one row
-        phys_in, phys_out = (phys_in[0], 1, *phys_in[1:]), (phys_out[0], 1, *phys_out[1:])
-        kernel_dims, strides, dilations, pads = [1, *kernel_dims], [1, *strides], [1, *dilations], [0, *pads]
-    n, h, w, c = phys_in
-    oh, ow, m = phys_out[1:]
-    rows, depth = n * oh * ow, op.weight.shape[0]
-    k4 = -(-depth // 4) * 4
-    weights, colsum = as_weight_bytes(ctx, vnni_packed(op.weight)), as_weight_bytes(ctx, op.colsum.astype(np.int32))
-    offset = as_weight_bytes(ctx, op.offset.astype(np.int32)) if op.offset.any() else "0"
-    ep = emit_epilogue(ctx, kernel)
-    byte_floats = -(-rows * k4 // 4)
-    scratch = ctx.temp(byte_floats + rows)
-    fn = ctx.define_once("cg_qgemm", lambda: c_file("ops/qgemm.c"))
-    bias = "0" if op.bias is None or not op.bias.any() else as_weight_bytes(ctx, op.bias.astype(np.int32))
-    geom, zero = ctx.name("qconv"), ctx.name("qzero")
-    values = [n, h, w, c, oh, ow, *kernel_dims, *strides, *dilations, *pads]
-    ctx.body.append(
-        f"  {{ static const long {geom}[] = {{{', '.join(str(v) for v in values)}}};\n"
-        f"    static const float {zero}[] = {{{op.zero}.0f}};\n"
-        f"    const cg_qgemm_t q = {{{ctx.ptr(x)}, {rows}, {depth}, {k4}, {zero}, (const int8_t*){weights}, "
-        f"(const int32_t*){colsum}, (const int32_t*){offset}, {m}, (uint8_t*){scratch}, "
-        f"(int32_t*)({scratch} + {byte_floats}), {ctx.ptr(kernel.out)}, {m}, {ep}, {ep}_ops, {geom}, {op.shift}.0f, "
-        f"(const int32_t*){bias}}};\n"
         f"    {fn}(&q); }}"
     )
 
@@ -624,11 +398,10 @@ ONNX = (
 KERNELS = (
     KernelOp(QuantRange, Layout.ANY_ORDER, emit_quant_range),
     KernelOp(QuantMatMul, Layout.PLAIN, emit_quant_matmul),
-    KernelOp(QuantConv, Layout.CHANNELS_LAST, emit_quant_conv),
 )
 
 
 __all__ = [
-    "EXACT_SUMS", "KERNELS", "ONNX", "QGEMM_COLS", "QGEMM_ROWS", "QGEMM_RUN", "QuantConv", "QuantMatMul",
-    "QuantRange", "as_weight_bytes", "int8_columns", "quantized_conv", "quantized_conv_weight", "vnni_packed",
+    "EXACT_SUMS", "KERNELS", "ONNX", "QGEMM_COLS", "QGEMM_ROWS", "QGEMM_RUN", "QuantMatMul", "QuantRange",
+    "as_weight_bytes", "int8_columns", "vnni_packed",
 ]
