@@ -174,8 +174,8 @@ def test_qdq_convs_on_8_bit_products_are_qlinear_convs_bit_for_bit(kernel: int, 
     the bias, times (x scale * w scale) / y scale, rounded; ``c`` computes the same."""
     import onnxruntime as ort
 
-    model = _qdq_convs(np.uint8, [1, 24, 15, 14], [(32, kernel, attrs), (40, kernel, attrs)], weight_dtype)
-    feeds = {"x": (RNG.standard_normal([1, 24, 15, 14]) * 2).astype(np.float32)}
+    model = _qdq_convs(np.uint8, [2, 24, 15, 14], [(32, kernel, attrs), (40, kernel, attrs)], weight_dtype)
+    feeds = {"x": (RNG.standard_normal([2, 24, 15, 14]) * 2).astype(np.float32)}
     assert _kernels(model, feeds).count("QuantConv") == 2
     got = _on_c(model, feeds)
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])

@@ -59,34 +59,44 @@ static void cg_qgemm_bytes(const void* ctx, long row) {
   for (long k = q->K; k < q->K4; k++) to[k] = 0;
 }
 
-static void cg_qconv_bytes(const void* ctx, long row) {
-  const cg_qgemm_t* q = ctx;
+static void cg_qconv_bytes(const cg_qgemm_t* q, long first, long last) {
   const long *g = q->conv, h = g[1], w = g[2], c = g[3], oh = g[4], ow = g[5];
-  const long img = row / (oh * ow), oy = row / ow % oh, ox = row % ow;
-  uint8_t* to = q->au8 + row * q->K4;
   const uint8_t pad = (uint8_t)(int32_t)q->a0[0];
-  long k = 0;
-  int32_t sum = 0;
-  for (long ky = 0; ky < g[6]; ky++) {
-    const long iy = oy * g[8] - g[12] + ky * g[10], ix0 = ox * g[9] - g[13];
-    if (g[11] == 1 && iy >= 0 && iy < h && ix0 >= 0 && ix0 + g[7] <= w) {
-      /* a kernel row inside the image: its taps are kw * C adjacent values (a 3-channel image) */
-      sum += cg_qbytes(q->a + ((img * h + iy) * w + ix0) * c, to + k, g[7] * c, q->shift);
-      k += g[7] * c;
-      continue;
-    }
-    for (long kx = 0; kx < g[7]; kx++, k += c) {
-      const long ix = ox * g[9] - g[13] + kx * g[11];
-      if (iy < 0 || iy >= h || ix < 0 || ix >= w) {
-        memset(to + k, pad, (size_t)c);
-        sum += (int32_t)pad * (int32_t)c;
-        continue;
+  const int pointwise = g[6] == 1 && g[7] == 1 && g[8] == 1 && g[9] == 1 && !g[12] && !g[13];
+  long img = first / (oh * ow), oy = first / ow % oh, ox = first % ow;  /* then counted, not divided */
+  for (long row = first; row < last; row++) {
+    uint8_t* to = q->au8 + row * q->K4;
+    int32_t sum = 0;
+    if (pointwise) {  /* a 1x1 Conv of stride 1 and no pads: row r reads pixel r */
+      sum = cg_qbytes(q->a + row * c, to, c, q->shift);
+    } else {
+      long k = 0;
+      for (long ky = 0; ky < g[6]; ky++) {
+        const long iy = oy * g[8] - g[12] + ky * g[10], ix0 = ox * g[9] - g[13];
+        if (g[11] == 1 && iy >= 0 && iy < h && ix0 >= 0 && ix0 + g[7] <= w) {
+          /* a kernel row inside the image: its taps are kw * C adjacent values (a 3-channel image) */
+          sum += cg_qbytes(q->a + ((img * h + iy) * w + ix0) * c, to + k, g[7] * c, q->shift);
+          k += g[7] * c;
+          continue;
+        }
+        for (long kx = 0; kx < g[7]; kx++, k += c) {
+          const long ix = ix0 + kx * g[11];
+          if (iy < 0 || iy >= h || ix < 0 || ix >= w) {
+            memset(to + k, pad, (size_t)c);
+            sum += (int32_t)pad * (int32_t)c;
+            continue;
+          }
+          sum += cg_qbytes(q->a + ((img * h + iy) * w + ix) * c, to + k, c, q->shift);
+        }
       }
-      sum += cg_qbytes(q->a + ((img * h + iy) * w + ix) * c, to + k, c, q->shift);
+    }
+    for (long i = q->K; i < q->K4; i++) to[i] = 0;
+    q->rowsum[row] = sum;
+    if (++ox == ow) {
+      ox = 0;
+      if (++oy == oh) oy = 0, img++;
     }
   }
-  for (long i = q->K; i < q->K4; i++) to[i] = 0;
-  q->rowsum[row] = sum;
 }
 
 static void cg_qgemm_tile(const cg_qgemm_t* q, long r0, long block) {
@@ -213,10 +223,9 @@ static void cg_qgemm_task(const void* ctx, long task) {
 static void cg_qgemm_pack(const void* ctx, long task) {
   const cg_qgemm_t* q = ctx;
   const long last = cg_min(q->M, (task + 1) * CG_QGEMM_PACK);
-  for (long row = task * CG_QGEMM_PACK; row < last; row++) {
-    if (q->conv) cg_qconv_bytes(q, row);
-    else cg_qgemm_bytes(q, row);
-  }
+  if (q->conv) cg_qconv_bytes(q, task * CG_QGEMM_PACK, last);
+  else
+    for (long row = task * CG_QGEMM_PACK; row < last; row++) cg_qgemm_bytes(q, row);
 }
 
 /* A convolution's task when it has runs enough for the threads: one run of row tiles, its
@@ -226,7 +235,7 @@ static void cg_qgemm_pack(const void* ctx, long task) {
 static void cg_qconv_run(const void* ctx, long run) {
   const cg_qgemm_t* q = ctx;
   const long first = run * CG_QGEMM_RUN * CG_QGEMM_ROWS, last = cg_min(q->M, first + CG_QGEMM_RUN * CG_QGEMM_ROWS);
-  for (long row = first; row < last; row++) cg_qconv_bytes(q, row);
+  cg_qconv_bytes(q, first, last);
   for (long block = 0; block * CG_QGEMM_COLS < q->N; block++)
     for (long r0 = first; r0 < last; r0 += CG_QGEMM_ROWS) cg_qgemm_tile(q, r0, block);
 }
