@@ -97,10 +97,16 @@ def _integer_weight(node: ir.Node, weight: np.ndarray) -> tuple[np.ndarray, np.n
     return ints.astype(np.int32), np.ascontiguousarray(scales)
 
 
-def quantized_conv_weight(node: ir.Node) -> bool:
-    """Whether ``node`` is a QDQ model's Conv: its weight a DequantizeLinear (through the layout
-    pass's Transposes).  Without VNNI it would run in float (``CBackend.supports`` declines it)."""
-    return node.op_type == "Conv" and _dequantized(present(node, 1), moved=True) is not None
+def qdq_conv_input(node: ir.Node) -> ir.DataType | None:
+    """The 8-bit type a QDQ model's Conv dequantizes its input from (its input and its weight
+    DequantizeLinear outputs, through the layout pass's Transposes), or ``None`` where ``node``
+    is not one.  ``CBackend.supports`` declines such a Conv without VNNI (it would run in float)
+    and, by default, with uint8 input (see there)."""
+    if node.op_type != "Conv" or _dequantized(present(node, 1), moved=True) is None:
+        return None
+    dq = _dequantized(present(node, 0), moved=True)
+    value = None if dq is None else dq.inputs[0]
+    return None if value is None or value.dtype not in (ir.DataType.UINT8, ir.DataType.INT8) else value.dtype
 
 
 def quantized_conv(lw: Lowerer, node: ir.Node, weight: np.ndarray, bias: np.ndarray | None) -> g.Tensor | None:
@@ -230,4 +236,4 @@ def emit_quant_conv(ctx: Context, kernel: Kernel) -> None:
 KERNELS = (KernelOp(QuantConv, Layout.CHANNELS_LAST, emit_quant_conv),)
 ONNX = ()  # (the Conv entry is conv.py's; it calls quantized_conv first)
 
-__all__ = ["KERNELS", "ONNX", "SCALES", "SUMS", "QuantConv", "quantized_conv", "quantized_conv_weight"]
+__all__ = ["KERNELS", "ONNX", "SCALES", "SUMS", "QuantConv", "qdq_conv_input", "quantized_conv"]
