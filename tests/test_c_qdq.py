@@ -35,8 +35,9 @@ def _model(nodes: list[onnx.NodeProto], inputs: Mapping[str, tuple[int, list[int
 
 
 def _c() -> Any:
-    """``c`` taking QDQ Convs of uint8 activations too (by default they stay with onnxruntime)."""
-    return backend(uint8_qdq_convs=True)
+    """``c`` taking every QDQ unit it computes: Convs of uint8 activations, MatMuls (by default they
+    stay with onnxruntime)."""
+    return backend(all_qdq_units=True)
 
 
 def _on_c(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -162,7 +163,7 @@ def test_without_vnni_a_qdq_conv_stays_with_onnxruntime() -> None:
 
     model = _qdq_convs(np.uint8, [1, 8, 9, 9], [(16, 3, {"pads": [1] * 4})])
     target = target_for(cpu_features() - {VNNI})
-    report = cg.compile(model, targets=[CBackend(target=target, uint8_qdq_convs=True)]).report()
+    report = cg.compile(model, targets=[CBackend(target=target, all_qdq_units=True)]).report()
     assert {n.backend for n in report.nodes if n.op_type == "Conv"} == {"onnxruntime"}
     assert any("only with AVX-512 VNNI" in reason for _, op, reason, _ in report.decline_reasons() if op == "Conv")
 
@@ -244,3 +245,19 @@ def test_by_default_c_takes_qdq_convs_of_int8_activations_only(x_dtype: type) ->
     report = cg.compile(model, targets=["c"]).report()
     placed = {n.backend for n in report.nodes if n.op_type == "Conv"}
     assert placed == ({"onnxruntime"} if x_dtype == np.uint8 else {"c"}), report.decline_reasons()
+
+
+def test_by_default_a_qdq_matmul_stays_with_onnxruntime() -> None:
+    """In float on c a QDQ MatMul is slower than onnxruntime's QLinearMatMul (the turn detector: 2x)."""
+    nodes = [
+        helper.make_node("DequantizeLinear", ["xq", "xs", "xz"], ["xd"]),
+        helper.make_node("DequantizeLinear", ["w", "ws"], ["wd"]),
+        helper.make_node("MatMul", ["xd", "wd"], ["m"]),
+        helper.make_node("QuantizeLinear", ["m", "ys", "yz"], ["y"]),
+    ]
+    inits = {"xs": np.float32(0.04), "xz": np.uint8(7), "w": RNG.integers(-127, 128, (16, 8)).astype(np.int8),
+             "ws": np.float32(0.01), "ys": np.float32(0.1), "yz": np.uint8(120)}  # fmt: skip
+    model = _model(nodes, {"xq": (TensorProto.UINT8, [4, 16])}, {"y": TensorProto.UINT8}, inits)
+    report = cg.compile(model, targets=["c"]).report()
+    assert {n.backend for n in report.nodes if n.op_type == "MatMul"} == {"onnxruntime"}
+    assert any("QLinearMatMul" in reason for _, op, reason, _ in report.decline_reasons() if op == "MatMul")

@@ -40,7 +40,7 @@ from codegraft.backends.c._toolchain import (
     source_version,
     usable_cpus,
 )
-from codegraft.backends.c.ops.qconv import qdq_conv_input
+from codegraft.backends.c.ops.qconv import qdq_conv_input, qdq_matmul
 from codegraft.errors import BackendError, CodegraftError
 
 log = logging.getLogger("codegraft")
@@ -58,11 +58,13 @@ class CBackend:
     this machine (1, 2, 4, ... up to ``num_threads``, one build per count, timed on random
     inputs: a compile takes a few builds longer) instead of the cost model's estimate; see
     ``_thread_measure.py``.  The artifact then carries this machine's counts.
-    ``uint8_qdq_convs``: take a QDQ model's Convs of uint8 activations too (on 8-bit products,
-    as QLinearConv computes them); by default they stay with the host, whose QLinearConv ran
-    them 10-30% faster here (c's 8-bit values are floats in memory: four times the bytes), while
-    int8 ones onnxruntime leaves partly in float (efficientword-net: 20 of 53 Convs), where
-    ``c`` is 2-3x faster.
+    ``all_qdq_units``: take every static-quantization (QDQ) unit it can compute, also the Convs
+    of uint8 activations (on 8-bit products, as QLinearConv computes them) and the MatMul and
+    Gemm units (in float).  By default those stay with the host: its QLinearConv ran uint8 Convs
+    10-30% faster here (c's 8-bit values are floats in memory: four times the bytes) and its
+    QLinearMatMul the turn detector's MatMuls 2x faster than c's float GEMM; Convs of int8
+    activations, which onnxruntime leaves partly in float (efficientword-net: 20 of 53), ``c``
+    takes, 2-3x faster.
     """
 
     name = "c"
@@ -88,13 +90,13 @@ class CBackend:
         num_threads: int | None = None,
         target: Target | None = None,
         measure_threads: bool = False,
-        uint8_qdq_convs: bool = False,
+        all_qdq_units: bool = False,
     ) -> None:
         self.toolchain = Toolchain(compiler, pathlib.Path(cache_dir) if cache_dir is not None else None)
         self.num_threads = num_threads
         self.target = target
         self.measure_threads = measure_threads
-        self.uint8_qdq_convs = uint8_qdq_convs
+        self.all_qdq_units = all_qdq_units
         # the name an artifact records: loading it makes a backend like this one (codegraft.backends)
         self.name = "c:measure-threads" if measure_threads else "c"
 
@@ -133,12 +135,36 @@ class CBackend:
                 f"{node.op_type}: a QDQ Conv runs on 8-bit products only with AVX-512 VNNI; in float it is "
                 "slower than onnxruntime's 8-bit kernels"
             )
-        if quantized == ir.DataType.UINT8 and not self.uint8_qdq_convs:
+        if quantized == ir.DataType.UINT8 and not self.all_qdq_units:
             return Support.no(
                 f"{node.op_type}: a QDQ Conv of uint8 activations is left to onnxruntime's QLinearConv, "
-                "10-30% faster than c's (uint8_qdq_convs=True takes it)"
+                "10-30% faster than c's (all_qdq_units=True takes it)"
+            )
+        if verdict and not self.all_qdq_units and qdq_matmul(node):
+            return Support.no(
+                f"{node.op_type}: a QDQ {node.op_type} is left to onnxruntime's QLinearMatMul: c computes it in "
+                "float, 2x slower (all_qdq_units=True takes it)"
+            )
+        if verdict and node.op_type == "QuantizeLinear" and not self.all_qdq_units and self._read_by_host_units(node):
+            return Support.no(
+                "QuantizeLinear: its 8-bit values are read only by QDQ units left to onnxruntime, where "
+                "quantizing them crosses no partition boundary"
             )
         return verdict
+
+    def _read_by_host_units(self, node: ir.Node) -> bool:
+        """Whether every reader of a QuantizeLinear's output is a DequantizeLinear read only by
+        nodes this backend declines (a model's input quantized for units left to the host: on
+        ``c`` it was one more partition, smart_turn_v3_2 1.07-1.37x against 0.93-1.05x)."""
+        readers = [use.node for use in node.outputs[0].uses()]
+        if not readers or node.outputs[0].is_graph_output():
+            return False
+        units = []
+        for reader in readers:
+            if reader.op_type != "DequantizeLinear" or reader.outputs[0].is_graph_output():
+                return False
+            units += [use.node for use in reader.outputs[0].uses() if use.node.op_type not in ("Shape", "Size")]
+        return bool(units) and not any(self.supports(unit) for unit in units)
 
     def cache_fingerprint(self) -> str:
         """What besides the partition shapes the blob, for codegraft's compiled-partition cache:

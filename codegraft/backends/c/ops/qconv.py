@@ -97,6 +97,14 @@ def _integer_weight(node: ir.Node, weight: np.ndarray) -> tuple[np.ndarray, np.n
     return ints.astype(np.int32), np.ascontiguousarray(scales)
 
 
+def qdq_matmul(node: ir.Node) -> bool:
+    """Whether ``node`` is a QDQ model's MatMul or Gemm: both operands DequantizeLinear outputs
+    (onnxruntime fuses such a unit into QLinearMatMul; ``c`` would compute it in float)."""
+    return node.op_type in ("MatMul", "Gemm") and all(
+        _dequantized(present(node, i), moved=True) is not None for i in (0, 1)
+    )
+
+
 def qdq_conv_input(node: ir.Node) -> ir.DataType | None:
     """The 8-bit type a QDQ model's Conv dequantizes its input from (its input and its weight
     DequantizeLinear outputs, through the layout pass's Transposes), or ``None`` where ``node``
@@ -236,4 +244,4 @@ def emit_quant_conv(ctx: Context, kernel: Kernel) -> None:
 KERNELS = (KernelOp(QuantConv, Layout.CHANNELS_LAST, emit_quant_conv),)
 ONNX = ()  # (the Conv entry is conv.py's; it calls quantized_conv first)
 
-__all__ = ["KERNELS", "ONNX", "SCALES", "SUMS", "QuantConv", "qdq_conv_input", "quantized_conv"]
+__all__ = ["KERNELS", "ONNX", "SCALES", "SUMS", "QuantConv", "qdq_conv_input", "qdq_matmul", "quantized_conv"]
