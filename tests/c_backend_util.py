@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pathlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import onnx
@@ -26,6 +27,20 @@ def compiler_available() -> bool:
 
 
 needs_compiler = pytest.mark.skipif(not compiler_available(), reason="no C compiler (cc/gcc/clang) on PATH")
+
+
+def typed_model(nodes: list[onnx.NodeProto], inputs: Mapping[str, tuple[int, list[int]]], outputs: Mapping[str, int],
+                initializers: Mapping[str, Any], opset: int = 17) -> onnx.ModelProto:
+    """A model of ``nodes``: inputs ``name -> (TensorProto type, shape)``, outputs ``name -> type``
+    (shapes inferred), initializers from arrays (the int8 tests' integer types)."""
+    graph = helper.make_graph(
+        nodes, "g",
+        [helper.make_tensor_value_info(n, t, s) for n, (t, s) in inputs.items()],
+        [helper.make_tensor_value_info(n, t, None) for n, t in outputs.items()],
+        [numpy_helper.from_array(np.asarray(v), k) for k, v in initializers.items()],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    return onnx.shape_inference.infer_shapes(model)
 
 # One cache for the whole test session: hypothesis examples that generate the same source
 # (same shapes, other weights) reuse the compiled library.

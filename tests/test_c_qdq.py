@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 import onnx
 import pytest
-from c_backend_util import backend, needs_compiler
-from onnx import TensorProto, helper, numpy_helper
+from c_backend_util import backend, needs_compiler, typed_model
+from onnx import TensorProto, helper
 
 import codegraft as cg
 from codegraft.backends.c._toolchain import VNNI, cpu_features
@@ -22,16 +22,7 @@ RNG = np.random.default_rng(0)
 _TYPES = {np.uint8: TensorProto.UINT8, np.int8: TensorProto.INT8}
 
 
-def _model(nodes: list[onnx.NodeProto], inputs: Mapping[str, tuple[int, list[int]]], outputs: Mapping[str, int],
-           initializers: Mapping[str, Any], opset: int = 17) -> onnx.ModelProto:
-    graph = helper.make_graph(
-        nodes, "g",
-        [helper.make_tensor_value_info(n, t, s) for n, (t, s) in inputs.items()],
-        [helper.make_tensor_value_info(n, t, None) for n, t in outputs.items()],
-        [numpy_helper.from_array(np.asarray(v), k) for k, v in initializers.items()],
-    )  # fmt: skip
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    return onnx.shape_inference.infer_shapes(model)
+_model = typed_model
 
 
 def _c() -> Any:

@@ -8,14 +8,13 @@ onnxruntime is the reference where its sums are exact (weights within +-63, or u
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 import onnx
 import onnx_ir as ir
 import pytest
-from c_backend_util import backend, needs_compiler, run_c
+from c_backend_util import backend, needs_compiler, run_c, typed_model
 from onnx import TensorProto, helper, numpy_helper
 
 import codegraft as cg
@@ -29,16 +28,7 @@ pytestmark = needs_compiler
 RNG = np.random.default_rng(0)
 
 
-def _model(nodes: list[onnx.NodeProto], inputs: Mapping[str, tuple[int, list[int]]], outputs: Mapping[str, int],
-           initializers: Mapping[str, Any], opset: int = 17) -> onnx.ModelProto:
-    graph = helper.make_graph(
-        nodes, "g",
-        [helper.make_tensor_value_info(n, t, s) for n, (t, s) in inputs.items()],
-        [helper.make_tensor_value_info(n, t, None) for n, t in outputs.items()],
-        [numpy_helper.from_array(np.asarray(v), k) for k, v in initializers.items()],
-    )  # fmt: skip
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    return onnx.shape_inference.infer_shapes(model)
+_model = typed_model
 
 
 def _dynamic_layer(op: str, weight: np.ndarray, weight_zero: np.ndarray, x_shape: list[int], **attrs: Any
