@@ -252,3 +252,15 @@ def test_by_default_a_qdq_matmul_stays_with_onnxruntime() -> None:
     report = cg.compile(model, targets=["c"]).report()
     assert {n.backend for n in report.nodes if n.op_type == "MatMul"} == {"onnxruntime"}
     assert any("QLinearMatMul" in reason for _, op, reason, _ in report.decline_reasons() if op == "MatMul")
+
+
+def test_the_shell_names_the_option_as_a_target() -> None:
+    """``-t c:all-qdq-units`` (options joined by ``+``) is the Python option from the shell."""
+    from codegraft.backends import get_backend
+    from codegraft.errors import BackendError
+
+    both = get_backend("c:all-qdq-units+measure-threads")
+    assert both.all_qdq_units and both.measure_threads  # type: ignore[attr-defined]
+    assert not get_backend("c:measure-threads").all_qdq_units  # type: ignore[attr-defined]
+    with pytest.raises(BackendError, match="unknown option 'fast'; the options are all-qdq-units, measure-threads"):
+        get_backend("c:fast")

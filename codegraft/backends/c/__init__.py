@@ -46,6 +46,9 @@ from codegraft.errors import BackendError, CodegraftError
 log = logging.getLogger("codegraft")
 
 
+_SPEC_OPTIONS = frozenset({"measure-threads", "all-qdq-units"})  # c:<option>+<option>
+
+
 class CBackend:
     """Generates, compiles and runs C for float32 partitions with static shapes (float16 ones
     computed in float32, integers as exact floats).
@@ -102,14 +105,23 @@ class CBackend:
 
     @staticmethod
     def from_spec(spec: str) -> CBackend:
-        """The backend named ``c:<spec>``; the one option is ``measure-threads``.
+        """The backend named ``c:<spec>``: options joined by ``+``, ``measure-threads`` (threads
+        per kernel timed here) and ``all-qdq-units`` (every static-int8 unit it computes, see
+        ``all_qdq_units``); from the shell ``-t c:all-qdq-units+measure-threads``.
 
         >>> CBackend.from_spec("measure-threads").measure_threads
         True
+        >>> CBackend.from_spec("all-qdq-units").all_qdq_units
+        True
         """
-        if spec.strip() != "measure-threads":
-            raise BackendError(f"c: unknown option {spec!r}; the one option is measure-threads (c:measure-threads)")
-        return CBackend(measure_threads=True)
+        options = {part.strip() for part in spec.split("+")}
+        unknown = sorted(options - _SPEC_OPTIONS)
+        if unknown:
+            raise BackendError(
+                f"c: unknown option {unknown[0]!r}; the options are {', '.join(sorted(_SPEC_OPTIONS))}, joined by "
+                "'+' (c:measure-threads, c:all-qdq-units+measure-threads)"
+            )
+        return CBackend(measure_threads="measure-threads" in options, all_qdq_units="all-qdq-units" in options)
 
     def unavailable_reason(self) -> str | None:
         """Why this backend cannot compile here (no C compiler), or ``None`` when it can.
