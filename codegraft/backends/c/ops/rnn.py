@@ -64,7 +64,24 @@ def gate_count(cell: str) -> int:
 
 
 @dataclass(eq=False)
-class Recurrence(g.Op):
+class _Cells(g.Op):
+    """What every recurrence kernel shares: its sizes, directions, peepholes and clip, which
+    initial states it reads and where it writes Y_h and Y_c (``out``'s rows; -1: not written)."""
+
+    seq: int = 1
+    batch: int = 1
+    hidden: int = 1
+    reverse: tuple[bool, ...] = (False,)
+    peepholes: np.ndarray | None = None
+    clip: float | None = None
+    has_h0: bool = False
+    has_c0: bool = False
+    h_row: int = -1
+    c_row: int = -1
+
+
+@dataclass(eq=False)
+class Recurrence(_Cells):
     """The recurrence of an LSTM, GRU or RNN over a precomputed input projection.
 
     ``inputs``: the projection ``[seq * batch, dirs * gates * hidden]``, then the initial
@@ -76,18 +93,8 @@ class Recurrence(g.Op):
     """
 
     cell: str = "LSTM"
-    seq: int = 1
-    batch: int = 1
-    hidden: int = 1
-    reverse: tuple[bool, ...] = (False,)
     rt: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float32))
     rbh: np.ndarray | None = None  # GRU with linear_before_reset: Rb of the h gate, [dirs, hidden]
-    peepholes: np.ndarray | None = None
-    clip: float | None = None
-    has_h0: bool = False
-    has_c0: bool = False
-    h_row: int = -1
-    c_row: int = -1
     has_lens: bool = False
     lens: np.ndarray | None = None  # constant sequence lengths, [batch]
 
@@ -280,7 +287,7 @@ def _batch_reason(batch: int, hidden: int, lens: bool) -> str:
 
 
 @dataclass(eq=False)
-class QuantRecurrence(g.Op):
+class QuantRecurrence(_Cells):
     """DynamicQuantizeLSTM's recurrence over its input projection.
 
     ``inputs``: the projection ``[len * batch, dirs * 4 * hidden]`` (float(int32 sum) *
@@ -288,24 +295,15 @@ class QuantRecurrence(g.Op):
     hidden]`` as :class:`Recurrence` writes it.  ``r``: per direction, R less its zero point as int8
     ``[hidden, 4 * hidden]`` (``offset``: int32 per column added back, or ``None``);
     ``rscale``: R's scale per column ``[dirs, 4 * hidden]``; ``bias``: Wb + Rb ``[dirs, 4 *
-    hidden]``; ``peepholes``: ``[dirs, 3 * hidden]``.
+    hidden]``; ``peepholes``: ``[dirs, 3 * hidden]``; ``batch``: the rows quantized together at
+    each step.
     """
 
-    seq: int = 1
     steps: int = 1  # the steps walked (a constant sequence length), Y is 0 past them
-    batch: int = 1  # rows quantized together at each step
-    hidden: int = 1
-    reverse: tuple[bool, ...] = (False,)
     r: tuple[np.ndarray, ...] = ()
     offset: np.ndarray | None = None
     rscale: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float32))
     bias: np.ndarray | None = None
-    peepholes: np.ndarray | None = None
-    clip: float | None = None
-    has_h0: bool = False
-    has_c0: bool = False
-    h_row: int = -1
-    c_row: int = -1
 
 
 def _per_direction(node: ir.Node, index: int, dirs: int, hidden: int, what: str) -> str:
