@@ -99,6 +99,8 @@ def _edited(artifact: bytes, edit) -> bytes:  # type: ignore[no-untyped-def]
     (lambda h: h.update(steps={}), "steps must be list, not dict"),
     (lambda h: h["inputs"][0].update(shape=[2, -4]), r"inputs\[0\]\.shape\[1\] must be a size"),
     (lambda h: h.update(report=[]), "report must be dict, not list"),
+    (lambda h: h.update(threads=-2), "threads must be 0 \\(all cores\\) or more, not -2"),
+    (lambda h: h.update(threads="4"), "threads must be int, not str"),
 ])
 def test_edited_header_is_refused_by_the_schema(artifact: bytes, tmp_path: pathlib.Path, edit, message) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(cg.ArtifactError, match=message):

@@ -89,6 +89,78 @@ def test_unavailable_backend_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 
+def test_compile_threads_reach_every_backend_named_by_string(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path
+) -> None:
+    """``compile(threads=T)`` is one knob: the host, every built-in named by string and a vendor
+    factory taking ``threads`` get T; a backend object keeps its own; the artifact keeps the host's."""
+    from codegraft import backends
+    from codegraft.backends.c import CBackend
+    from codegraft.compiler.driver import resolve_targets
+    from codegraft.testing import SubsetBackend
+
+    asked: list[int] = []
+
+    def vendor(threads: int = 0) -> cg.Backend:
+        asked.append(threads)
+        return SubsetBackend("vendor", {"Relu"})
+
+    monkeypatch.setitem(backends.BUILTIN_BACKENDS, "vendor", vendor)
+    monkeypatch.setitem(backends.BUILTIN_BACKENDS, "plain", lambda: SubsetBackend("plain", {"Gemm"}))
+    c, ort, measuring, _, _ = resolve_targets(["c", "onnxruntime", "c:measure-threads", "vendor", "plain"], threads=3)
+    assert isinstance(c, CBackend) and isinstance(measuring, CBackend)
+    assert (c.num_threads, measuring.num_threads, measuring.measure_threads, getattr(ort, "threads", None)) == (
+        3, 3, True, 3,
+    )
+    assert asked == [3]
+    unset = resolve_targets(["c", "vendor"])[0]
+    assert isinstance(unset, CBackend) and unset.num_threads is None and asked == [3, 0]
+    own = CBackend(num_threads=2)
+    assert resolve_targets([own], threads=3) == [own] and own.num_threads == 2
+
+    exe = cg.compile(_mlp(), targets=["vendor", "plain"], threads=1)
+    assert asked[-1] == 1 and exe.host_threads == 1
+    feeds = random_feeds(_mlp(), dim_values={"batch": 2})
+    want = exe.run(feeds)
+    exe.save(tmp_path / "m.cgx")
+    supplied = [SubsetBackend("vendor", {"Relu"}), SubsetBackend("plain", {"Gemm"})]
+    again = cg.load_executable(tmp_path / "m.cgx", backends=supplied)
+    assert again.host_threads == 1
+    assert_close(again.run(feeds), want)
+
+
+def test_an_entry_point_factory_gets_its_options_and_threads(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path
+) -> None:
+    """A vendor's factory found by entry point takes ``spec`` (after the colon) and ``threads``
+    where it declares them; one without ``spec`` refuses options by name."""
+    from codegraft import backends
+
+    (tmp_path / "vendor_pkg.py").write_text(
+        "from codegraft.testing import SubsetBackend\n"
+        "def make(spec=None, threads=0):\n"
+        "    backend = SubsetBackend('tuned:' + spec if spec else 'tuned', {'Relu'})\n"
+        "    backend.threads = threads\n"
+        "    return backend\n"
+        "def plain():\n"
+        "    return SubsetBackend('plain', {'Relu'})\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    group = backends.ENTRY_POINT_GROUP
+    found = [importlib.metadata.EntryPoint("tuned", "vendor_pkg:make", group),
+             importlib.metadata.EntryPoint("plain", "vendor_pkg:plain", group),
+             importlib.metadata.EntryPoint("gone", "no_such_vendor_pkg:make", group)]
+    monkeypatch.setattr(backends.metadata, "entry_points", lambda group: found)
+    tuned = cg.get_backend("tuned:fast", threads=6)
+    assert (tuned.name, getattr(tuned, "threads", None)) == ("tuned:fast", 6)
+    assert getattr(cg.get_backend("tuned"), "threads", None) == 0
+    assert cg.get_backend("plain", threads=6).name == "plain"
+    with pytest.raises(cg.BackendError, match="backend 'plain' takes no options"):
+        cg.get_backend("plain:fast")
+    with pytest.raises(cg.BackendUnavailable, match="backend 'gone' is unavailable: cannot import"):
+        cg.get_backend("gone")
+
+
 def test_host_workers_spin_within_a_call_and_stop_when_it_returns_between_other_partitions() -> None:
     # allow_spinning=0 woke sleeping workers at every parallel step (an LSTM parallelises each
     # time step: VoiceFilter-Lite 16.6 ms so, 4.9 spinning until the call returns)

@@ -12,6 +12,7 @@ import onnx
 import pytest
 from typer.testing import CliRunner
 
+import codegraft as cg
 from codegraft.cli.main import app
 from codegraft.testing import light_model, light_model_path
 
@@ -26,10 +27,11 @@ def test_compile_then_run(tmp_path: pathlib.Path) -> None:
     result = runner.invoke(
         # (--min-partition-macs 0: the example's elementwise partitions between host ones stay on it)
         app, ["compile", str(model), "-t", "numpy_example", "-o", str(artifact), "--onnx", str(netron),
-              "--min-partition-macs", "0"],
+              "--min-partition-macs", "0", "--threads", "2"],
     )
     assert result.exit_code == 0, result.output
     assert artifact.exists() and "partitions" in result.output
+    assert cg.load_executable(artifact).host_threads == 2  # the host keeps --threads after a reload
     exported = onnx.load(netron)
     onnx.checker.check_model(exported)
     backends = {p.value for n in exported.graph.node for p in n.metadata_props if p.key == "codegraft.backend"}
@@ -57,6 +59,11 @@ def test_run_errors_are_one_line(tmp_path: pathlib.Path) -> None:
 def test_compile_unknown_target_is_a_clear_error() -> None:
     result = runner.invoke(app, ["compile", str(light_model_path("squeezenet")), "-t", "nope"])
     assert result.exit_code == 2 and "unknown backend 'nope'" in result.output
+
+
+def test_compile_negative_threads_is_a_clear_error() -> None:
+    result = runner.invoke(app, ["compile", str(light_model_path("squeezenet")), "--threads", "-1"])
+    assert result.exit_code == 2 and "threads" in result.output and "Traceback" not in result.output
 
 
 def test_inspect_json_and_netron_export(tmp_path: pathlib.Path) -> None:

@@ -12,8 +12,8 @@ import pytest
 from typer.testing import CliRunner
 
 import codegraft as cg
+from codegraft.backends import get_backend
 from codegraft.backends.c import CBackend
-from codegraft.cli.bench import make_target
 from codegraft.cli.main import app
 from codegraft.runtime.latency import Latency, measure
 from tests.c_backend_util import needs_compiler
@@ -144,6 +144,6 @@ def test_c_profile_per_kernel_names_the_onnx_nodes() -> None:
 @needs_compiler
 @pytest.mark.parametrize("name", ["c", "c:measure-threads"])
 def test_bench_gives_c_the_same_threads_as_the_peers(name: str) -> None:
-    backend = make_target(name, 3)
+    backend = get_backend(name, threads=3)
     assert isinstance(backend, CBackend) and backend.num_threads == 3
     assert backend.measure_threads == (name == "c:measure-threads") and backend.name == name

@@ -11,6 +11,11 @@ ships a backend as its own package with an entry point::
 A name may carry options after a colon, ``"iree:cuda:sm_80"``: the part after the first colon
 goes to the factory's ``spec`` argument (only factories that take one accept options), and
 the backend's own ``name`` is that full spelling, so an artifact names exactly what it needs.
+
+A thread count asked of a whole compile (``codegraft.compile(..., threads=4)``, ``codegraft
+compile --threads 4``) goes to the factory's ``threads`` argument, where it has one (every
+built-in that runs on the CPU does; a vendor's factory opts in by taking ``threads``), so one
+knob sets every backend named by string, not only the host's onnxruntime.
 """
 
 from __future__ import annotations
@@ -23,37 +28,41 @@ from typing import Protocol
 from codegraft.backend import Backend, check_backend
 from codegraft.errors import BackendError, BackendUnavailable
 
-BackendFactory = Callable[..., Backend]  # () -> Backend, or (spec: str | None) -> Backend
+# () -> Backend; optionally taking spec (str | None, the options after the colon) and threads
+# (int, 0: the backend's default, every core)
+BackendFactory = Callable[..., Backend]
 
 
 class _CanBeUnavailable(Backend, Protocol):
     def unavailable_reason(self) -> str | None: ...
 
 
-def _onnxruntime() -> Backend:
+def _onnxruntime(threads: int = 0) -> Backend:
     from codegraft.backends.onnxruntime import OnnxRuntimeBackend
 
-    return OnnxRuntimeBackend()
+    return OnnxRuntimeBackend(threads=threads)
 
 
-def _openvino() -> Backend:
+def _openvino(threads: int = 0) -> Backend:
     try:
         from codegraft.backends.openvino import OpenVINOBackend
     except ImportError as error:
         raise BackendUnavailable(f"openvino is not installed ({error}): pip install 'codegraft[openvino]'") from None
-    return OpenVINOBackend()
+    return OpenVINOBackend(num_threads=threads or None)
 
 
-def _c(spec: str | None = None) -> Backend:
+def _c(spec: str | None = None, threads: int = 0) -> Backend:
     from codegraft.backends.c import CBackend
 
-    return _available(CBackend.from_spec(spec) if spec else CBackend())
+    backend = CBackend.from_spec(spec) if spec else CBackend()
+    backend.num_threads = threads or None  # c:measure-threads measures up to these
+    return _available(backend)
 
 
-def _dnnl() -> Backend:
+def _dnnl(threads: int = 0) -> Backend:
     from codegraft.backends.dnnl import DnnlBackend
 
-    return _available(DnnlBackend())
+    return _available(DnnlBackend(num_threads=threads or None))
 
 
 def _available(backend: _CanBeUnavailable) -> Backend:
@@ -94,38 +103,59 @@ class BackendInfo:
     reason: str = ""
 
 
-def _factories() -> dict[str, tuple[str, Callable[..., object]]]:
-    found: dict[str, tuple[str, Callable[..., object]]] = {
-        name: ("built-in", factory) for name, factory in BUILTIN_BACKENDS.items()
+def _factories() -> dict[str, tuple[str, Callable[[], Callable[..., object]]]]:
+    """Each backend's origin and a loader of its factory (an entry point is imported only when used)."""
+    found: dict[str, tuple[str, Callable[[], Callable[..., object]]]] = {
+        name: ("built-in", _ready(factory)) for name, factory in BUILTIN_BACKENDS.items()
     }
     for entry in metadata.entry_points(group=ENTRY_POINT_GROUP):
         origin = entry.dist.name if entry.dist is not None else entry.value
-        found.setdefault(entry.name, (origin, _entry_point_factory(entry)))
+        found.setdefault(entry.name, (origin, _entry_point_loader(entry)))
     return found
 
 
-def _entry_point_factory(entry: metadata.EntryPoint) -> Callable[[], object]:
-    def factory() -> object:
+def _ready(factory: Callable[..., object]) -> Callable[[], Callable[..., object]]:
+    return lambda: factory
+
+
+def _entry_point_loader(entry: metadata.EntryPoint) -> Callable[[], Callable[..., object]]:
+    def load() -> Callable[..., object]:
         try:
-            target = entry.load()
+            target: Callable[..., object] = entry.load()
         except ImportError as error:
             raise BackendUnavailable(f"cannot import {entry.value}: {error}") from None
-        return target()
+        return target
 
-    return factory
+    return load
 
 
-def get_backend(name: str) -> Backend:
-    """Create the backend called ``name`` (``"base:options"`` passes options); a clear error if it cannot."""
+def get_backend(name: str, *, threads: int = 0) -> Backend:
+    """Create the backend called ``name`` (``"base:options"`` passes options); a clear error if it cannot.
+
+    ``threads``: the threads it may use, for a factory that takes ``threads`` (0: its default);
+    a factory that does not is built as it is.
+
+    >>> get_backend("onnxruntime", threads=2).threads
+    2
+    """
     factories = _factories()
     base, _, spec = name.partition(":")
     if base not in factories:
         raise BackendError(f"unknown backend {base!r}; installed: {', '.join(sorted(factories))}")
-    origin, factory = factories[base]
-    if spec and not _takes_spec(factory):
-        raise BackendError(f"backend {base!r} takes no options (got {name!r})")
+    origin, load = factories[base]
     try:
-        backend = factory(spec) if spec else factory()
+        factory = load()
+    except BackendUnavailable as error:
+        raise BackendUnavailable(f"backend {name!r} is unavailable: {error}") from None
+    except Exception as error:
+        raise BackendError(f"backend {name!r} ({origin}) failed to load: {type(error).__name__}: {error}") from None
+    if spec and not _takes(factory, "spec"):
+        raise BackendError(f"backend {base!r} takes no options (got {name!r})")
+    arguments: dict[str, object] = {"spec": spec} if spec else {}
+    if threads and _takes(factory, "threads"):
+        arguments["threads"] = threads
+    try:
+        backend = factory(**arguments)
     except BackendUnavailable as error:
         raise BackendUnavailable(f"backend {name!r} is unavailable: {error}") from None
     except Exception as error:
@@ -133,11 +163,11 @@ def get_backend(name: str) -> Backend:
     return check_backend(backend, f"backend {name!r} ({origin})")
 
 
-def _takes_spec(factory: Callable[..., object]) -> bool:
+def _takes(factory: Callable[..., object], parameter: str) -> bool:
     import inspect
 
     try:
-        return "spec" in inspect.signature(factory).parameters
+        return parameter in inspect.signature(factory).parameters
     except (TypeError, ValueError):
         return False
 

@@ -27,7 +27,6 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import onnx
 
-from codegraft.backend import Backend
 from codegraft.core.irversion import readable_by_runtime
 from codegraft.runtime.latency import Latency, time_calls
 
@@ -312,8 +311,8 @@ def _codegraft(
     def build() -> RunFn:
         import codegraft
 
-        backends = [make_target(t, threads) for t in targets]
-        exe = codegraft.compile(proto, targets=backends, threads=threads, placement=placement)
+        # the threads reach every target named here, as they reach the peers
+        exe = codegraft.compile(proto, targets=list(targets), threads=threads, placement=placement)
         counts: dict[str, int] = {}
         for step in exe.steps:
             counts[step.backend] = counts.get(step.backend, 0) + 1
@@ -327,29 +326,6 @@ def _codegraft(
         return exe.run
 
     return build
-
-
-def make_target(name: str, threads: int) -> Backend:
-    """The backend called ``name``, with ``threads`` where the backend takes a thread count."""
-    if name == "openvino":
-        from codegraft.backends.openvino import OpenVINOBackend
-
-        return OpenVINOBackend(num_threads=threads)
-    if name == "onnxruntime":
-        from codegraft.backends.onnxruntime import OnnxRuntimeBackend
-
-        return OnnxRuntimeBackend(threads=threads)
-    if name == "dnnl":
-        from codegraft.backends.dnnl import DnnlBackend
-
-        return DnnlBackend(num_threads=threads)
-    from codegraft.backends import get_backend
-    from codegraft.backends.c import CBackend
-
-    backend = get_backend(name)
-    if isinstance(backend, CBackend):  # c, c:measure-threads (which measures up to these threads)
-        backend.num_threads = threads
-    return backend
 
 
 def _openvino_installed() -> bool:
@@ -391,4 +367,4 @@ def _max_rel_error(actual: Mapping[str, np.ndarray], expected: Mapping[str, np.n
     return worst
 
 
-__all__ = ["BenchRow", "BenchTable", "Progress", "compare", "make_target"]
+__all__ = ["BenchRow", "BenchTable", "Progress", "compare"]

@@ -177,6 +177,9 @@ def compile_command(
     precision: Annotated[str, typer.Option(help="float32, float16 or bfloat16 (int8: from Python).")] = "float32",
     placement: Annotated[str, typer.Option(help="first or measured.")] = "first",
     strict: Annotated[bool, typer.Option(help="Fail instead of falling back to the host.")] = False,
+    threads: Annotated[
+        int, typer.Option(help="Threads of the host and of every target that takes a count (0: all cores).")
+    ] = 0,
     onnx_out: Annotated[
         Optional[pathlib.Path],  # noqa: UP045
         typer.Option("--onnx", help="Also write the partitioned model as ONNX (open it in Netron)."),
@@ -200,7 +203,7 @@ def compile_command(
             str(model), targets=targets or [], min_partition_size=min_partition_size,
             min_partition_macs=min_partition_macs, precision=precision,
             placement=placement, strict=strict, export_onnx=onnx_out, progress=progress, cache=cache,
-            input_shapes=input_shapes, input_values=input_values,
+            input_shapes=input_shapes, input_values=input_values, threads=threads,
         )
     output = output if output is not None else pathlib.Path(model.stem + ".cgx")
     exe.save(output, signing_key=sign)

@@ -72,7 +72,7 @@ def compile(  # noqa: A001 - the public name the README promises
     options = _with_overrides(options or CompileOptions(), overrides)
     stages = Stages(progress)
     host = OnnxRuntimeBackend(threads=options.threads)
-    backends = resolve_targets(targets)
+    backends = resolve_targets(targets, threads=options.threads)
     precision_note = check_precision(options.precision, backends, host)
     import_notes: tuple[str, ...] = ()
     if is_torch_module(model):
@@ -168,6 +168,7 @@ def compile(  # noqa: A001 - the public name the README promises
         backends=by_name,
         host_fallbacks=host_fallbacks,
         strict=options.strict,
+        host_threads=options.threads,
     )
 
 
@@ -215,8 +216,9 @@ def _with_overrides(options: CompileOptions, overrides: dict[str, Any]) -> Compi
     return replace(options, **overrides)
 
 
-def resolve_targets(targets: Sequence[Target] | None) -> list[Backend]:
-    """Backends for names (via :func:`codegraft.get_backend`) and objects; a name twice is an error."""
+def resolve_targets(targets: Sequence[Target] | None, *, threads: int = 0) -> list[Backend]:
+    """Backends for names (via :func:`codegraft.get_backend`, with ``threads``) and objects (as
+    they are: a backend object keeps its own threads); a name twice is an error."""
     if targets is None:
         targets = []
     if isinstance(targets, str):
@@ -227,7 +229,7 @@ def resolve_targets(targets: Sequence[Target] | None) -> list[Backend]:
         if not isinstance(target, str) and not (hasattr(target, "name") or hasattr(target, "supports")):
             raise BackendError(f"target {target!r} is neither a backend name nor a backend object")
     # an object that looks like a backend is checked against the contract, naming what it lacks
-    resolved = [get_backend(t) if isinstance(t, str) else check_backend(t) for t in targets]
+    resolved = [get_backend(t, threads=threads) if isinstance(t, str) else check_backend(t) for t in targets]
     names = [b.name for b in resolved]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:

@@ -35,7 +35,10 @@ class CompileOptions:
     ``precision``: compute precision asked of backends that declare it (one of :data:`PRECISIONS`).
     ``passes``: names of the common passes to run (``None``: the default set; ``()``: none).
     ``placement``: ``"first"`` (first target that supports a node) or ``"measured"``.
-    ``threads``: intra-op threads of the host (0: all cores).
+    ``threads``: threads of the host (onnxruntime's intra-op threads) and of every target named
+    by string whose backend takes a count (``c``, ``openvino``, ``dnnl``, a vendor's factory
+    taking ``threads``); 0: each its default, all cores.  A backend object passed as a target
+    keeps its own (``CBackend(num_threads=4)``).  The artifact keeps the host's count.
     ``input_shapes``: sizes for the inputs' free dimensions, ``{"x": (1, 3, 224, 224)}`` (a
     dimension's name fixed once holds in every input), so shape arithmetic folds away before
     partitioning (:mod:`codegraft.frontend.fixed_inputs`); the executable takes these shapes.

@@ -74,6 +74,8 @@ class Stored(Protocol):
     def constants(self) -> Mapping[str, np.ndarray]: ...
     @property
     def output_maps(self) -> Mapping[str, OutputMap]: ...
+    @property
+    def host_threads(self) -> int: ...
     def report(self) -> Report: ...
 
 
@@ -169,6 +171,7 @@ def artifact_bytes(exe: Stored) -> bytes:
         "steps": steps,
         "constants": constants,
         "native_code": any(step.native_code for step in exe.steps),
+        **({"threads": exe.host_threads} if exe.host_threads else {}),
         "report": json.loads(exe.report().to_json()),
     }
     header_bytes = json.dumps(header).encode()

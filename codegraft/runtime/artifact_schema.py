@@ -102,6 +102,9 @@ def validate_header(header: Any, *, payload_size: int, where: str, control_backe
     """Raise :class:`ArtifactError` naming the first field that is missing, mistyped or inconsistent."""
     check = _Checker(where, payload_size)
     check.fields(header, "", _TOP)
+    threads = header.get("threads", 0)  # the host's (absent in artifacts before it was kept)
+    if check.typed(threads, "threads", int) < 0:
+        raise check.fail("threads", f"must be 0 (all cores) or more, not {threads}")
     available: set[str] = set()
     for index, spec in enumerate(header["inputs"]):
         path = f"inputs[{index}]"

@@ -124,8 +124,11 @@ class Executable:
         host_fallbacks: Mapping[str, HostFallback] | None = None,
         strict: bool = False,
         output_maps: Sequence[OutputMap] = (),
+        host_threads: int = 0,
     ) -> None:
         self.inputs = tuple(inputs)
+        # the host's intra-op threads (0: all cores), kept by save() for the loader
+        self.host_threads = host_threads
         self.outputs = tuple(outputs)
         # outputs built after the run from a computed tensor (a classifier's ZipMap)
         self.output_maps = {entry.name: entry for entry in output_maps}

@@ -81,7 +81,8 @@ def executable_from_bytes(
     steps: list[Step] = []
     runnables: list[Runnable] = []
     try:
-        host = OnnxRuntimeBackend(spin=len(header["steps"]) == 1)
+        host_threads = header.get("threads", 0)  # as compiled: compile(threads=T) holds after a reload
+        host = OnnxRuntimeBackend(threads=host_threads, spin=len(header["steps"]) == 1)
         resolved: dict[str, Backend] = {host.name: host, **supplied}
         for entry in header["steps"]:
             step = decode_step(entry, payload, where)
@@ -101,7 +102,7 @@ def executable_from_bytes(
     fallbacks = {s.name: _template_on_host(s, host) for s in steps if s.template is not None and s.backend != host.name}
     return Executable(inputs=inputs, outputs=outputs, steps=steps, runnables=runnables,
                       constants=constants, report=report, backends=resolved, host_fallbacks=fallbacks, strict=strict,
-                      output_maps=output_maps)
+                      output_maps=output_maps, host_threads=host_threads)
 
 
 def _template_on_host(step: Step, host: Backend) -> HostFallback:
