@@ -139,3 +139,28 @@ def test_empty_tensor_is_declined_with_the_reason() -> None:
     model = make_model([helper.make_node("Relu", ["x"], ["y"])], {"x": (0, 3)}, {"y": (0, 3)})
     report = cg.compile(model, targets=["c"]).report()
     assert "empty" in report.nodes[0].declined[0][1]
+
+
+def test_exp_and_softmax_underflow_as_onnxruntime() -> None:
+    """exp below the normals: subnormal values, then exactly 0 under -103.97, as onnxruntime's
+    Exp and Softmax give; a Softmax over masked logits (x - max ~ -1e4) is 0 there, not
+    exp(-87) = 1.6e-38 (atspm's attention head: those tiny weights made subnormal products
+    downstream, which an Intel core pays a microcode assist each for), and exp(-87.2) is its
+    own value, not exp(-87)'s (39% off before)."""
+    from c_backend_util import make_model as float_model
+    from c_backend_util import run_c
+
+    gaps = np.concatenate([np.linspace(-110, -80, 301), [-1e4, -1e30, -np.inf, 0.0]]).astype(np.float32)
+    x = np.stack([np.zeros_like(gaps), gaps], 1)  # softmax rows [0, gap]: the second is exp(gap) / (1 + exp(gap))
+    model = float_model(
+        [helper.make_node("Softmax", ["x"], ["y"], axis=-1), helper.make_node("Exp", ["x"], ["e"]),
+         helper.make_node("Softmax", ["x"], ["v"], axis=0)],  # a strided Softmax (inner > 1) too
+        {"x": list(x.shape)}, ["y", "e", "v"],
+    )
+    got, want = run_c(model, {"x": x}), run_onnxruntime(model, {"x": x})
+    subnormal_step = np.float32(2.0**-149)
+    for name in ("y", "e", "v"):
+        assert np.array_equal(got[name] == 0, want[name] == 0), name  # exactly zero where onnxruntime's is
+        normal = np.abs(want[name]) >= np.finfo(np.float32).tiny
+        np.testing.assert_allclose(got[name][normal], want[name][normal], rtol=1e-6, err_msg=name)
+        assert np.abs(got[name][~normal] - want[name][~normal]).max(initial=0) <= subnormal_step, name

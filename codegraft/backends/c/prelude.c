@@ -9,14 +9,18 @@ typedef void (*cg_ep)(const float* const* ops, float* y, long ldy, const float* 
 static inline long cg_min(long a, long b) { return a < b ? a : b; }
 
 /* Branch-free math the vectoriser can inline (libm's expf/erff/tanhf are scalar calls).
-   cg_exp: Cody-Waite reduction and a degree-6 polynomial, ~2 ulp over [-87, 88], inputs
-   clamped there (callers saturate anyway); cg_erf: Abramowitz-Stegun 7.1.26, |error| < 1.5e-7.
+   cg_exp: Cody-Waite reduction and a degree-6 polynomial, ~2 ulp over [-87, 88]; below, the
+   power of two is applied in two steps (2^(n+64), then 2^-64) so the result rounds once into
+   the subnormals and to 0 under -103.97, as expf and onnxruntime's exp do: a Softmax over
+   masked logits (-1e4) gave 1.6e-38 where they give 0, and the subnormal products it led to
+   cost an Intel core a microcode assist each (atspm's head: 0.4 ms in one 24 x 128 MatMul);
+   inputs above 88 are clamped (callers saturate); cg_erf: Abramowitz-Stegun 7.1.26, |error| < 1.5e-7.
    NaN propagates as in onnxruntime: every comparison is written so a NaN operand takes the
    branch that returns it (x86 minps/maxps return their second operand on NaN, so
    "x > hi ? hi : x" is still one instruction). */
 static inline float cg_exp(float x) {
   x = x > 88.0f ? 88.0f : x;
-  x = x < -87.0f ? -87.0f : x;
+  x = x < -104.0f ? -104.0f : x;
   /* n = round(x / ln 2) by the 1.5 * 2^23 trick: no float->int conversion, which (like
      floorf) keeps gcc 12 from vectorising the loop */
   union { float f; int i; } big, scale;
@@ -30,8 +34,11 @@ static inline float cg_exp(float x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * r * r + r + 1.0f;
-  scale.i = (big.i - 0x4B400000 + 127) << 23;
-  return p * scale.f;
+  union { float f; int i; } low;
+  const int n_int = big.i - 0x4B400000, shift = n_int < -125 ? 64 : 0;  /* 2^n below the normals */
+  scale.i = (n_int + shift + 127) << 23;
+  low.i = (127 - shift) << 23;  /* 1, or 2^-64 */
+  return p * scale.f * low.f;
 }
 /* sin (quarter 0) and cos (quarter 1) within 2 ulp for |x| below 1e4, and within 1e-10 absolute
    far beyond: x - k pi/2 in double (k the nearest quarter turn by the 1.5 * 2^52 trick, no
@@ -316,7 +323,7 @@ static inline vf cg_vpick(vi mask, vf a, vf b) { return (vf)(((vi)a & mask) | ((
 /* cg_exp, cg_sigmoid, cg_clamp and HardSigmoid on vectors, with the scalar forms' arithmetic
    and NaN behaviour lane by lane: fused into a Conv's register tiles (SiLU, HardSwish). */
 static inline vf cg_vexp(vf x) {
-  const vf hi = (vf){0} + 88.0f, lo = (vf){0} - 87.0f;
+  const vf hi = (vf){0} + 88.0f, lo = (vf){0} - 104.0f;
   x = cg_vpick(x > hi, hi, x);
   x = cg_vpick(x < lo, lo, x);
   const vf big = x * 1.44269504088896341f + 12582912.0f;
@@ -329,7 +336,8 @@ static inline vf cg_vexp(vf x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * r * r + r + 1.0f;
-  return p * (vf)((((vi)big - 0x4B400000) + 127) << 23);
+  const vi n_int = (vi)big - 0x4B400000, shift = (n_int < -125) & 64;  /* as cg_exp */
+  return p * (vf)((n_int + shift + 127) << 23) * (vf)((127 - shift) << 23);
 }
 static inline vf cg_vsigmoid(vf x) {
   const vf zero = (vf){0};
