@@ -127,6 +127,13 @@ def test_compile_threads_reach_every_backend_named_by_string(
     again = cg.load_executable(tmp_path / "m.cgx", backends=supplied)
     assert again.host_threads == 1
     assert_close(again.run(feeds), want)
+    # threads given at load, as onnxruntime's are set per session: the host and what is found by name
+    reloaded = cg.load_executable(tmp_path / "m.cgx", backends=[SubsetBackend("plain", {"Gemm"})], threads=2)
+    assert reloaded.host_threads == 2 and asked[-1] == 2
+    assert_close(reloaded.run(feeds), want)
+    assert cg.load_executable(tmp_path / "m.cgx", backends=supplied, threads=0).host_threads == 0
+    with pytest.raises(cg.OptionError, match="threads"):
+        cg.load_executable(tmp_path / "m.cgx", backends=supplied, threads=-1)
 
 
 def test_an_entry_point_factory_gets_its_options_and_threads(

@@ -37,7 +37,8 @@ def test_compile_then_run(tmp_path: pathlib.Path) -> None:
     backends = {p.value for n in exported.graph.node for p in n.metadata_props if p.key == "codegraft.backend"}
     assert backends == {"numpy_example", "onnxruntime"}
 
-    result = runner.invoke(app, ["run", str(artifact), "--random", "--save", str(tmp_path / "out"), "--profile"])
+    result = runner.invoke(app, ["run", str(artifact), "--random", "--save", str(tmp_path / "out"), "--profile",
+                                 "--threads", "1"])
     assert result.exit_code == 0, result.output
     saved = list((tmp_path / "out").glob("*.npy"))
     assert len(saved) == 1 and np.load(saved[0]).shape == (1, 1000, 1, 1)

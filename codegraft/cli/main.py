@@ -236,6 +236,11 @@ def run_command(
     runs: Annotated[int, typer.Option(help="Timed runs for --profile.")] = 20,
     as_json: Annotated[bool, typer.Option("--json", help="Print outputs (and the profile) as JSON.")] = False,
     trusted_keys: TrustedKeysOption = None,
+    threads: Annotated[
+        Optional[int],  # noqa: UP045
+        typer.Option(help="Threads of the host and of every backend that takes a count (0: all cores; "
+                     "default: as compiled)."),
+    ] = None,
 ) -> None:
     """Run an artifact on random inputs, .npy files or a saved .npz."""
     import codegraft as cg
@@ -243,7 +248,7 @@ def run_command(
     from codegraft.core.options import check_at_least
 
     with _step(f"loading {artifact}"):
-        exe = cg.load_executable(artifact, trusted_keys=trusted_keys or None)
+        exe = cg.load_executable(artifact, trusted_keys=trusted_keys or None, threads=threads)
     feeds, chosen = _feeds(exe.inputs, random, inputs or [], shapes or [], load_inputs, seed)
     if chosen:
         err_console.print("inputs: " + "; ".join(chosen), highlight=False)

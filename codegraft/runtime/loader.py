@@ -22,6 +22,7 @@ from codegraft.backend import Backend, Partition, Runnable
 from codegraft.backends import get_backend
 from codegraft.backends.onnxruntime import OnnxRuntimeBackend
 from codegraft.core.names import CONTROL_BACKEND
+from codegraft.core.options import check_at_least
 from codegraft.errors import ArtifactError, BackendError
 from codegraft.frontend.zipmap import OutputMap
 from codegraft.lower.cache import compile_cache
@@ -46,11 +47,18 @@ def load_executable(
     backends: Sequence[Backend] = (),
     strict: bool = False,
     trusted_keys: Sequence[KeySource] | None = None,
+    threads: int | None = None,
 ) -> Executable:
     """Load an artifact written by ``Executable.save``; no recompilation, no original model.
 
     Backends are found by name among the installed ones; pass ``backends=`` to supply
     instances (for example a vendor backend that is not installed as a package).
+
+    ``threads`` (as onnxruntime's and OpenVINO's thread counts are set when a model is
+    loaded): the host's intra-op threads and those of every backend found by name that takes a
+    count (0: all cores); ``None``: the host as compiled (``compile(threads=...)``), the
+    backends their defaults.  A ``c`` partition then uses at most that many of the threads it
+    was compiled for (its kernels' splits are fixed at compile time).
 
     ``trusted_keys`` (Ed25519 public keys: PEM files or bytes; default: the files listed in
     ``$CODEGRAFT_TRUSTED_KEYS``): when there are any, the artifact must be signed by one of
@@ -69,26 +77,29 @@ def load_executable(
         data, _ = verify_artifact(data, trusted=keys, where=where)
     else:
         data, _ = split_signature(data)
-    return executable_from_bytes(data, where=where, backends=backends, strict=strict)
+    return executable_from_bytes(data, where=where, backends=backends, strict=strict, threads=threads)
 
 
 def executable_from_bytes(
-    data: bytes, *, where: str, backends: Sequence[Backend] = (), strict: bool = False
+    data: bytes, *, where: str, backends: Sequence[Backend] = (), strict: bool = False, threads: int | None = None
 ) -> Executable:
-    """Load an artifact from bytes; ``where`` names it in errors."""
+    """Load an artifact from bytes; ``where`` names it in errors; ``threads`` as :func:`load_executable`'s."""
+    if threads is not None:
+        check_at_least("threads", threads, 0, note=" (0: all cores)")
     header, payload = parse(data, where)
     supplied = {b.name: b for b in backends}
     steps: list[Step] = []
     runnables: list[Runnable] = []
     try:
-        host_threads = header.get("threads", 0)  # as compiled: compile(threads=T) holds after a reload
+        # as compiled (compile(threads=T) holds after a reload) unless the loader says otherwise
+        host_threads = header.get("threads", 0) if threads is None else threads
         host = OnnxRuntimeBackend(threads=host_threads, spin=len(header["steps"]) == 1)
         resolved: dict[str, Backend] = {host.name: host, **supplied}
         for entry in header["steps"]:
             step = decode_step(entry, payload, where)
-            backend = _resolve(step.backend, resolved, where)
+            backend = _resolve(step.backend, resolved, where, threads or 0)
             steps.append(step)
-            runnables.append(_runnable(step, backend, host, strict, list(resolved.values())))
+            runnables.append(_runnable(step, backend, host, strict, list(resolved.values()), threads))
         constants = {c["name"]: decode_constant(c, payload, where) for c in header["constants"]}
         inputs = [TensorSpec(i["name"], i["dtype"], None if i["shape"] is None else tuple(i["shape"]), _bound(i))
                   for i in header["inputs"]]
@@ -114,26 +125,29 @@ def _template_on_host(step: Step, host: Backend) -> HostFallback:
     return build
 
 
-def _resolve(name: str, resolved: dict[str, Backend], where: str) -> Backend | None:
+def _resolve(name: str, resolved: dict[str, Backend], where: str, threads: int) -> Backend | None:
     if name == CONTROL_BACKEND:
         return None  # codegraft's own runtime runs control flow
     if name not in resolved:
-        resolved[name] = _backend(name, where)
+        resolved[name] = _backend(name, where, threads)
     return resolved[name]
 
 
-def _backend(name: str, where: str) -> Backend:
+def _backend(name: str, where: str, threads: int) -> Backend:
     try:
-        return get_backend(name)
+        return get_backend(name, threads=threads)
     except BackendError as error:
         raise ArtifactError(f"{where} needs backend {name!r}, which cannot be used here: {error}") from None
 
 
-def _runnable(step: Step, backend: Backend | None, host: Backend, strict: bool, known: list[Backend]) -> Runnable:
+def _runnable(
+    step: Step, backend: Backend | None, host: Backend, strict: bool, known: list[Backend], threads: int | None
+) -> Runnable:
     if backend is None:
         assert step.blob is not None
         return load_control_blob(
-            step.blob, lambda data, name: executable_from_bytes(data, where=name, backends=known, strict=strict)
+            step.blob,
+            lambda data, name: executable_from_bytes(data, where=name, backends=known, strict=strict, threads=threads),
         )
     if step.blob is None:
         assert step.template is not None
