@@ -264,3 +264,69 @@ def test_the_shell_names_the_option_as_a_target() -> None:
     assert not get_backend("c:measure-threads").all_qdq_units  # type: ignore[attr-defined]
     with pytest.raises(BackendError, match="unknown option 'fast'; the options are all-qdq-units, measure-threads"):
         get_backend("c:fast")
+
+
+def _optimized_onnxruntime(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], names: list[str]) -> dict[str, Any]:
+    """onnxruntime's default session: its QDQ transformer fuses the units (QLinearMatMul, QGemm, QLinearConv)."""
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return dict(zip(names, session.run(names, dict(feeds)), strict=True))
+
+
+def _qdq_linear(x_dtype: type, weight_dtype: type, per_column: bool, op: str, shape: list[int], cols: int,
+                bias: bool = True) -> onnx.ModelProto:
+    """What onnxruntime's static quantizer makes of a MatMul (a Gemm: transB, an int32 bias at
+    the input's scale times the weight's): the input quantized and dequantized, the 8-bit
+    weight per tensor or per column, the result quantized and dequantized."""
+    info, w_info = np.iinfo(x_dtype), np.iinfo(weight_dtype)
+    depth = shape[-1]
+    scale = RNG.uniform(0.002, 0.01, cols if per_column else ()).astype(np.float32)
+    if weight_dtype == np.int8:
+        w_zero = np.zeros(scale.shape, np.int8)
+    else:
+        w_zero = RNG.integers(100, 150, scale.shape).astype(np.uint8)
+    weight = RNG.integers(w_info.min, w_info.max, (cols, depth) if op == "Gemm" else (depth, cols), endpoint=True)
+    x_scale = np.float32(0.04)
+    inits: dict[str, Any] = {
+        "xs": x_scale, "xz": np.array(7 if x_dtype == np.uint8 else -5, x_dtype), "w": weight.astype(weight_dtype),
+        "ws": scale, "wz": w_zero, "ys": np.float32(0.1 if op == "MatMul" else 0.2), "yz": np.array(info.min + 120, x_dtype),
+    }  # fmt: skip
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"]),
+        helper.make_node("DequantizeLinear", ["xq", "xs", "xz"], ["xd"]),
+        helper.make_node("DequantizeLinear", ["w", "ws", "wz"], ["wd"], axis=0 if op == "Gemm" else 1),
+    ]
+    if op == "Gemm":
+        inputs = ["xd", "wd"]
+        if bias:
+            inits |= {"b": RNG.integers(-3000, 3000, cols).astype(np.int32), "bs": (x_scale * scale).astype(np.float32)}
+            nodes.append(helper.make_node("DequantizeLinear", ["b", "bs"], ["bd"], axis=0))
+            inputs.append("bd")
+        nodes.append(helper.make_node("Gemm", inputs, ["m"], transB=1))
+    else:
+        nodes.append(helper.make_node("MatMul", ["xd", "wd"], ["m"]))
+    nodes += [helper.make_node("QuantizeLinear", ["m", "ys", "yz"], ["yq"]),
+              helper.make_node("DequantizeLinear", ["yq", "ys", "yz"], ["y"])]
+    return _model(nodes, {"x": (TensorProto.FLOAT, shape)}, {"y": TensorProto.FLOAT, "yq": _TYPES[x_dtype]}, inits)
+
+
+@pytest.mark.skipif(VNNI not in cpu_features(), reason="8-bit products need AVX-512 VNNI")
+@pytest.mark.parametrize("x_dtype", [np.uint8, np.int8])
+@pytest.mark.parametrize("weight_dtype", [np.int8, np.uint8])
+@pytest.mark.parametrize("per_column", [False, True])
+@pytest.mark.parametrize(("op", "shape", "cols", "bias"), [
+    ("MatMul", [2, 25, 96], 80, False), ("MatMul", [7, 384], 130, False), ("Gemm", [9, 70], 64, True),
+    ("Gemm", [5, 33], 3, False),
+])  # fmt: skip
+def test_qdq_matmuls_on_8_bit_products_are_qlinear_matmuls_bit_for_bit(
+        x_dtype: type, weight_dtype: type, per_column: bool, op: str, shape: list[int], cols: int, bias: bool) -> None:
+    """onnxruntime's optimizer fuses each unit into a QLinearMatMul (a Gemm into QGemm): the exact
+    int32 sums (plus the bias), times (a scale * b scale) / y scale, rounded; ``c`` computes the
+    same on 8-bit products (QuantMatMul)."""
+    model = _qdq_linear(x_dtype, weight_dtype, per_column, op, shape, cols, bias)
+    feeds = {"x": (RNG.standard_normal(shape) * 2).astype(np.float32)}
+    assert _kernels(model, feeds).count("QuantMatMul") == 1
+    got, want = _on_c(model, feeds), _optimized_onnxruntime(model, feeds, ["yq", "y"])
+    np.testing.assert_array_equal(got["yq"], want["yq"])
+    np.testing.assert_array_equal(got["y"], want["y"])

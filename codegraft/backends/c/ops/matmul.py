@@ -33,6 +33,7 @@ from codegraft.backends.c.ops.data import Gather
 from codegraft.backends.c.ops.elementwise import emit_epilogue
 from codegraft.backends.c.ops.gemm import c_longs, choose_tile, gemm_function, pack_weights, write_over_residual
 from codegraft.backends.c.ops.norm import ArgExtreme, ml_rows
+from codegraft.backends.c.ops.qconv import quantized_matmul
 
 # -- Gemm ------------------------------------------------------------------------------------------
 
@@ -46,6 +47,10 @@ def _check_gemm(node: ir.Node) -> str:
 
 
 def _gemm(lw: Lowerer, node: ir.Node) -> None:
+    quantized = quantized_matmul(lw, node)
+    if quantized is not None:
+        lw.bind(node.outputs[0], quantized)
+        return
     a, b = lw.tensor(node.inputs[0]), lw.tensor(node.inputs[1])
     trans_a, trans_b = attr_int(node, "transA", 0) != 0, attr_int(node, "transB", 0) != 0
     rows = a.shape[1] if trans_a else a.shape[0]
@@ -77,6 +82,10 @@ def _check_matmul(node: ir.Node) -> str:
 
 
 def _matmul(lw: Lowerer, node: ir.Node) -> None:
+    quantized = quantized_matmul(lw, node)
+    if quantized is not None:
+        lw.bind(node.outputs[0], quantized)
+        return
     bind_matmul(lw, node, lw.tensor(node.inputs[0]), lw.tensor(node.inputs[1]))
 
 

@@ -18,7 +18,7 @@ from codegraft.backends.c._c_files import c_file
 from codegraft.backends.c._emit import Context
 from codegraft.backends.c._fuse import Kernel
 from codegraft.backends.c._lowerer import Lowerer
-from codegraft.backends.c._node import NHWC_DOMAIN, attr_int, present
+from codegraft.backends.c._node import NHWC_DOMAIN, attr_float, attr_int, present
 from codegraft.backends.c._toolchain import VNNI
 from codegraft.backends.c.ops._qpack import EIGHT_BIT_SPAN, QGEMM_DEPTH, as_weight_bytes, int8_columns, vnni_packed
 from codegraft.backends.c.ops._spec import KernelOp, Layout, core_of
@@ -47,6 +47,27 @@ class QuantConv(g.SpatialOp):
     zero: int = 0
     shift: int = 0
     row_epilogue: ClassVar[bool] = True
+
+    @property
+    def colsum(self) -> np.ndarray:
+        return self.weight.sum(axis=0, dtype=np.int64).astype(np.int32)
+
+
+@dataclass(eq=False)
+class QuantMatMul(g.Op):
+    """``(a - a0) @ weight`` on 8-bit products: ``inputs`` are ``a`` (``[rows, K]`` 8-bit
+    values as exact floats, ``shift`` 128 for int8 ones, then uint8) and, where present, its
+    zero point ``a0`` (one value, plus ``shift``); ``weight`` is ``[K, N]`` int8 (the weight
+    less its zero point, less ``offset`` per column), ``colsum`` its column sums; ``bias`` an
+    int32 per column added to the sums, or none; ``out`` is ``[..., N]``, its rows ``a``'s.
+    MatMulInteger's (``quantize.py``), the quantized recurrences' (``rnn.py``) and a QDQ
+    MatMul's or Gemm's (:func:`quantized_matmul`)."""
+
+    weight: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.int8))
+    offset: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
+    shift: int = 0
+    bias: np.ndarray | None = None
+    row_epilogue: ClassVar[bool] = True  # the Cast to float and the Muls by the scales fuse after it
 
     @property
     def colsum(self) -> np.ndarray:
@@ -84,6 +105,15 @@ def _integer_weight(node: ir.Node, weight: np.ndarray) -> tuple[np.ndarray, np.n
         return None
     if scale.size != 1 and (scale.ndim != 1 or attr_int(dq, "axis", 1) % q.ndim != 0):
         return None  # per output channel (still axis 0 after the layout pass) or per tensor only
+    return _integers_by_row(weight, scale)
+
+
+def _integers_by_row(weight: np.ndarray, scale: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """``weight`` (``[rows, ...]`` floats) as integers times ``scale`` (one value, or one per
+    row): the integers (at most ``EIGHT_BIT_SPAN`` in magnitude) and the scale per row, or
+    ``None`` unless those products are ``weight`` bit for bit."""
+    if scale.size not in (1, weight.shape[0]):
+        return None
     scales = np.broadcast_to(scale.reshape(-1), (weight.shape[0],)).astype(np.float32)
     if not scales.all() or not np.isfinite(scales).all():
         return None
@@ -95,6 +125,86 @@ def _integer_weight(node: ir.Node, weight: np.ndarray) -> tuple[np.ndarray, np.n
     if not np.array_equal(ints.astype(np.float32) * scales.reshape(shape), weight):
         return None
     return ints.astype(np.int32), np.ascontiguousarray(scales)
+
+
+def _quantized_input(lw: Lowerer, value: ir.Value | None) -> tuple[g.Tensor, int, int, np.float32] | None:
+    """Where ``value`` is a DequantizeLinear of 8-bit values computed in this partition by one
+    constant scale and zero point: those values' tensor, the zero point plus the shift (128 for
+    int8 values, read as uint8), the shift and the scale; else ``None``."""
+    dq = _dequantized(value)
+    if dq is None:
+        return None
+    q_value, x_scale, x_zero = dq.inputs[0], _constant(present(dq, 1)), _constant(present(dq, 2))
+    if q_value is None or q_value.dtype not in (ir.DataType.UINT8, ir.DataType.INT8) or not q_value.name:
+        return None
+    x = lw.values.get(q_value.name)
+    if x is None or x.const is not None or x_scale is None or x_scale.size != 1 or x_scale.dtype != np.float32:
+        return None
+    if present(dq, 2) is not None and x_zero is None:
+        return None
+    shift = 128 if q_value.dtype == ir.DataType.INT8 else 0
+    zero = (0 if x_zero is None else int(x_zero.reshape(-1)[0])) + shift
+    return x, zero, shift, np.float32(x_scale.reshape(-1)[0])
+
+
+def quantized_matmul(lw: Lowerer, node: ir.Node) -> g.Tensor | None:
+    """A QDQ MatMul or Gemm on 8-bit products, as onnxruntime's QLinearMatMul (QGemm) computes
+    it: the sums of (a - a0)(b - b0) exact in int32 (QuantMatMul), times a's scale and b's per
+    column, plus a Gemm's bias (its int32 values added to the sums where their scale is a scale
+    * b scale, as the quantizer makes it); a QuantizeLinear reading it requantizes those sums
+    (``quantize.py``).  ``None`` where the target lacks VNNI or the node is not one: ``a`` a
+    DequantizeLinear of 8-bit values in this partition by one constant scale and zero point, b
+    a constant ``[K, N]`` (a Gemm's ``[N, K]`` with transB) of 8-bit integers times a scale per
+    tensor or per column, bit for bit, at most 2**14 deep; a Gemm's transA 0 and alpha 1."""
+    if VNNI not in lw.features:
+        return None
+    gemm = node.op_type == "Gemm"
+    if gemm and (attr_int(node, "transA", 0) or attr_float(node, "alpha", 1.0) != 1.0):
+        return None
+    found = _quantized_input(lw, node.inputs[0])
+    dq = _dequantized(node.inputs[1], moved=True)
+    b = None if dq is None or dq.inputs[0] is None or dq.inputs[0].const_value is None else lw.tensor(node.inputs[1])
+    scale = None if dq is None else _constant(present(dq, 1))
+    if found is None or b is None or b.const is None or len(b.shape) != 2 or scale is None:
+        return None
+    if dq.inputs[0].dtype not in (ir.DataType.UINT8, ir.DataType.INT8) or scale.dtype != np.float32:
+        return None
+    x, zero, shift, x_scale = found
+    weight = b.const.astype(np.float32)
+    by_row = weight if gemm and attr_int(node, "transB", 0) else weight.T  # [N, K]
+    integer = _integers_by_row(by_row, scale)
+    if integer is None or not x.shape or x.shape[-1] != by_row.shape[1] or by_row.shape[1] > QGEMM_DEPTH:
+        return None
+    ints, scales = integer
+    found_columns = int8_columns(ints.T)
+    if found_columns is None:
+        return None
+    columns, offset = found_columns
+    depth, cols = columns.shape
+    product = (x_scale * scales).astype(np.float32)  # onnxruntime's a scale * b scale, in float32
+    bias_value = present(node, 2) if gemm and attr_float(node, "beta", 1.0) != 0.0 else None
+    int_bias = None
+    if bias_value is not None and attr_float(node, "beta", 1.0) == 1.0:
+        int_bias = _integer_bias_of(bias_value, product)
+    rows = math.prod(x.shape[:-1])
+    out = lw.new((*x.shape[:-1], cols))
+    a0 = [lw.const(np.array(zero, np.float32))] if zero else []
+    lw.ops.append(QuantMatMul([lw.view(x, (rows, depth)), *a0], out, weight=columns, offset=offset, shift=shift,
+                              bias=int_bias))
+    per_column = lw.const(product)
+    if bias_value is None or int_bias is not None:
+        # the sums (plus the bias) as QLinearMatMul and QGemm have them, for a QuantizeLinear after it
+        name = node.outputs[0].name or ""
+        lw.values[f"{name}{SUMS}"], lw.values[f"{name}{SCALES}"] = out, per_column
+        return lw.elementwise("mul", [out, per_column])
+    result = lw.elementwise("mul", [out, per_column])
+    c = lw.tensor(bias_value)
+    beta = attr_float(node, "beta", 1.0)
+    if c.const is not None:
+        c = lw.const(c.const.astype(np.float32) * np.float32(beta))
+    elif beta != 1.0:
+        c = lw.elementwise("mul", [c, lw.const(np.float32(beta))])
+    return lw.elementwise("add", [result, c])
 
 
 def qdq_matmul(node: ir.Node) -> bool:
@@ -131,23 +241,14 @@ def quantized_conv(lw: Lowerer, node: ir.Node, weight: np.ndarray, bias: np.ndar
         perm, source = producer.attributes.get_ints("perm", None), producer.inputs[0]
         if perm is None:
             return None
-    dq = _dequantized(source)
-    if dq is None:
+    found = _quantized_input(lw, source)
+    if found is None:
         return None
-    q_value, x_scale, x_zero = dq.inputs[0], _constant(present(dq, 1)), _constant(present(dq, 2))
-    if q_value is None or q_value.dtype not in (ir.DataType.UINT8, ir.DataType.INT8) or not q_value.name:
-        return None
-    x = lw.values.get(q_value.name)
-    if x is None or x.const is not None or x_scale is None or x_scale.size != 1:
-        return None
-    if present(dq, 2) is not None and x_zero is None:
-        return None
+    x, zero, shift, x_scale32 = found
     if perm is not None:  # transposing DequantizeLinear's 8-bit input instead (per tensor: the same values)
         moved = lw.new(tuple(x.shape[p] for p in perm))
         lw.ops.append(g.Transpose([x], moved, perm=tuple(perm)))
         x = moved
-    shift = 128 if q_value.dtype == ir.DataType.INT8 else 0
-    zero = (0 if x_zero is None else int(x_zero.reshape(-1)[0])) + shift
     integer = _integer_weight(node, weight)
     native = node.domain == NHWC_DOMAIN
     if integer is None or len(x.shape) not in (3, 4):
@@ -165,7 +266,6 @@ def quantized_conv(lw: Lowerer, node: ir.Node, weight: np.ndarray, bias: np.ndar
     window, out_spatial = window_of(node, spatial, tuple(ints.shape[1:-1]), ceil=False)
     out = lw.new(join_layout(n, m, out_spatial, native))
     columns, offset = found_columns
-    x_scale32 = np.float32(x_scale.reshape(-1)[0])
     product = (x_scale32 * scales).astype(np.float32)  # onnxruntime's x scale * w scale, in float32
     int_bias = _integer_bias(node, product)
     lw.ops.append(QuantConv([x], out, weight=columns, offset=offset, bias=int_bias, window=window, zero=zero,
@@ -193,6 +293,12 @@ def _integer_bias(node: ir.Node, product: np.ndarray) -> np.ndarray | None:
     value = present(node, 2)
     if value is None:
         return np.zeros(product.shape, np.int32)
+    return _integer_bias_of(value, product)
+
+
+def _integer_bias_of(value: ir.Value, product: np.ndarray) -> np.ndarray | None:
+    """``value`` (a bias per output channel or column) as the int32 values its DequantizeLinear
+    reads, as :func:`_integer_bias` has them, or ``None``."""
     dq = _dequantized(value)
     if dq is None:
         return None
@@ -244,4 +350,5 @@ def emit_quant_conv(ctx: Context, kernel: Kernel) -> None:
 KERNELS = (KernelOp(QuantConv, Layout.CHANNELS_LAST, emit_quant_conv),)
 ONNX = ()  # (the Conv entry is conv.py's; it calls quantized_conv first)
 
-__all__ = ["KERNELS", "ONNX", "SCALES", "SUMS", "QuantConv", "qdq_conv_input", "qdq_matmul", "quantized_conv"]
+__all__ = ["KERNELS", "ONNX", "SCALES", "SUMS", "QuantConv", "QuantMatMul", "qdq_conv_input", "qdq_matmul",
+           "quantized_conv", "quantized_matmul"]

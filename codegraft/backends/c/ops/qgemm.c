@@ -69,7 +69,7 @@ static void cg_qgemm_bytes(const void* ctx, long row) {
   uint8_t* to = q->au8 + row * q->K4;
   cg_qsum acc = CG_QSUM_ZERO;
   int32_t tail = 0;
-  cg_qbytes(q->a + row * q->K, to, q->K, 0.0f, &acc, &tail);
+  cg_qbytes(q->a + row * q->K, to, q->K, q->shift, &acc, &tail);
   q->rowsum[row] = CG_QSUM_TOTAL(acc) + tail;
   for (long k = q->K; k < q->K4; k++) to[k] = 0;
 }

@@ -20,8 +20,7 @@ scales.  Here the uint8 and int8 values are held as exact floats, as every integ
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import ClassVar
+from dataclasses import dataclass
 
 import numpy as np
 import onnx_ir as ir
@@ -48,7 +47,7 @@ from codegraft.backends.c.ops.conv import check_conv_geometry, constant_weight_d
 from codegraft.backends.c.ops.data import slice_op
 from codegraft.backends.c.ops.elementwise import emit_epilogue
 from codegraft.backends.c.ops.matmul import bind_matmul
-from codegraft.backends.c.ops.qconv import SCALES, SUMS
+from codegraft.backends.c.ops.qconv import SCALES, SUMS, QuantMatMul
 
 EXACT_SUMS = 1 << 24  # float32 holds every integer sum of at most this magnitude
 _EIGHT_BITS = frozenset({ir.DataType.UINT8, ir.DataType.INT8})
@@ -284,22 +283,6 @@ def _less_zero_point(lw: Lowerer, node: ir.Node, data: int, zero: int) -> g.Tens
 
 
 
-@dataclass(eq=False)
-class QuantMatMul(g.Op):
-    """``(a - a0) @ weight`` on 8-bit products: ``inputs`` are ``a`` (``[rows, K]`` uint8
-    values as exact floats) and, where present, its zero point ``a0`` (one value); ``weight``
-    is ``[K, N]`` int8 (the weight less its zero point), ``colsum`` its column sums; ``out``
-    is ``[..., N]``, its rows ``a``'s."""
-
-    weight: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.int8))
-    offset: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
-    row_epilogue: ClassVar[bool] = True  # the Cast to float and the Muls by the scales fuse after it
-
-    @property
-    def colsum(self) -> np.ndarray:
-        return self.weight.sum(axis=0, dtype=np.int64).astype(np.int32)
-
-
 def _int8_weight(node: ir.Node) -> tuple[np.ndarray, np.ndarray] | None:
     """The constant ``[K, N]`` weight of ``node`` less its zero point as int8 values plus an
     int32 offset per column (0 where the difference fits int8 already; a uint8 weight's
@@ -358,10 +341,13 @@ def emit_quant_matmul(ctx: Context, kernel: Kernel) -> None:
     scratch = ctx.temp(byte_floats + rows)  # the bytes, then each row's sum
     fn = ctx.define_once("cg_qgemm", lambda: c_file("ops/qgemm.c"))
     a0 = ctx.ptr(op.inputs[1]) if len(op.inputs) > 1 else "0"
+    # a QDQ MatMul's (qconv.quantized_matmul): int8 data shifted to uint8, QGemm's int32 bias
+    bias = "0" if op.bias is None or not op.bias.any() else as_weight_bytes(ctx, op.bias.astype(np.int32))
+    qdq = f", 0, {op.shift}.0f, (const int32_t*){bias}" if op.shift or bias != "0" else ""
     ctx.body.append(
         f"  {{ const cg_qgemm_t q = {{{ctx.ptr(a)}, {rows}, {depth}, {k4}, {a0}, (const int8_t*){weights}, "
         f"(const int32_t*){colsum}, (const int32_t*){offset}, {cols}, (uint8_t*){scratch}, "
-        f"(int32_t*)({scratch} + {byte_floats}), {ctx.ptr(kernel.out)}, {cols}, {ep}, {ep}_ops}};\n"
+        f"(int32_t*)({scratch} + {byte_floats}), {ctx.ptr(kernel.out)}, {cols}, {ep}, {ep}_ops{qdq}}};\n"
         f"    {fn}(&q); }}"
     )
 
