@@ -631,10 +631,14 @@ def _row_loop(kernel: Kernel, outer_dims: list[int], cols: list[list[int]], inne
     return lines
 
 
-def emit_epilogue(ctx: Context, kernel: Kernel) -> str:
+def emit_epilogue(ctx: Context, kernel: Kernel, hoist: bool = False) -> str:
     """The anchor's ``cg_ep`` function (store with fused steps); returns its name.
 
-    The operand pointer array is declared in the entry body as ``<name>_ops``.
+    The operand pointer array is declared in the entry body as ``<name>_ops``.  With ``hoist``
+    (the 8-bit GEMMs' epilogues) an operand of one value per row is read once a row, before the
+    loop over the columns: otherwise GCC 12 checks each against the stores at run time, and
+    past ten such checks leaves the loop scalar (smart_turn's requantize, bias, GELU and
+    quantize: ten operands, 20 ms a layer instead of 2).
     """
     fn = ctx.name("ep")
     lines = [
@@ -648,10 +652,13 @@ def emit_epilogue(ctx: Context, kernel: Kernel) -> str:
     lines.append("    const float* tr = t + r * ldt;")
     for j, index in enumerate(kernel.indexing):
         lines.append(f"    const float* b{j} = p{j} + row * {index.row_stride} + c0 * {index.col_stride};")
+    if hoist:
+        lines += [f"    const float i{j} = b{j}[0];" for j, index in enumerate(kernel.indexing) if not index.col_stride]
     lines.append("    for (long c = 0; c < nc; c++) {")
     lines.append("      const float acc = tr[c];")
     for j, index in enumerate(kernel.indexing):
-        lines.append(f"      const float i{j} = b{j}[{'c' if index.col_stride else '0'}];")
+        if not (hoist and not index.col_stride):
+            lines.append(f"      const float i{j} = b{j}[{'c' if index.col_stride else '0'}];")
     lines += step_lines(kernel.steps, "      ")
     lines.append(f"      yr[c] = {result_name(kernel)};")
     lines += ["    }", "  }", "}"]

@@ -329,7 +329,7 @@ def emit_quant_conv(ctx: Context, kernel: Kernel) -> None:
     k4 = -(-depth // 4) * 4
     weights, colsum = as_weight_bytes(ctx, vnni_packed(op.weight)), as_weight_bytes(ctx, op.colsum.astype(np.int32))
     offset = as_weight_bytes(ctx, op.offset.astype(np.int32)) if op.offset.any() else "0"
-    ep = emit_epilogue(ctx, kernel)
+    ep = emit_epilogue(ctx, kernel, hoist=True)
     byte_floats = -(-rows * k4 // 4)
     scratch = ctx.temp(byte_floats + rows)
     fn = ctx.define_once("cg_qgemm", lambda: c_file("ops/qgemm.c"))

@@ -336,7 +336,7 @@ def emit_quant_matmul(ctx: Context, kernel: Kernel) -> None:
     k4 = -(-depth // 4) * 4
     weights, colsum = as_weight_bytes(ctx, vnni_packed(op.weight)), as_weight_bytes(ctx, op.colsum.astype(np.int32))
     offset = as_weight_bytes(ctx, op.offset.astype(np.int32)) if op.offset.any() else "0"
-    ep = emit_epilogue(ctx, kernel)
+    ep = emit_epilogue(ctx, kernel, hoist=True)
     byte_floats = -(-rows * k4 // 4)  # the input as bytes, in floats of scratch
     scratch = ctx.temp(byte_floats + rows)  # the bytes, then each row's sum
     fn = ctx.define_once("cg_qgemm", lambda: c_file("ops/qgemm.c"))
