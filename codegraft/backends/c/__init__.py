@@ -62,12 +62,14 @@ class CBackend:
     inputs: a compile takes a few builds longer) instead of the cost model's estimate; see
     ``_thread_measure.py``.  The artifact then carries this machine's counts.
     ``all_qdq_units``: take every static-quantization (QDQ) unit it can compute, also the Convs
-    of uint8 activations (on 8-bit products, as QLinearConv computes them) and the MatMul and
-    Gemm units (in float).  By default those stay with the host: its QLinearConv ran uint8 Convs
-    10-30% faster here (c's 8-bit values are floats in memory: four times the bytes) and its
-    QLinearMatMul the turn detector's MatMuls 2x faster than c's float GEMM; Convs of int8
-    activations, which onnxruntime leaves partly in float (efficientword-net: 20 of 53), ``c``
-    takes, 2-3x faster.
+    of uint8 activations (on 8-bit products, as QLinearConv computes them) and, without AVX-512
+    VNNI, the MatMul and Gemm units (in float).  By default those stay with the host: its
+    QLinearConv ran uint8 Convs 10-30% faster (c's 8-bit values are floats in memory: four times
+    the bytes) and its QLinearMatMul the turn detector's MatMuls 2x faster than c's float GEMM.
+    With VNNI a QDQ MatMul or Gemm of a constant weight runs on 8-bit products, as QLinearMatMul
+    computes it (the turn detector whole on ``c``: 0.5-0.75x of onnxruntime's time), and is taken;
+    Convs of int8 activations, which onnxruntime leaves partly in float (efficientword-net: 20
+    of 53), ``c`` takes, 2-3x faster.
     """
 
     name = "c"
@@ -142,7 +144,8 @@ class CBackend:
         """Yes, or ``"<op>: <reason>"``; decided from the node alone."""
         verdict = supports(node)
         quantized = qdq_conv_input(node) if verdict else None
-        if quantized is not None and VNNI not in (self.target or host_target()).features:
+        vnni = VNNI in (self.target or host_target()).features
+        if quantized is not None and not vnni:
             return Support.no(
                 f"{node.op_type}: a QDQ Conv runs on 8-bit products only with AVX-512 VNNI; in float it is "
                 "slower than onnxruntime's 8-bit kernels"
@@ -152,10 +155,10 @@ class CBackend:
                 f"{node.op_type}: a QDQ Conv of uint8 activations is left to onnxruntime's QLinearConv, "
                 "10-30% faster than c's (all_qdq_units=True takes it)"
             )
-        if verdict and not self.all_qdq_units and qdq_matmul(node):
+        if verdict and not self.all_qdq_units and not vnni and qdq_matmul(node):
             return Support.no(
-                f"{node.op_type}: a QDQ {node.op_type} is left to onnxruntime's QLinearMatMul: c computes it in "
-                "float, 2x slower (all_qdq_units=True takes it)"
+                f"{node.op_type}: a QDQ {node.op_type} is left to onnxruntime's QLinearMatMul: without AVX-512 VNNI "
+                "c computes it in float, 2x slower (all_qdq_units=True takes it)"
             )
         if verdict and node.op_type == "QuantizeLinear" and not self.all_qdq_units and self._read_by_host_units(node):
             return Support.no(
