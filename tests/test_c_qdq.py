@@ -299,7 +299,8 @@ def _qdq_linear(x_dtype: type, weight_dtype: type, per_column: bool, op: str, sh
     x_scale = np.float32(0.04)
     inits: dict[str, Any] = {
         "xs": x_scale, "xz": np.array(7 if x_dtype == np.uint8 else -5, x_dtype), "w": weight.astype(weight_dtype),
-        "ws": scale, "wz": w_zero, "ys": np.float32(0.1 if op == "MatMul" else 0.2), "yz": np.array(info.min + 120, x_dtype),
+        "ws": scale, "wz": w_zero, "ys": np.float32(0.1 if op == "MatMul" else 0.2),
+        "yz": np.array(info.min + 120, x_dtype),
     }  # fmt: skip
     nodes = [
         helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"]),

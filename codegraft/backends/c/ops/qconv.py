@@ -163,11 +163,13 @@ def quantized_matmul(lw: Lowerer, node: ir.Node) -> g.Tensor | None:
         return None
     found = _quantized_input(lw, node.inputs[0])
     dq = _dequantized(node.inputs[1], moved=True)
-    b = None if dq is None or dq.inputs[0] is None or dq.inputs[0].const_value is None else lw.tensor(node.inputs[1])
-    scale = None if dq is None else _constant(present(dq, 1))
-    if found is None or b is None or b.const is None or len(b.shape) != 2 or scale is None:
+    q = None if dq is None else dq.inputs[0]
+    if found is None or dq is None or q is None or q.const_value is None:
         return None
-    if dq.inputs[0].dtype not in (ir.DataType.UINT8, ir.DataType.INT8) or scale.dtype != np.float32:
+    b, scale = lw.tensor(node.inputs[1]), _constant(present(dq, 1))
+    if b.const is None or len(b.shape) != 2 or scale is None or scale.dtype != np.float32:
+        return None
+    if q.dtype not in (ir.DataType.UINT8, ir.DataType.INT8):
         return None
     x, zero, shift, x_scale = found
     weight = b.const.astype(np.float32)
