@@ -56,10 +56,11 @@ def test_if_bodies_are_partitioned_and_saved(tmp_path: pathlib.Path) -> None:
         assert_close(loaded.run(feeds), expected)
 
 
-def _loop_model(rows: int = 64, width: int = 256) -> onnx.ModelProto:
+def _loop_model(rows: int | str = 64, width: int = 256) -> onnx.ModelProto:
     # acc = x; for i in range(n): acc = tanh(acc @ W) + i ; also scan-out each acc.
     # 64 x 256 @ 256 x 256 is 4.2M multiply-adds a step: enough work for the targets to pay for
-    # running the Loop step by step (plan.control.LOOP_BODY_MIN_MACS).
+    # running the Loop step by step (plan.control.LOOP_BODY_MIN_MACS).  ``rows`` a name: a free
+    # dimension, and the body's work is known only at the first call.
     body = helper.make_graph(
         [
             helper.make_node("MatMul", ["acc_in", "W"], ["m"]),
@@ -113,6 +114,56 @@ def test_a_loop_with_little_work_for_the_targets_runs_whole_on_the_host() -> Non
     assert "runs whole on the host" in dict(loop.declined)["acc"]
     feeds = {"x": np.random.default_rng(1).standard_normal((2, 3)).astype(np.float32)}
     assert_close(exe.run(feeds), run_onnxruntime(model, feeds))
+
+
+def _loop_choices(exe: cg.Executable) -> str:
+    return next(p for p in exe.report().partitions if p.backend == "codegraft.control").loop_choices
+
+
+def test_a_loop_whose_work_is_unknown_at_compile_time_is_chosen_at_the_first_calls_sizes(
+    tmp_path: pathlib.Path,
+) -> None:
+    # Free rows: 1 x 256 x 256 = 65,536 multiply-adds a step is all the compiler can count, which
+    # used to send the Loop whole to the host.  At 128 rows the body gives c 8.4M a step.
+    model = _loop_model(rows="rows")
+    exe = cg.compile(model, targets=["c"])
+    assert [s.backend for s in exe.steps] == ["codegraft.control"]
+    control = next(p for p in exe.report().partitions if p.backend == "codegraft.control")
+    assert "loop.body: c " in control.bodies and "the first call's input shapes choose" in control.bodies
+    assert control.loop_choices == ""
+    rng = np.random.default_rng(1)
+    large = {"x": rng.standard_normal((128, 256)).astype(np.float32)}
+    small = {"x": rng.standard_normal((2, 256)).astype(np.float32)}
+    assert_close(exe.run(large), run_onnxruntime(model, large))
+    assert "loop at input shapes 128x256: its body gives the targets 8,388,608 multiply-adds per iteration" in (
+        _loop_choices(exe)
+    )
+    assert "its compiled body runs step by step" in _loop_choices(exe)
+    assert "the whole Loop runs on the host" not in _loop_choices(exe)
+    assert_close(exe.run(small), run_onnxruntime(model, small))
+    assert "loop at input shapes 2x256: its body gives the targets 131,072 multiply-adds per iteration, fewer " \
+        "than 4,194,304; the whole Loop runs on the host" in _loop_choices(exe)
+    exe.run(large)  # each shape chooses once
+    assert _loop_choices(exe).count("128x256") == 1
+    exe.save(tmp_path / "m.cgx")
+    loaded = cg.load_executable(tmp_path / "m.cgx")
+    saved = _loop_choices(exe)
+    assert _loop_choices(loaded) == saved  # the report as saved; the loaded one chooses again, alike
+    for feeds in (small, large):
+        assert_close(loaded.run(feeds), run_onnxruntime(model, feeds))
+    assert _loop_choices(loaded) == saved
+    shapes = {"x": rng.standard_normal((3, 256)).astype(np.float32)}
+    assert_close(loaded.run(shapes), run_onnxruntime(model, shapes))
+    assert "loop at input shapes 3x256" in _loop_choices(loaded) and "3x256" not in saved
+
+
+def test_a_loop_chosen_at_the_first_call_still_falls_back_when_its_target_fails() -> None:
+    model = _loop_model(rows="rows")
+    exe = cg.compile(model, targets=[SubsetBackend("acc", {"MatMul", "Add"}, fail_on="MatMul")])
+    assert [s.backend for s in exe.steps] == ["codegraft.control"]
+    feeds = {"x": np.random.default_rng(2).standard_normal((128, 256)).astype(np.float32)}
+    assert_close(exe.run(feeds), run_onnxruntime(model, feeds))
+    assert "step by step" in _loop_choices(exe)
 
 
 def test_bodies_no_target_wants_stay_whole_on_the_host() -> None:

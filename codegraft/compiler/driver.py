@@ -131,6 +131,7 @@ def compile(  # noqa: A001 - the public name the README promises
                 lambda proto, name: compile(
                     proto, targets=backends, options=replace(options, input_shapes=(), input_values=())
                 ),
+                targets=backends,
             )
         else:
             step, runnable, part_report = build_step(

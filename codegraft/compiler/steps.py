@@ -28,8 +28,9 @@ from codegraft.lower.cache import compile_cache
 from codegraft.lower.lowering import LoweringRequest, ShapeSpecialisingRunnable, compile_and_load
 from codegraft.lower.shape_values import shape_arithmetic_cut
 from codegraft.plan.annotate import Annotation
-from codegraft.plan.control import body_graphs, body_model
+from codegraft.plan.control import body_graphs, body_model, loop_body_work
 from codegraft.plan.extract import PartitionPlan, partition_proto
+from codegraft.plan.loop_choice import loop_plans, node_model
 from codegraft.report.report import PartitionReport
 from codegraft.runtime.artifact import artifact_bytes
 from codegraft.runtime.control import Body, ControlGroupRunnable, ControlNode
@@ -115,11 +116,18 @@ def build_control_step(
     host: Backend,
     options: CompileOptions,
     compile_body: Callable[[onnx.ModelProto, str], Executable],
+    targets: Sequence[Backend] = (),
 ) -> Built:
-    """A partition of If/Loop nodes whose bodies are compiled for the targets, recursively."""
+    """A partition of If/Loop nodes whose bodies are compiled for the targets, recursively.
+
+    A Loop whose body's work for ``targets`` is unknown at compile time keeps the host's plan
+    of it too, chosen or not at the first call's shapes (:mod:`codegraft.plan.loop_choice`).
+    """
     nodes = [annotation.infos[i].node for i in part.node_indices]
     try:
-        compiled = compile_control_nodes(model, nodes, compile_body, shapes_fixed=bool(options.input_shapes))
+        compiled = compile_control_nodes(
+            model, nodes, compile_body, shapes_fixed=bool(options.input_shapes), targets=targets, host=host
+        )
     except CodegraftError as error:
         if options.strict:
             raise
@@ -131,6 +139,8 @@ def build_control_step(
             if body.executable is not None
             else f"cannot run at these input shapes ({body.unrunnable})"
         )
+        + (" (or the whole Loop on the host: its work per iteration is unknown at compile time, the first "
+           "call's input shapes choose)" if node.whole is not None else "")
         for node in compiled
         for body in node.bodies.values()
     )
@@ -144,12 +154,20 @@ CompileBody = Callable[[onnx.ModelProto, str], Executable]
 
 
 def compile_control_nodes(
-    model: ir.Model, nodes: Sequence[ir.Node], compile_body: CompileBody, *, shapes_fixed: bool = False
+    model: ir.Model,
+    nodes: Sequence[ir.Node],
+    compile_body: CompileBody,
+    *,
+    shapes_fixed: bool = False,
+    targets: Sequence[Backend] = (),
+    host: Backend | None = None,
 ) -> list[ControlNode]:
     """Compile every body of ``nodes`` (If/Loop) with ``compile_body``, recursively for the targets.
 
     With ``shapes_fixed`` (``input_shapes`` given), an If branch that is not a valid model at
-    those shapes is kept as one that raises when taken, as onnxruntime would fail then.
+    those shapes is kept as one that raises when taken, as onnxruntime would fail then.  With
+    a ``host``, a Loop whose body's work for ``targets`` is unknown here also gets the host's
+    plan of the whole node (:func:`~codegraft.plan.loop_choice.loop_plans`).
     """
     compiled = []
     for node in nodes:
@@ -167,6 +185,10 @@ def compile_control_nodes(
                 bodies[attribute] = Body(attribute, formal, outer, None, one_line(error))
                 continue
             bodies[attribute] = Body(attribute, formal, outer, executable)
+        whole = None
+        if host is not None and node.op_type == "Loop" and loop_body_work(node, targets) is None:
+            proto, inputs = node_model(node, model)
+            whole = loop_plans(node.name or "", proto.SerializeToString(), inputs, targets, host)
         compiled.append(
             ControlNode(
                 node.name or "",
@@ -174,6 +196,7 @@ def compile_control_nodes(
                 tuple(v.name or "" if v is not None else "" for v in node.inputs),
                 tuple(v.name or "" for v in node.outputs),
                 bodies,
+                whole,
             )
         )
     return compiled

@@ -7,7 +7,9 @@ the outer-scope values it reads, :func:`body_model`) with the same targets, and
 :mod:`codegraft.runtime.control` runs the If or Loop, calling the bodies' executables.  So
 nodes inside bodies are partitioned like any other, recursively.  Scan stays on the host, and
 so does a Loop whose body gives the targets too little work per iteration
-(:data:`LOOP_BODY_MIN_MACS`).
+(:data:`LOOP_BODY_MIN_MACS`).  Where that work depends on sizes not known at compile time
+(:func:`loop_body_work` is ``None``), the Loop keeps both plans and the first call's sizes
+choose (:mod:`codegraft.plan.loop_choice`).
 """
 
 from __future__ import annotations
@@ -40,7 +42,8 @@ def mark_control_units(
 
     A Loop whose body gives the targets too little work per iteration (see
     :data:`LOOP_BODY_MIN_MACS`) stays on the host, whole; the returned annotation's declines
-    say so for it.
+    say so for it.  One whose work is not known at these sizes goes to codegraft's runtime,
+    which also keeps the whole Loop for the host (:mod:`codegraft.plan.loop_choice`).
     """
     if not backends:
         return annotation
@@ -56,8 +59,8 @@ def mark_control_units(
         if not taken:
             continue
         if node.op_type == "Loop":
-            work = sum(multiply_adds(n) for n in taken)
-            if work < LOOP_BODY_MIN_MACS:
+            work = _body_work(inner, taken)
+            if work is not None and work < LOOP_BODY_MIN_MACS:
                 reason = (
                     f"Loop: its body gives the targets {work:,} multiply-adds per iteration, fewer than the "
                     f"{LOOP_BODY_MIN_MACS:,} that pay for running it step by step; it runs whole on the host"
@@ -66,6 +69,28 @@ def mark_control_units(
                 continue
         unit_backends[index] = CONTROL_BACKEND
     return replace(annotation, declines=tuple(declines))
+
+
+def loop_body_work(node: ir.Node, backends: Sequence[Backend]) -> int | None:
+    """Multiply-adds per iteration that ``backends`` take from a Loop's body, or ``None`` where the
+    count depends on sizes not known here and what is known stays below :data:`LOOP_BODY_MIN_MACS`.
+
+    Known means every multiplying node of the body (taken or not: a target may decline a node
+    for want of its sizes) has all its sizes.  A body whose sizes come from the model's free
+    dimensions counts as 1 each where unknown (:func:`multiply_adds` errs low): the speech
+    embedding's STFT body counted 0 and ran whole on the host, 2x slower than on ``c``, so
+    such a body is left to the first call's sizes instead of judged small.
+    """
+    inner = [n for graph in body_graphs(node).values() for n in ir.traversal.RecursiveGraphIterator(graph)]
+    return _body_work(inner, [n for n in inner if not _has_subgraphs(n) and any(check_node(b, n).ok for b in backends)])
+
+
+def _body_work(inner: Sequence[ir.Node], taken: Sequence[ir.Node]) -> int | None:
+    """:func:`loop_body_work` of a body whose nodes are ``inner`` and the targets take ``taken``."""
+    work = sum(multiply_adds(n) for n in taken)
+    if work < LOOP_BODY_MIN_MACS and any(known_multiply_adds(n) is None for n in inner if not _has_subgraphs(n)):
+        return None
+    return work
 
 
 def multiply_adds(node: ir.Node) -> int:
@@ -233,4 +258,13 @@ def outer_reads(body: ir.Graph) -> list[ir.Value]:
     return list(dict.fromkeys(reads))
 
 
-__all__ = ["LOOP_BODY_MIN_MACS", "body_graphs", "body_model", "mark_control_units", "multiply_adds", "outer_reads"]
+__all__ = [
+    "LOOP_BODY_MIN_MACS",
+    "body_graphs",
+    "body_model",
+    "known_multiply_adds",
+    "loop_body_work",
+    "mark_control_units",
+    "multiply_adds",
+    "outer_reads",
+]

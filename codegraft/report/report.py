@@ -44,6 +44,7 @@ class PartitionReport:
     deferred: bool = False  # compiled at run time, once per input shape
     unused: bool = False  # no output is read by anything: not compiled, not run
     bodies: str = ""  # for control flow run by codegraft: where each body's nodes went
+    loop_choices: str = ""  # each Loop's plan at each input shapes seen, " | " between (runtime.loop_choice)
     stored_bytes: int = 0  # size of its blob in the artifact (weights included)
     conversion_note: str = ""  # what layout and precision conversion (and its self-check) did
 
@@ -193,6 +194,8 @@ class Report:
                 note = f"bodies partitioned: {p.bodies}"
             if p.conversion_note:
                 note = f"{note}; {p.conversion_note}" if note else p.conversion_note
+            if p.loop_choices:
+                note = f"{note}; chosen: {p.loop_choices}" if note else f"chosen: {p.loop_choices}"
             parts.add_row(p.name, p.backend, str(p.nodes), str(len(p.inputs)), str(len(p.outputs)), note)
         tables.append(parts)
 

@@ -3,12 +3,14 @@
 NOTE: see :mod:`codegraft.plan.control` for which nodes come here and why.  A
 :class:`ControlGroupRunnable` runs a partition of such nodes in order, calling each body's
 :class:`~codegraft.runtime.executable.Executable` with its formal inputs and the outer-scope
-values it reads; :mod:`codegraft.runtime.control_blob` stores it in the artifact.
+values it reads; :mod:`codegraft.runtime.control_blob` stores it in the artifact.  A Loop whose
+body's work was unknown at compile time also has the host's plan of it, chosen or not per input
+shapes at the first call (:mod:`codegraft.runtime.loop_choice`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,6 +18,7 @@ import numpy as np
 
 from codegraft.errors import InputError
 from codegraft.runtime.executable import Executable
+from codegraft.runtime.loop_choice import LoopChoice, LoopPlans
 
 
 @dataclass(frozen=True)
@@ -37,13 +40,15 @@ class Body:
 
 @dataclass(frozen=True)
 class ControlNode:
-    """An If or Loop node with compiled bodies."""
+    """An If or Loop node with compiled bodies (and, for a Loop whose body's work was unknown at
+    compile time, the host's plan of the whole node, ``whole``)."""
 
     name: str
     op: str
     inputs: tuple[str, ...]  # "" for an omitted optional input
     outputs: tuple[str, ...]
     bodies: dict[str, Body]
+    whole: LoopPlans | None = None
 
 
 class ControlGroupRunnable:
@@ -53,6 +58,16 @@ class ControlGroupRunnable:
         self.nodes = tuple(nodes)
         self.inputs = tuple(inputs)
         self.outputs = tuple(outputs)
+
+    @property
+    def loop_plans(self) -> tuple[LoopPlans, ...]:
+        """The Loops here whose plan each call's input shapes choose."""
+        return tuple(node.whole for node in self.nodes if node.whole is not None)
+
+    def tell_choices(self, on_choice: Callable[[LoopChoice], None]) -> None:
+        """Have each choice of a Loop's plan told to ``on_choice`` (the executable's report)."""
+        for plans in self.loop_plans:
+            plans.on_choice = on_choice
 
     def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         env = dict(zip(self.inputs, inputs, strict=True))
@@ -100,6 +115,10 @@ def _run_if(node: ControlNode, env: dict[str, np.ndarray]) -> list[np.ndarray]:
 
 
 def _run_loop(node: ControlNode, env: dict[str, np.ndarray]) -> list[np.ndarray]:
+    if node.whole is not None:  # its plan chosen at these input shapes (see runtime.loop_choice)
+        whole = node.whole.on_host(env)
+        if whole is not None:
+            return node.whole.run_whole(env, whole)
     body = node.bodies["body"]
     trip, cond_name, *initial = node.inputs
     max_trips = int(_scalar(node, "M", env[trip])) if trip else None

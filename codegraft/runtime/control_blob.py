@@ -2,7 +2,10 @@
 
 NOTE: no pickle.  The bodies are executables, stored as whole artifacts of their own; the
 caller says how (``save_body``, ``load_body``), so this module needs neither the artifact
-writer nor the reader and no import cycle closes through it.
+writer nor the reader and no import cycle closes through it.  A Loop that chooses its plan per
+input shapes (:mod:`codegraft.runtime.loop_choice`) also stores the node as ONNX, its inputs
+and the targets it counts for; ``load_plans`` rebuilds its :class:`LoopPlans` (the loader
+resolves the targets and the host).
 """
 
 from __future__ import annotations
@@ -13,9 +16,12 @@ from collections.abc import Callable, Sequence
 
 from codegraft.runtime.control import Body, ControlGroupRunnable, ControlNode
 from codegraft.runtime.executable import Executable
+from codegraft.runtime.loop_choice import LoopPlans
 
 SaveBody = Callable[[Executable], bytes]
 LoadBody = Callable[[bytes, str], Executable]
+# (Loop name, the node as ONNX, its inputs, its targets' names) -> its plans
+LoadPlans = Callable[[str, bytes, tuple[str, ...], tuple[str, ...]], LoopPlans]
 
 
 def control_blob(
@@ -35,14 +41,21 @@ def control_blob(
                 bodies[attribute]["unrunnable"] = body.unrunnable
             chunks.append(data)
             offset += len(data)
-        program_nodes.append({"name": node.name, "op": node.op, "inputs": list(node.inputs),
-                              "outputs": list(node.outputs), "bodies": bodies})
+        entry = {"name": node.name, "op": node.op, "inputs": list(node.inputs),
+                 "outputs": list(node.outputs), "bodies": bodies}
+        if node.whole is not None:
+            entry["whole"] = {"inputs": list(node.whole.inputs), "targets": list(node.whole.targets),
+                              "offset": offset, "size": len(node.whole.model)}
+            chunks.append(node.whole.model)
+            offset += len(node.whole.model)
+        program_nodes.append(entry)
     program = json.dumps({"inputs": list(inputs), "outputs": list(outputs), "nodes": program_nodes}).encode()
     return struct.pack("<I", len(program)) + program + b"".join(chunks)
 
 
-def load_control_blob(blob: bytes, load_body: LoadBody) -> ControlGroupRunnable:
-    """Inverse of :func:`control_blob`; ``load_body`` loads each nested artifact."""
+def load_control_blob(blob: bytes, load_body: LoadBody, load_plans: LoadPlans) -> ControlGroupRunnable:
+    """Inverse of :func:`control_blob`; ``load_body`` loads each nested artifact, ``load_plans``
+    each Loop's choice of plans."""
     (size,) = struct.unpack_from("<I", blob)
     program = json.loads(blob[4 : 4 + size])
     data = blob[4 + size :]
@@ -54,8 +67,14 @@ def load_control_blob(blob: bytes, load_body: LoadBody) -> ControlGroupRunnable:
             nested = data[body["offset"] : body["offset"] + body["size"]]
             executable = None if unrunnable else load_body(nested, f"{entry['name']}.{attribute}")
             bodies[attribute] = Body(attribute, tuple(body["formal"]), tuple(body["outer"]), executable, unrunnable)
-        nodes.append(ControlNode(entry["name"], entry["op"], tuple(entry["inputs"]), tuple(entry["outputs"]), bodies))
+        whole = None
+        if "whole" in entry:
+            stored = entry["whole"]
+            model = bytes(data[stored["offset"] : stored["offset"] + stored["size"]])
+            whole = load_plans(entry["name"], model, tuple(stored["inputs"]), tuple(stored["targets"]))
+        nodes.append(ControlNode(entry["name"], entry["op"], tuple(entry["inputs"]), tuple(entry["outputs"]), bodies,
+                                 whole))
     return ControlGroupRunnable(nodes, program["inputs"], program["outputs"])
 
 
-__all__ = ["LoadBody", "SaveBody", "control_blob", "load_control_blob"]
+__all__ = ["LoadBody", "LoadPlans", "SaveBody", "control_blob", "load_control_blob"]

@@ -12,6 +12,7 @@ failure to compile already is.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
@@ -30,6 +31,7 @@ from codegraft.lower.lowering import ShapeSpecialisingRunnable
 from codegraft.report.report import Report
 from codegraft.runtime.artifact import write_artifact
 from codegraft.runtime.latency import Latency
+from codegraft.runtime.loop_choice import LoopChoice, TellsChoices
 from codegraft.runtime.step import Step, TensorSpec
 
 # Builds the host's step and runnable for a partition whose backend failed at run time.
@@ -145,9 +147,11 @@ class Executable:
         self._expected = tuple(_Expected.of(spec) for spec in self.inputs)
         computed = {self.output_maps[n].tensor if n in self.output_maps else n for n in self.outputs}
         self._drop_after = _last_uses(self.steps, computed)
-        for runnable in self._runnables:
+        for step, runnable in zip(self.steps, self._runnables, strict=True):
             if isinstance(runnable, ShapeSpecialisingRunnable):
                 runnable.on_failure = self._shape_failed_to_compile
+            if isinstance(runnable, TellsChoices):
+                runnable.tell_choices(functools.partial(self._loop_chosen, step.name))
 
     # -- running ---------------------------------------------------------------------------
     def run(self, *inputs: object) -> dict[str, Any]:
@@ -310,6 +314,20 @@ class Executable:
             )  # fmt: skip
         else:
             log.debug("%s; running it on %s at input shapes %s", first_line, host, where)
+
+    def _loop_chosen(self, partition: str, choice: LoopChoice) -> None:
+        """A Loop chose its plan at new input shapes (see :mod:`codegraft.runtime.loop_choice`):
+        the partition's report lists each choice once (a loaded artifact's report already lists
+        those made before it was saved; it chooses again, alike)."""
+        with self._switch_lock:
+            if any(p.name == partition and str(choice) in p.loop_choices.split(" | ") for p in self._report.partitions):
+                return
+            partitions = tuple(
+                replace(p, loop_choices=f"{p.loop_choices} | {choice}" if p.loop_choices else str(choice))
+                if p.name == partition else p
+                for p in self._report.partitions
+            )  # fmt: skip
+            self._report = replace(self._report, partitions=partitions)
 
     def _validated(self, feeds: Mapping[str, object]) -> dict[str, np.ndarray]:
         # The common call (numpy arrays of the right dtype, shape and bound value, nothing

@@ -27,10 +27,12 @@ from codegraft.errors import ArtifactError, BackendError
 from codegraft.frontend.zipmap import OutputMap
 from codegraft.lower.cache import compile_cache
 from codegraft.lower.lowering import LoweringRequest, ShapeSpecialisingRunnable, load_runnable
+from codegraft.plan.loop_choice import loop_plans
 from codegraft.report.report import Report
 from codegraft.runtime.artifact import artifact_path, decode_constant, decode_step, parse, read_artifact_file
 from codegraft.runtime.control_blob import load_control_blob
 from codegraft.runtime.executable import Executable, HostFallback
+from codegraft.runtime.loop_choice import LoopPlans
 from codegraft.runtime.signature import (
     KeySource,
     load_public_keys,
@@ -99,7 +101,7 @@ def executable_from_bytes(
             step = decode_step(entry, payload, where)
             backend = _resolve(step.backend, resolved, where, threads or 0)
             steps.append(step)
-            runnables.append(_runnable(step, backend, host, strict, list(resolved.values()), threads))
+            runnables.append(_runnable(step, backend, host, strict, resolved, where, threads))
         constants = {c["name"]: decode_constant(c, payload, where) for c in header["constants"]}
         inputs = [TensorSpec(i["name"], i["dtype"], None if i["shape"] is None else tuple(i["shape"]), _bound(i))
                   for i in header["inputs"]]
@@ -141,13 +143,22 @@ def _backend(name: str, where: str, threads: int) -> Backend:
 
 
 def _runnable(
-    step: Step, backend: Backend | None, host: Backend, strict: bool, known: list[Backend], threads: int | None
+    step: Step, backend: Backend | None, host: Backend, strict: bool, resolved: dict[str, Backend], where: str,
+    threads: int | None,
 ) -> Runnable:
     if backend is None:
         assert step.blob is not None
+        known = list(resolved.values())
+
+        def load_plans(loop: str, model: bytes, inputs: tuple[str, ...], targets: tuple[str, ...]) -> LoopPlans:
+            # the body's work is counted for the targets it was compiled for, found as the steps' are
+            found = [_resolve(name, resolved, where, threads or 0) for name in targets]
+            return loop_plans(loop, model, inputs, [b for b in found if b is not None], host)
+
         return load_control_blob(
             step.blob,
             lambda data, name: executable_from_bytes(data, where=name, backends=known, strict=strict, threads=threads),
+            load_plans,
         )
     if step.blob is None:
         assert step.template is not None
