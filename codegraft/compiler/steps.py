@@ -30,12 +30,13 @@ from codegraft.lower.shape_values import shape_arithmetic_cut
 from codegraft.plan.annotate import Annotation
 from codegraft.plan.control import body_graphs, body_model, loop_body_work
 from codegraft.plan.extract import PartitionPlan, partition_proto
-from codegraft.plan.loop_choice import loop_plans, node_model
+from codegraft.plan.loop_choice import node_model
 from codegraft.report.report import PartitionReport
 from codegraft.runtime.artifact import artifact_bytes
 from codegraft.runtime.control import Body, ControlGroupRunnable, ControlNode
 from codegraft.runtime.control_blob import control_blob
 from codegraft.runtime.executable import Executable, Step
+from codegraft.runtime.loop_choice import LoopPlans
 
 log = logging.getLogger("codegraft")
 
@@ -167,7 +168,7 @@ def compile_control_nodes(
     With ``shapes_fixed`` (``input_shapes`` given), an If branch that is not a valid model at
     those shapes is kept as one that raises when taken, as onnxruntime would fail then.  With
     a ``host``, a Loop whose body's work for ``targets`` is unknown here also gets the host's
-    plan of the whole node (:func:`~codegraft.plan.loop_choice.loop_plans`).
+    plan of the whole node (:class:`~codegraft.runtime.loop_choice.LoopPlans`).
     """
     compiled = []
     for node in nodes:
@@ -188,7 +189,7 @@ def compile_control_nodes(
         whole = None
         if host is not None and node.op_type == "Loop" and loop_body_work(node, targets) is None:
             proto, inputs = node_model(node, model)
-            whole = loop_plans(node.name or "", proto.SerializeToString(), inputs, targets, host)
+            whole = LoopPlans(node.name or "", proto.SerializeToString(), inputs, targets, host)
         compiled.append(
             ControlNode(
                 node.name or "",

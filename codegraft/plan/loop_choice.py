@@ -28,8 +28,7 @@ from codegraft.backend import Backend
 from codegraft.frontend.fixed_inputs import fix_input_shapes
 from codegraft.frontend.model import import_model
 from codegraft.passes.pipeline import PassOptions, run_common_passes
-from codegraft.plan.control import LOOP_BODY_MIN_MACS, loop_body_work, outer_reads
-from codegraft.runtime.loop_choice import LoopPlans
+from codegraft.plan.control import loop_body_work, outer_reads
 
 
 def node_model(node: ir.Node, parent: ir.Model) -> tuple[onnx.ModelProto, tuple[str, ...]]:
@@ -62,20 +61,6 @@ def node_model(node: ir.Node, parent: ir.Model) -> tuple[onnx.ModelProto, tuple[
     model = onnx.helper.make_model(graph, opset_imports=opsets, ir_version=parent.ir_version, producer_name="codegraft")
     model.functions.extend(ir.serde.serialize_function(f) for f in parent.functions.values())
     return model, tuple(value.name for value in inputs)
-
-
-def loop_plans(
-    loop: str, model: bytes, inputs: Sequence[str], targets: Sequence[Backend], host: Backend
-) -> LoopPlans:
-    """The runtime's choice between a Loop's two plans, counting its body's work for ``targets``
-    with :func:`body_work_at` against :data:`~codegraft.plan.control.LOOP_BODY_MIN_MACS`."""
-    chosen_for = tuple(targets)
-
-    def body_work(data: bytes, shapes: Sequence[tuple[int, ...]]) -> int | None:
-        return body_work_at(data, shapes, chosen_for)
-
-    return LoopPlans(loop, model, inputs, [b.name for b in chosen_for], body_work=body_work, host=host,
-                     min_work=LOOP_BODY_MIN_MACS)
 
 
 def body_work_at(model: bytes, shapes: Sequence[tuple[int, ...]], backends: Sequence[Backend]) -> int | None:
@@ -121,4 +106,4 @@ def _graphs(node: ir.Node) -> list[ir.Graph]:
     return graphs
 
 
-__all__ = ["body_work_at", "loop_plans", "node_model"]
+__all__ = ["body_work_at", "node_model"]

@@ -44,7 +44,7 @@ def control_blob(
         entry = {"name": node.name, "op": node.op, "inputs": list(node.inputs),
                  "outputs": list(node.outputs), "bodies": bodies}
         if node.whole is not None:
-            entry["whole"] = {"inputs": list(node.whole.inputs), "targets": list(node.whole.targets),
+            entry["whole"] = {"inputs": list(node.whole.inputs), "targets": [b.name for b in node.whole.targets],
                               "offset": offset, "size": len(node.whole.model)}
             chunks.append(node.whole.model)
             offset += len(node.whole.model)

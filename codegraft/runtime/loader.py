@@ -27,7 +27,6 @@ from codegraft.errors import ArtifactError, BackendError
 from codegraft.frontend.zipmap import OutputMap
 from codegraft.lower.cache import compile_cache
 from codegraft.lower.lowering import LoweringRequest, ShapeSpecialisingRunnable, load_runnable
-from codegraft.plan.loop_choice import loop_plans
 from codegraft.report.report import Report
 from codegraft.runtime.artifact import artifact_path, decode_constant, decode_step, parse, read_artifact_file
 from codegraft.runtime.control_blob import load_control_blob
@@ -153,7 +152,7 @@ def _runnable(
         def load_plans(loop: str, model: bytes, inputs: tuple[str, ...], targets: tuple[str, ...]) -> LoopPlans:
             # the body's work is counted for the targets it was compiled for, found as the steps' are
             found = [_resolve(name, resolved, where, threads or 0) for name in targets]
-            return loop_plans(loop, model, inputs, [b for b in found if b is not None], host)
+            return LoopPlans(loop, model, inputs, [b for b in found if b is not None], host)
 
         return load_control_blob(
             step.blob,

@@ -2,11 +2,12 @@
 
 NOTE: see :mod:`codegraft.plan.loop_choice` for why such a Loop keeps two plans.  A
 :class:`LoopPlans` holds the second one (the Loop node as a model of its own, for the host to run
-whole) and decides, once per distinct shapes of that model's inputs, which plan runs: the count
-of the body's multiply-adds at those shapes (``body_work``, injected so that this runtime needs
-no compiler) against ``min_work``.  A count that fails or stays unknown picks the host, as the
-rule did before there was a choice; the host's plan is built at the first call that picks it.
-Each choice is logged and told to ``on_choice`` (the executable puts it in its report).
+whole) and decides, once per distinct shapes of that model's inputs, which plan runs: the body's
+multiply-adds for the targets at those shapes (:func:`~codegraft.plan.loop_choice.body_work_at`)
+against :data:`~codegraft.plan.control.LOOP_BODY_MIN_MACS`, the rule compile time applies where
+it can count.  A count that fails or stays unknown picks the host, as the rule did before there
+was a choice; the host's plan is built at the first call that picks it.  Each choice is logged
+and told to ``on_choice`` (the executable puts it in its report).
 """
 
 from __future__ import annotations
@@ -22,11 +23,10 @@ import onnx
 import onnx_ir as ir
 
 from codegraft.backend import Backend, Partition, Runnable
+from codegraft.plan.control import LOOP_BODY_MIN_MACS
+from codegraft.plan.loop_choice import body_work_at
 
 log = logging.getLogger("codegraft")
-
-# The body's multiply-adds per iteration at these input shapes of the node's model (None: unknown).
-BodyWork = Callable[[bytes, Sequence[tuple[int, ...]]], "int | None"]
 
 
 @dataclass(frozen=True)
@@ -63,9 +63,10 @@ class TellsChoices(Protocol):
 class LoopPlans:
     """The host's plan of one Loop and the choice between it and the compiled body (thread-safe).
 
-    ``model`` is the node as a model of its own, its graph inputs ``inputs`` (names in the
-    control group's values); ``targets`` names the backends ``body_work`` counts for (stored
-    with the artifact, so that a loaded one counts for the same).
+    ``model`` is the node as a model of its own
+    (:func:`~codegraft.plan.loop_choice.node_model`), its graph inputs ``inputs`` (names in the
+    control group's values); the body's work is counted for ``targets`` (the artifact keeps
+    their names, so that a loaded one counts for the same), and ``host`` runs the whole Loop.
     """
 
     on_choice: Callable[[LoopChoice], None] | None = None
@@ -75,19 +76,14 @@ class LoopPlans:
         loop: str,
         model: bytes,
         inputs: Sequence[str],
-        targets: Sequence[str],
-        *,
-        body_work: BodyWork,
+        targets: Sequence[Backend],
         host: Backend,
-        min_work: int,
     ) -> None:
         self.loop = loop
         self.model = model
         self.inputs = tuple(inputs)
         self.targets = tuple(targets)
-        self._body_work = body_work
         self._host = host
-        self._min_work = min_work
         self._lock = threading.Lock()
         self._whole: Runnable | None = None
         self.choices: dict[tuple[tuple[int, ...], ...], LoopChoice] = {}
@@ -117,16 +113,16 @@ class LoopPlans:
 
     def _choose(self, key: tuple[tuple[int, ...], ...]) -> LoopChoice:
         try:
-            work = self._body_work(self.model, key)
+            work = body_work_at(self.model, key, self.targets)
         except Exception as error:  # noqa: BLE001 - any failure to count keeps the host's plan, as before
             first = (str(error).strip().splitlines() or [type(error).__name__])[0]
-            return LoopChoice(self.loop, key, None, True, self._min_work, first)
-        on_host = work is None or work < self._min_work
-        return LoopChoice(self.loop, key, work, on_host, self._min_work)
+            return LoopChoice(self.loop, key, None, True, LOOP_BODY_MIN_MACS, first)
+        on_host = work is None or work < LOOP_BODY_MIN_MACS
+        return LoopChoice(self.loop, key, work, on_host, LOOP_BODY_MIN_MACS)
 
     def _build_whole(self) -> Runnable:
         blob = self._host.compile(Partition(self.loop, ir.from_proto(onnx.ModelProto.FromString(self.model))))
         return self._host.load(blob)
 
 
-__all__ = ["BodyWork", "LoopChoice", "LoopPlans", "TellsChoices"]
+__all__ = ["LoopChoice", "LoopPlans", "TellsChoices"]
