@@ -150,9 +150,15 @@ def _runnable(
         known = list(resolved.values())
 
         def load_plans(loop: str, model: bytes, inputs: tuple[str, ...], targets: tuple[str, ...]) -> LoopPlans:
-            # the body's work is counted for the targets it was compiled for, found as the steps' are
-            found = [_resolve(name, resolved, where, threads or 0) for name in targets]
-            return LoopPlans(loop, model, inputs, [b for b in found if b is not None], host)
+            # The body's work is counted for the targets it was compiled for that are here; one
+            # that is not (an OpenVINO no step of the body uses) cannot run the body's nodes anyway.
+            return LoopPlans(loop, model, inputs, [b for b in map(_available, targets) if b is not None], host)
+
+        def _available(name: str) -> Backend | None:
+            try:
+                return _resolve(name, resolved, where, threads or 0)
+            except ArtifactError:
+                return None
 
         return load_control_blob(
             step.blob,
