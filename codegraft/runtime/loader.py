@@ -150,8 +150,8 @@ def _runnable(
         known = list(resolved.values())
 
         def load_plans(loop: str, model: bytes, inputs: tuple[str, ...], targets: tuple[str, ...]) -> LoopPlans:
-            # The body's work is counted for the targets it was compiled for that are here; one
-            # that is not (an OpenVINO no step of the body uses) cannot run the body's nodes anyway.
+            # The body's work is counted for those of its targets that are here: one that is not
+            # (an OpenVINO that took nothing of the body) would not run any of it here anyway.
             return LoopPlans(loop, model, inputs, [b for b in map(_available, targets) if b is not None], host)
 
         def _available(name: str) -> Backend | None:
