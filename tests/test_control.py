@@ -158,6 +158,39 @@ def test_a_loop_whose_work_is_unknown_at_compile_time_is_chosen_at_the_first_cal
     assert "loop at input shapes 3x256" in _loop_choices(loaded) and "3x256" not in saved
 
 
+def test_a_loop_reading_a_free_sized_outer_value_counts_its_work_at_the_shapes_fed() -> None:
+    # The body's product reads x from outside the Loop (as the speech embedding's STFT reads the
+    # clip; x + i, so that it is no invariant moved before the Loop): its size comes from the
+    # call's input, not from a carried value.
+    body = helper.make_graph(
+        [helper.make_node("Cast", ["i"], ["i_f"], to=TensorProto.FLOAT), helper.make_node("Add", ["x", "i_f"], ["s"]),
+         helper.make_node("MatMul", ["s", "W"], ["m"]), helper.make_node("Identity", ["cond_in"], ["cond_out"])],
+        "body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, [])],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("m", TensorProto.FLOAT, ["rows", 256])],
+    )
+    weight = np.random.default_rng(0).standard_normal((256, 256)).astype(np.float32) / 16
+    graph = helper.make_graph(
+        [helper.make_node("Loop", ["n", ""], ["all"], body=body, name="loop")],
+        "outer_read",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["rows", 256])],
+        [helper.make_tensor_value_info("all", TensorProto.FLOAT, [None, "rows", 256])],
+        initializer=[numpy_helper.from_array(weight, "W"), numpy_helper.from_array(np.array(3, np.int64), "n")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    exe = cg.compile(model, targets=[SubsetBackend("acc", {"MatMul"})])
+    rng = np.random.default_rng(3)
+    for rows, plan in ((100, "step by step"), (10, "the whole Loop runs on the host")):
+        feeds = {"x": rng.standard_normal((rows, 256)).astype(np.float32)}
+        assert_close(exe.run(feeds), run_onnxruntime(model, feeds))
+        assert f"loop at input shapes {rows}x256: its body gives the targets {rows * 65536:,} multiply-adds" in (
+            _loop_choices(exe)
+        )
+        assert plan in _loop_choices(exe).split(" | ")[-1]
+
+
 def test_a_loop_chosen_at_the_first_call_still_falls_back_when_its_target_fails() -> None:
     model = _loop_model(rows="rows")
     exe = cg.compile(model, targets=[SubsetBackend("acc", {"MatMul", "Add"}, fail_on="MatMul")])
