@@ -56,14 +56,16 @@ def test_if_bodies_are_partitioned_and_saved(tmp_path: pathlib.Path) -> None:
         assert_close(loaded.run(feeds), expected)
 
 
-def _loop_model(rows: int | str = 64, width: int = 256) -> onnx.ModelProto:
+def _loop_model(rows: int | str = 64, width: int = 256, *, columns: bool = False) -> onnx.ModelProto:
     # acc = x; for i in range(n): acc = tanh(acc @ W) + i ; also scan-out each acc.
     # 64 x 256 @ 256 x 256 is 4.2M multiply-adds a step: enough work for the targets to pay for
-    # running the Loop step by step (plan.control.LOOP_BODY_MIN_MACS).  ``rows`` a name: a free
-    # dimension, and the body's work is known only at the first call.
+    # running the Loop step by step (plan.control.LOOP_BODY_MIN_MACS).  With ``columns``,
+    # acc = tanh(W @ acc) + i, acc [width, rows]: a free ``rows`` is then no leading (batch)
+    # dimension, and the body's work is known only at the first call's sizes.
+    shape = [width, rows] if columns else [rows, width]
     body = helper.make_graph(
         [
-            helper.make_node("MatMul", ["acc_in", "W"], ["m"]),
+            helper.make_node("MatMul", ["W", "acc_in"] if columns else ["acc_in", "W"], ["m"]),
             helper.make_node("Tanh", ["m"], ["t"]),
             helper.make_node("Cast", ["i"], ["i_f"], to=TensorProto.FLOAT),
             helper.make_node("Add", ["t", "i_f"], ["acc_out"]),
@@ -74,12 +76,12 @@ def _loop_model(rows: int | str = 64, width: int = 256) -> onnx.ModelProto:
         [
             helper.make_tensor_value_info("i", TensorProto.INT64, []),
             helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
-            helper.make_tensor_value_info("acc_in", TensorProto.FLOAT, [rows, width]),
+            helper.make_tensor_value_info("acc_in", TensorProto.FLOAT, shape),
         ],
         [
             helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
-            helper.make_tensor_value_info("acc_out", TensorProto.FLOAT, [rows, width]),
-            helper.make_tensor_value_info("scan", TensorProto.FLOAT, [rows, width]),
+            helper.make_tensor_value_info("acc_out", TensorProto.FLOAT, shape),
+            helper.make_tensor_value_info("scan", TensorProto.FLOAT, shape),
         ],
     )
     rng = np.random.default_rng(0)
@@ -87,9 +89,9 @@ def _loop_model(rows: int | str = 64, width: int = 256) -> onnx.ModelProto:
     graph = helper.make_graph(
         [helper.make_node("Loop", ["n", "", "x"], ["final", "all"], body=body, name="loop")],
         "loop",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [rows, width])],
-        [helper.make_tensor_value_info("final", TensorProto.FLOAT, [rows, width]),
-         helper.make_tensor_value_info("all", TensorProto.FLOAT, [None, rows, width])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("final", TensorProto.FLOAT, shape),
+         helper.make_tensor_value_info("all", TensorProto.FLOAT, [None, *shape])],
         initializer=[numpy_helper.from_array(weight, "W"), numpy_helper.from_array(np.array(4, np.int64), "n")],
     )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
@@ -123,9 +125,9 @@ def _loop_choices(exe: cg.Executable) -> str:
 def test_a_loop_whose_work_is_unknown_at_compile_time_is_chosen_at_the_first_calls_sizes(
     tmp_path: pathlib.Path,
 ) -> None:
-    # Free rows: 1 x 256 x 256 = 65,536 multiply-adds a step is all the compiler can count, which
-    # used to send the Loop whole to the host.  At 128 rows the body gives c 8.4M a step.
-    model = _loop_model(rows="rows")
+    # W @ acc with acc's columns free: 256 x 256 a column, the count of columns unknown, which
+    # used to count as 1 and send the Loop whole to the host.  At 128 columns the body gives c 8.4M a step.
+    model = _loop_model(rows="columns", columns=True)
     # "idle" takes nothing here: a loader without it still loads (and counts for c alone)
     exe = cg.compile(model, targets=["c", SubsetBackend("idle", {"Sin"})])
     assert [s.backend for s in exe.steps] == ["codegraft.control"]
@@ -133,19 +135,19 @@ def test_a_loop_whose_work_is_unknown_at_compile_time_is_chosen_at_the_first_cal
     assert "loop.body: c " in control.bodies and "the first call's input shapes choose" in control.bodies
     assert control.loop_choices == ""
     rng = np.random.default_rng(1)
-    large = {"x": rng.standard_normal((128, 256)).astype(np.float32)}
-    small = {"x": rng.standard_normal((2, 256)).astype(np.float32)}
+    large = {"x": rng.standard_normal((256, 128)).astype(np.float32)}
+    small = {"x": rng.standard_normal((256, 2)).astype(np.float32)}
     assert_close(exe.run(large), run_onnxruntime(model, large))
-    assert "loop at input shapes 128x256: its body gives the targets 8,388,608 multiply-adds per iteration" in (
+    assert "loop at input shapes 256x128: its body gives the targets 8,388,608 multiply-adds per iteration" in (
         _loop_choices(exe)
     )
     assert "its compiled body runs step by step" in _loop_choices(exe)
     assert "the whole Loop runs on the host" not in _loop_choices(exe)
     assert_close(exe.run(small), run_onnxruntime(model, small))
-    assert "loop at input shapes 2x256: its body gives the targets 131,072 multiply-adds per iteration, fewer " \
+    assert "loop at input shapes 256x2: its body gives the targets 131,072 multiply-adds per iteration, fewer " \
         "than 4,194,304; the whole Loop runs on the host" in _loop_choices(exe)
     exe.run(large)  # each shape chooses once
-    assert _loop_choices(exe).count("128x256") == 1
+    assert _loop_choices(exe).count("256x128") == 1
     exe.save(tmp_path / "m.cgx")
     loaded = cg.load_executable(tmp_path / "m.cgx")
     saved = _loop_choices(exe)
@@ -153,9 +155,21 @@ def test_a_loop_whose_work_is_unknown_at_compile_time_is_chosen_at_the_first_cal
     for feeds in (small, large):
         assert_close(loaded.run(feeds), run_onnxruntime(model, feeds))
     assert _loop_choices(loaded) == saved
-    shapes = {"x": rng.standard_normal((3, 256)).astype(np.float32)}
+    shapes = {"x": rng.standard_normal((256, 3)).astype(np.float32)}
     assert_close(loaded.run(shapes), run_onnxruntime(model, shapes))
-    assert "loop at input shapes 3x256" in _loop_choices(loaded) and "3x256" not in saved
+    assert "loop at input shapes 256x3" in _loop_choices(loaded) and "256x3" not in saved
+
+
+def test_a_loop_whose_only_free_size_is_a_batch_is_judged_at_compile_time() -> None:
+    # [batch, 3] @ [3, 3]: a free leading dimension counts as a batch of 1 (9 multiply-adds), as
+    # chars2vec's LSTM steps do; such a known-small body still goes whole to the host at compile time.
+    model = _loop_model(rows="batch", width=3)
+    exe = cg.compile(model, targets=[SubsetBackend("acc", {"MatMul", "Add"})])
+    assert [s.backend for s in exe.steps] == ["onnxruntime"]
+    loop = next(n for n in exe.report().nodes if n.op_type == "Loop")
+    assert "9 multiply-adds per iteration" in dict(loop.declined)["acc"]
+    feeds = {"x": np.random.default_rng(1).standard_normal((5, 3)).astype(np.float32)}
+    assert_close(exe.run(feeds), run_onnxruntime(model, feeds))
 
 
 def test_a_loop_reading_a_free_sized_outer_value_counts_its_work_at_the_shapes_fed() -> None:
@@ -164,38 +178,38 @@ def test_a_loop_reading_a_free_sized_outer_value_counts_its_work_at_the_shapes_f
     # call's input, not from a carried value.
     body = helper.make_graph(
         [helper.make_node("Cast", ["i"], ["i_f"], to=TensorProto.FLOAT), helper.make_node("Add", ["x", "i_f"], ["s"]),
-         helper.make_node("MatMul", ["s", "W"], ["m"]), helper.make_node("Identity", ["cond_in"], ["cond_out"])],
+         helper.make_node("MatMul", ["W", "s"], ["m"]), helper.make_node("Identity", ["cond_in"], ["cond_out"])],
         "body",
         [helper.make_tensor_value_info("i", TensorProto.INT64, []),
          helper.make_tensor_value_info("cond_in", TensorProto.BOOL, [])],
         [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
-         helper.make_tensor_value_info("m", TensorProto.FLOAT, ["rows", 256])],
+         helper.make_tensor_value_info("m", TensorProto.FLOAT, [256, "columns"])],
     )
     weight = np.random.default_rng(0).standard_normal((256, 256)).astype(np.float32) / 16
     graph = helper.make_graph(
         [helper.make_node("Loop", ["n", ""], ["all"], body=body, name="loop")],
         "outer_read",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["rows", 256])],
-        [helper.make_tensor_value_info("all", TensorProto.FLOAT, [None, "rows", 256])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [256, "columns"])],
+        [helper.make_tensor_value_info("all", TensorProto.FLOAT, [None, 256, "columns"])],
         initializer=[numpy_helper.from_array(weight, "W"), numpy_helper.from_array(np.array(3, np.int64), "n")],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     exe = cg.compile(model, targets=[SubsetBackend("acc", {"MatMul"})])
     rng = np.random.default_rng(3)
-    for rows, plan in ((100, "step by step"), (10, "the whole Loop runs on the host")):
-        feeds = {"x": rng.standard_normal((rows, 256)).astype(np.float32)}
+    for columns, plan in ((100, "step by step"), (10, "the whole Loop runs on the host")):
+        feeds = {"x": rng.standard_normal((256, columns)).astype(np.float32)}
         assert_close(exe.run(feeds), run_onnxruntime(model, feeds))
-        assert f"loop at input shapes {rows}x256: its body gives the targets {rows * 65536:,} multiply-adds" in (
+        assert f"loop at input shapes 256x{columns}: its body gives the targets {columns * 65536:,} multiply-adds" in (
             _loop_choices(exe)
         )
         assert plan in _loop_choices(exe).split(" | ")[-1]
 
 
 def test_a_loop_chosen_at_the_first_call_still_falls_back_when_its_target_fails() -> None:
-    model = _loop_model(rows="rows")
+    model = _loop_model(rows="columns", columns=True)
     exe = cg.compile(model, targets=[SubsetBackend("acc", {"MatMul", "Add"}, fail_on="MatMul")])
     assert [s.backend for s in exe.steps] == ["codegraft.control"]
-    feeds = {"x": np.random.default_rng(2).standard_normal((128, 256)).astype(np.float32)}
+    feeds = {"x": np.random.default_rng(2).standard_normal((256, 128)).astype(np.float32)}
     assert_close(exe.run(feeds), run_onnxruntime(model, feeds))
     assert "step by step" in _loop_choices(exe)
 

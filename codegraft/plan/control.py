@@ -75,11 +75,12 @@ def loop_body_work(node: ir.Node, backends: Sequence[Backend]) -> int | None:
     """Multiply-adds per iteration that ``backends`` take from a Loop's body, or ``None`` where the
     count depends on sizes not known here and what is known stays below :data:`LOOP_BODY_MIN_MACS`.
 
-    Known means every multiplying node of the body (taken or not: a target may decline a node
-    for want of its sizes) has all its sizes.  A body whose sizes come from the model's free
-    dimensions counts as 1 each where unknown (:func:`multiply_adds` errs low): the speech
-    embedding's STFT body counted 0 and ran whole on the host, 2x slower than on ``c``, so
-    such a body is left to the first call's sizes instead of judged small.
+    A free leading dimension is taken as a batch of 1, as :func:`multiply_adds` takes it and as
+    deployments mostly run (chars2vec's LSTM step, ``[batch, 300] x [300, 1200]``, is 360,000);
+    any other size or rank not known, in a multiplying node of the body taken or not (a target
+    may decline a node for want of its sizes), leaves the work unknown.  The speech embedding's
+    STFT body, shapes without rank below a computed Reshape, counted 0 and ran whole on the host,
+    2x slower than on ``c``: such a body is left to the first call's sizes instead of judged small.
     """
     inner = [n for graph in body_graphs(node).values() for n in ir.traversal.RecursiveGraphIterator(graph)]
     return _body_work(inner, [n for n in inner if not _has_subgraphs(n) and any(check_node(b, n).ok for b in backends)])
@@ -88,9 +89,21 @@ def loop_body_work(node: ir.Node, backends: Sequence[Backend]) -> int | None:
 def _body_work(inner: Sequence[ir.Node], taken: Sequence[ir.Node]) -> int | None:
     """:func:`loop_body_work` of a body whose nodes are ``inner`` and the targets take ``taken``."""
     work = sum(multiply_adds(n) for n in taken)
-    if work < LOOP_BODY_MIN_MACS and any(known_multiply_adds(n) is None for n in inner if not _has_subgraphs(n)):
+    if work < LOOP_BODY_MIN_MACS and not all(_sized_but_batch(n) for n in inner if not _has_subgraphs(n)):
         return None
     return work
+
+
+def _sized_but_batch(node: ir.Node) -> bool:
+    """Whether :func:`multiply_adds` knows every size of ``node`` it counts but perhaps a leading one."""
+    if node.op_type not in _MULTIPLYING or node.domain not in ("", "ai.onnx"):
+        return True
+    values = [*node.outputs[:1]] if node.op_type in _SAMPLING else [*node.inputs[:3], *node.outputs[:1]]
+    return all(
+        value is None
+        or (value.shape is not None and all(isinstance(d, int) and d >= 0 for d in list(value.shape)[1:]))
+        for value in values
+    )
 
 
 def multiply_adds(node: ir.Node) -> int:
