@@ -652,12 +652,12 @@ def emit_epilogue(ctx: Context, kernel: Kernel, hoist: bool = False) -> str:
     lines.append("    const float* tr = t + r * ldt;")
     for j, index in enumerate(kernel.indexing):
         lines.append(f"    const float* b{j} = p{j} + row * {index.row_stride} + c0 * {index.col_stride};")
-    if hoist:
-        lines += [f"    const float i{j} = b{j}[0];" for j, index in enumerate(kernel.indexing) if not index.col_stride]
+    per_row = {j for j, index in enumerate(kernel.indexing) if hoist and not index.col_stride}
+    lines += [f"    const float i{j} = b{j}[0];" for j in sorted(per_row)]
     lines.append("    for (long c = 0; c < nc; c++) {")
     lines.append("      const float acc = tr[c];")
     for j, index in enumerate(kernel.indexing):
-        if not (hoist and not index.col_stride):
+        if j not in per_row:
             lines.append(f"      const float i{j} = b{j}[{'c' if index.col_stride else '0'}];")
     lines += step_lines(kernel.steps, "      ")
     lines.append(f"      yr[c] = {result_name(kernel)};")
