@@ -259,3 +259,66 @@ def test_release_while_loops_run_on_another_thread_loses_no_task(pool: ctypes.CD
     assert not bad
     runs, _ = _loop(pool, 1000, 0, 0)
     assert (runs == 1).all()
+
+
+# A stage of two branches (as cg_stage runs independent branches side by side), each branch
+# thread-bound: on the caller's thread it waits until the other branch has started and
+# returns; on a worker it lets the caller finish its share and clear the stage's slot first,
+# then runs a kernel's loop of its own, as a branch's kernels do.
+NESTED = """
+static atomic_int other_started;
+static _Thread_local int is_caller;
+static void inner(const void* c, long i) { __atomic_fetch_add(&((int*)c)[i], 1, __ATOMIC_RELAXED); }
+static void branch(const void* c, long b) {
+  (void)b;
+  if (is_caller) {
+    while (!atomic_load(&other_started)) cg_relax();
+    return;
+  }
+  atomic_store(&other_started, 1);
+  usleep(20000);
+  cg_parallel(64, inner, c);
+}
+int nested_stage(int* runs) {
+  is_caller = 1;
+  atomic_store(&other_started, 0);
+  cg_want = 2;
+  cg_op_threads = 2;
+  cg_parallel(2, branch, runs);
+  cg_op_threads = 0;
+  return cg_workers;
+}
+"""
+
+
+@needs_compiler
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2 if hasattr(os, "sched_getaffinity") else True,
+                    reason="needs Linux and two CPUs")
+def test_a_branch_on_a_worker_runs_its_own_loop_after_the_caller_left_the_stage(tmp_path: pathlib.Path) -> None:
+    """The caller of a stage clears the stage's slot once no branch is left to claim, then waits
+    for the workers still running one.  Such a worker's branch that then runs a parallel loop
+    must not publish it in that slot: it would wait for the slot's joiners to leave, itself
+    among them, for ever (seen once in the suite, two processes on two cores: inception_v1's
+    stages at 16 threads hung a worker and the caller, both yielding in `cg_parallel`).  Run
+    in a child process, so that a hang fails the test instead of the suite."""
+    import subprocess
+    import sys
+
+    library = Toolchain(cache_dir=_CACHE).build(POOL + NESTED, host_target())
+    path = tmp_path / "nested.so"
+    path.write_bytes(library)
+    script = f"""
+import ctypes
+lib = ctypes.CDLL({str(path)!r})
+for _ in range(5):
+    runs = (ctypes.c_int * 64)()
+    workers = lib.nested_stage(ctypes.cast(runs, ctypes.c_void_p))
+    assert list(runs) == [1] * 64, list(runs)
+print(workers)
+"""
+    try:
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the stage never returned: a branch's loop waits on the slot its own worker holds")
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout) >= 1

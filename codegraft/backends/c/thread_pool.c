@@ -30,6 +30,11 @@ static _Alignas(64) atomic_int cg_caller_cpu = -1;  /* the CPU of the thread cal
 static int cg_workers;
 static _Thread_local int cg_want;  /* threads requested for the current call; 0: all */
 static _Thread_local int cg_op_threads;  /* threads the cost model gave the current kernel; 0: no limit */
+/* The slots this thread has joined and not left (bit s: slot s).  A branch of a stage, run on
+   a worker, publishes its kernels' loops while it is still counted in the stage's slot; once
+   the stage's caller has cleared that slot it is free, but a loop published there would wait
+   for the slot's joiners to leave, its own thread among them: for ever. */
+static _Thread_local unsigned cg_joined_slots;
 #ifndef __linux__
 static pthread_mutex_t cg_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cg_cv = PTHREAD_COND_INITIALIZER;
@@ -91,7 +96,9 @@ static int cg_join_any(void) {
     atomic_fetch_add(&slot->active, 1);
     cg_job* j = atomic_load(&slot->job);  /* still published: the job cannot end before we leave */
     if (j && atomic_load(&j->next) < j->ntasks && atomic_fetch_add(&j->joined, 1) < j->limit - 1) {
+      cg_joined_slots |= 1u << s;
       cg_drain(j);
+      cg_joined_slots &= ~(1u << s);
       worked = 1;
     }
     atomic_fetch_sub(&slot->active, 1);
@@ -241,6 +248,7 @@ static void cg_parallel(long ntasks, cg_task fn, const void* ctx) {
   cg_job job = {fn, ctx, ntasks, grain > 1 ? grain : 1, 0, limit, 0};
   if (ntasks > 1 && limit != 1 && cg_workers > 0) {
     for (int s = 0; s < CG_SLOTS && !slot; s++) {
+      if (cg_joined_slots & (1u << s)) continue;  /* we are among its joiners: see cg_joined_slots */
       cg_job* empty = 0;
       if (atomic_compare_exchange_strong(&cg_slots[s].job, &empty, &job)) slot = &cg_slots[s];
     }
