@@ -32,6 +32,20 @@ static void task(const void* c, long i) {
   __atomic_fetch_add(&k->runs[i], 1, __ATOMIC_RELAXED);
   k->who[i] = (int)my_id;
 }
+/* Tasks that sleep: a late worker still finds its share; records the pool's own thread number. */
+static void sleepy(const void* c, long i) {
+  const ctx_t* k = c;
+  usleep((useconds_t)k->spin);
+  k->runs[i] += 1;
+  k->who[i] = cg_self;
+}
+int pool_loop_sleeping(long ntasks, long sleep_us, int* runs, int* who) {
+  const ctx_t k = {runs, who, sleep_us};
+  cg_want = 2;
+  cg_op_threads = 0;
+  cg_parallel(ntasks, sleepy, &k);
+  return cg_workers;
+}
 int pool_loop(long ntasks, int want, int op_threads, long spin, int* runs, int* who) {
   const ctx_t k = {runs, who, spin};
   cg_want = want;
@@ -82,6 +96,27 @@ def test_tasks_are_claimed_in_runs(pool: ctypes.CDLL) -> None:
     # runs of ntasks / (2 threads * 8 claims each) = 784 tasks: at most ~16 hand-overs per
     # loop; claimed one by one, two busy threads interleave thousands of times.
     assert max(switches) <= 2 * 8 + 2, switches
+
+
+@needs_compiler
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2 if hasattr(os, "sched_getaffinity") else True,
+                    reason="needs Linux and two CPUs")
+def test_each_thread_runs_its_own_share_of_a_loop_first(pool: ctypes.CDLL) -> None:
+    """A loop's tasks are dealt out in contiguous shares, one per thread: the caller runs the
+    first half of a 2-thread loop and the worker the second, loop after loop, so a kernel
+    finds the rows the kernel before it wrote on the same core (from one shared counter the
+    two threads took alternate runs, and half of every kernel's input came from the other
+    core's cache).  Tasks sleep 2 ms: the worker, woken late, still finds its share whole,
+    since the caller only steals once its own share is done."""
+    pool.pool_loop_sleeping.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
+    for _ in range(3):
+        runs = np.zeros(16, np.int32)
+        who = np.full(16, -1, np.int32)
+        pool.pool_loop_sleeping(16, 2000, runs.ctypes.data, who.ctypes.data)
+        assert (runs == 1).all()
+        first, second = who[:8], who[8:]
+        assert np.count_nonzero(first == 0) >= 7, who  # the caller is thread 0
+        assert np.count_nonzero(second == np.max(second)) >= 6 and np.max(second) > 0, who
 
 
 AVOID = """

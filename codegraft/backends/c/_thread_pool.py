@@ -4,11 +4,21 @@ NOTE: why not OpenMP.  An OpenMP loop ends in a barrier that waits for *every* t
 the team, including one the OS has not scheduled yet; on a machine where another process
 (or onnxruntime's own spinning pool, in the partition just before ours) holds a core,
 each of a model's hundreds of loops then waits a scheduler tick, and a 20 ms model takes
-hundreds.  Here the calling thread claims tasks from an atomic counter with the workers and
-waits only for tasks a worker has actually started: a worker that wakes late finds no work
-and costs nothing.  Tasks are claimed in runs of about ``ntasks / (8 x threads)``: one claim
-per task moved the counter's cache line between cores on every task of a 12,544-task
-transpose, which made it slower on two threads than on one.
+hundreds.  Here the calling thread claims tasks with the workers and waits only for tasks
+a worker has actually started: a worker that wakes late finds no work and costs nothing.
+
+Shares and runs (issue 18).  A loop's tasks are dealt out in contiguous shares, one per
+thread it may use, each with its own counter: the caller drains share 0, a worker the share
+its number gives it, and whoever runs out of its own steals from the others' (so a late
+worker's share is done by the others, as before).  The same thread thus takes the same rows
+of every kernel that splits its rows alike, and finds in its own cache what it wrote a
+kernel before; from one shared counter two threads took alternate runs, and half of each
+kernel's input came from the other core's cache: vgg19 at two threads 0.94x as long with
+shares, squeezenet and densenet121 0.91x, resnet50 unchanged (``bench.c_revisions``).
+Until it steals, a thread's claims touch only its own counter, which 16 threads no longer
+contend for.  Tasks are claimed in runs of about ``ntasks / (8 x threads)``: one claim per
+task moved a counter's cache line between cores on every task of a 12,544-task transpose,
+which made it slower on two threads than on one.
 
 Waking (issue 18).  A loop is *published* in one of a few job slots and announced by
 bumping one futex word (``cg_epoch``); only as many sleeping workers as the loop can use
