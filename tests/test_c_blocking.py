@@ -103,7 +103,7 @@ def test_weight_heavy_gemms_split_channels_across_threads_not_rows() -> None:
     xeon = Blocking.for_cpu(XEON)
     # resnet50's 512 -> 2048 at 7x7: 32 blocks of 64 channels, 10 row tiles of 5
     for threads in (2, 4, 16):
-        bpt, per_task = xeon.split(32, 1, 10, 512, 64, 5, threads, weights_outweigh_input=True)
+        bpt, per_task, _rows_outer = xeon.split(32, 1, 10, 512, 64, 5, threads, weights_outweigh_input=True)
         assert per_task == 10 and -(-32 // bpt) >= 2 * threads
     # 2048 -> 512: 8 blocks; at 16 threads too few for two each, so the rows split as before
     assert xeon.split(8, 1, 10, 2048, 64, 5, 4, weights_outweigh_input=True)[1] == 10
@@ -111,3 +111,16 @@ def test_weight_heavy_gemms_split_channels_across_threads_not_rows() -> None:
     # one thread, or a layer whose input outweighs its weights: the row split
     assert xeon.split(32, 1, 10, 512, 64, 5, 1, weights_outweigh_input=True)[1] < 10
     assert xeon.split(4, 1, 523, 64, 64, 6, 16, weights_outweigh_input=False)[1] < 523
+
+
+def test_gemm_tasks_go_rows_first_where_every_groups_weights_fit_in_half_the_l2() -> None:
+    """The pool deals each thread a contiguous share of a GEMM's tasks: rows first where all
+    the weights stay in L2 anyway (a thread's share is then rows of every group, as the
+    kernels around it split), range by range where a range's weights fill the L2."""
+    xeon = Blocking.for_cpu(XEON)  # 1 MiB of L2
+    # shufflenet's 240 -> 240 1x1 in 3 groups (80 a group): 77 KB of weights
+    assert xeon.split(1, 3, 131, 80, 80, 6, 2, weights_outweigh_input=False).rows_outer
+    # alexnet's 5x5 conv in 2 groups, 48 -> 128 each: 1.2 MB together, though each fits
+    assert not xeon.split(2, 2, 122, 1200, 64, 6, 2, weights_outweigh_input=False).rows_outer
+    # a 3x3 over 256 channels (2.4 MB): range by range
+    assert not xeon.split(4, 1, 523, 2304, 64, 6, 2, weights_outweigh_input=False).rows_outer

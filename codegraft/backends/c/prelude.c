@@ -119,6 +119,7 @@ typedef struct {
   cg_ep ep; const float* const* ops;
   long per_task;  /* row tiles per task, from the thread cost model (_thread_cost.py) */
   long blocks_per_task;  /* channel blocks each tile runs (one buffer, one epilogue call), _blocking.py */
+  long rows_outer;  /* tasks ordered rows first, then groups and ranges (_blocking.py: split) */
   /* Output rows skipped after each row of output pixels and each image: a result written
      inside the next Conv's zero border (_fuse.py: _write_into_borders); 0 and 0 otherwise. */
   long yrow, yimg;

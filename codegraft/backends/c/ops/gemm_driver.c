@@ -5,7 +5,9 @@
    packed weights stay in L2 across the tiles, and the epilogue stores the tile's rows in one
    call.  Rows are walked incrementally (no divisions per row).  The FUSED hole is empty, or a
    register epilogue's full-tile path, the SETUP hole empty or the next tile's prefetch
-   (gemm.py: driver, AHEAD_SETUP). */
+   (gemm.py: driver, AHEAD_SETUP).  Tasks go group by group and range by range, or, where every
+   group's weights fit in half the L2 (rows_outer, _blocking.py: split), rows first: the thread
+   pool deals each thread a contiguous share of them. */
 typedef struct { const cg_gemm_t* k; long per_task, chunks, ranges; } cg_gemm_${NAME}_job;
 static void cg_gemm_${NAME}_task(const void* ctx, long task) {
   const cg_gemm_${NAME}_job* job = ctx;
@@ -13,7 +15,9 @@ static void cg_gemm_${NAME}_task(const void* ctx, long task) {
   const long R = k->N * k->OH * k->OW;
   const long ntiles = (R + ${P} - 1) / ${P};
   const long K = k->ntaps * k->cg;
-  const long chunk = task % job->chunks, gr = task / job->chunks, range = gr % job->ranges, grp = gr / job->ranges;
+  const long sets = k->groups * job->ranges;
+  const long chunk = k->rows_outer ? task / sets : task % job->chunks;
+  const long gr = k->rows_outer ? task % sets : task / job->chunks, range = gr % job->ranges, grp = gr / job->ranges;
   const long t0 = chunk * job->per_task, t1 = cg_min(ntiles, t0 + job->per_task);
   const long mb0 = range * k->blocks_per_task, mb1 = cg_min(k->nmb, mb0 + k->blocks_per_task);
   const long ldt = (mb1 - mb0) * ${NV} * VW;
