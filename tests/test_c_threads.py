@@ -104,22 +104,19 @@ def test_cache_sizes_are_read_from_the_os(tmp_path) -> None:
     assert cache_sizes(tmp_path / "missing") == CacheSizes()
 
 
-def test_kernels_that_only_move_cached_data_stay_on_one_thread() -> None:
-    """A copy of data the pool's cores just wrote gets no more cores (each would fetch its share
-    from the others' caches, with no arithmetic to hide it); past the last-level cache, DRAM's
-    bandwidth takes a few.  Shufflenet at 16 threads: its channel shuffles run on one thread,
-    its image's conversion to channels-last (the caller's buffer) may take more; densenet121's
-    concats (of outputs written kernels earlier) keep their flops."""
-    cached = Work(flops=0.0, bytes=4e6, units=512, gemm=False)
-    assert choose(cached, 16, MACHINE).threads == 1
-    assert choose(Work(flops=0.0, bytes=2e8, units=4096, gemm=False), 16, MACHINE).threads > 1
-    assert choose(Work(flops=1e6, bytes=4e6, units=512, gemm=False), 16, MACHINE).threads > 1  # arithmetic
+def test_kernels_that_only_move_data_count_their_moves_and_scale_by_their_size() -> None:
+    """Transposes and concats count their element moves as flops, as elementwise kernels do:
+    each thread takes the same share of every loop, so it finds most of its share in its own
+    cache (once the shuffles were kept on one thread, their input in the other cores' caches;
+    with shares, two threads took 0.6-0.7x as long).  Shufflenet at 16 threads: its large
+    channel shuffle (56 x 56 x 112) gets several threads, its 7 x 7 ones (a few microseconds)
+    one; densenet121's concats take more than one."""
     plan = generate(ir.from_proto(light_model("shufflenet")), AVX512, 16, MACHINE).threads
-    shuffles = [k for k in plan if k.kernel.startswith("Transpose") and "_t" in k.node and "data" not in k.node]
-    assert len(shuffles) >= 10
-    assert all(k.work.flops == 0 and k.choice.threads == 1 for k in shuffles)
-    (image,) = [k for k in plan if k.kernel.startswith("Transpose") and "data" in k.node]
-    assert image.work.flops > 0
+    shuffles = {k.node: k for k in plan if k.kernel.startswith("Transpose") and "data" not in k.node}
+    assert len(shuffles) >= 10 and all(k.work.flops > 0 for k in shuffles.values())
+    largest = max(shuffles.values(), key=lambda k: k.work.bytes)
+    smallest = min(shuffles.values(), key=lambda k: k.work.bytes)
+    assert largest.choice.threads > 2 and smallest.choice.threads == 1
     dense = generate(ir.from_proto(light_model("densenet121")), AVX512, 16, MACHINE).threads
     concats = [k for k in dense if k.kernel.startswith("Concat")]
     assert len(concats) > 50 and all(k.work.flops > 0 for k in concats)

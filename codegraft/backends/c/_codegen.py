@@ -135,8 +135,7 @@ def generate(
     ctx = Context(target, graph.inputs, graph.outputs)
     most = threads or usable_cpus()
     machine = machine or host_machine(target)
-    given = frozenset(id(t.root()) for t in graph.inputs)
-    works = [kernel_work(k, target.vector_floats, given) for k in kernels]
+    works = [kernel_work(k, target.vector_floats) for k in kernels]
     stages = plan_stages(dependences(kernels), works, most, machine, side_by_side)
     ctx.reads = _reads(kernels, stages)
     decisions: dict[int, KernelThreads] = {}
@@ -267,16 +266,15 @@ LRN_POW_FLOPS = 40
 LRN_SQRT_FLOPS = 8
 
 
-def kernel_work(kernel: Kernel, vector: int, given: frozenset[int] = frozenset()) -> Work:
+def kernel_work(kernel: Kernel, vector: int) -> Work:
     """Flops, bytes and parallel units of one kernel, for the thread cost model.
 
-    ``given``: ``id``s of the partition's input tensors.  A Transpose counts no flops (it only
-    moves data: the model then keeps it on one core while its bytes are cached) unless it
-    reads one of them: the caller's buffer, not data the pool's cores just wrote
-    (squeezenet's image to channels-last, kept on one core, made the model 1.03-1.05x as
-    long on 2 threads).  Concats keep their flops: their inputs were mostly written kernels
-    earlier, and two threads pay (densenet121's 59 concats: 4.4 ms on one thread of a
-    2-thread build, 2.0 ms on two).
+    Kernels that only move data (transposes, concats) count their element moves as flops,
+    as elementwise kernels do.  Transposes once counted none, which kept them on one thread
+    while their bytes were cached (their input sat in the caches of the cores that wrote it);
+    since each thread takes the same share of every loop (``thread_pool.c``), a thread
+    finds most of its share in its own cache, and shufflenet's channel shuffles ran 0.6-0.7x
+    as long on two threads than kept on one of them (the whole model 0.885x).
     """
     core, out = kernel.core, kernel.out
     inputs = [*(core.inputs if core is not None else []), *kernel.operands]
@@ -323,8 +321,6 @@ def kernel_work(kernel: Kernel, vector: int, given: frozenset[int] = frozenset()
     if isinstance(core, QuantRecurrence):  # sequential in time: one unit per direction (batch 1)
         weights = sum(r.size for r in core.r)
         return Work(quant_recurrence_flops(core), moved + weights, len(core.reverse), gemm=False)
-    if isinstance(core, g.Transpose) and not kernel.steps and not any(id(t.root()) in given for t in inputs):
-        return Work(0.0, moved, max(1, out.size // 4096), gemm=False)
     # Elementwise chains, reductions: a few flops per element, split in 4096-element blocks.
     return Work(float(out.size * (1 + len(kernel.steps))), moved, max(1, out.size // 4096), gemm=False)
 

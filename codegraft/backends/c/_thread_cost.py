@@ -12,17 +12,13 @@ where ``imbalance(t)`` is the slowest thread's share of the kernel's parallel un
 capped from main memory (a kernel whose bytes exceed the last-level cache streams from
 DRAM, which a few cores saturate), and ``sync(t)`` is zero on one thread (the loop runs
 inline, nobody is woken) and ``sync_ns + wake_ns * (t - 1)`` otherwise.  Ties go to fewer
-threads.  A kernel that only moves data (no flops) and whose bytes fit in the last-level
-cache gets one core's bandwidth whatever ``t``: its input sits in the caches of the cores
-that just wrote it, so each of ``t`` cores fetches most of its share from the others',
-and there is no arithmetic to hide that behind.  Such kernels run on one thread (a 0.43 MB
-channel shuffle of shufflenet on a 2-core Zen 3 VM: 0.026 ms on two threads, 0.014 on one;
-23 of its 78 kernels were slower on two threads than on one, the shuffles the most);
-beyond the last-level cache, DRAM's bandwidth takes a few cores, as for any kernel.
-``_codegen.kernel_work`` counts no flops for transposes only: a partition input's
-conversion reads the caller's buffer, not the pool's writes, and a concat's inputs were
-mostly written kernels before it, so both count their element moves as flops (densenet121's
-concats ran 2.2x as long kept on one thread of two).  The rates are estimates from the
+threads.  Kernels that only move data (transposes, concats) count their element moves as
+flops, as elementwise kernels do (``_codegen.kernel_work``).  Each thread takes the same share
+of every loop (``thread_pool.c``), so most of what a kernel reads was written on the core that
+reads it.  Before shares, a copy of data the pool had just written was kept on one thread
+while its bytes fit in the last-level cache (each core fetched its share from the others'
+caches); with shares, shufflenet's channel shuffles ran 0.6-0.7x as long on two threads than
+on one thread of two, the whole model 0.885x.  The rates are estimates from the
 CPU's vector width and caches (:class:`Machine`), not measurements: they only need to be
 right within a factor of two for the choice to be, since the cost grows slowly around the
 optimum.
@@ -104,8 +100,6 @@ def estimate_ns(work: Work, threads: int, machine: Machine) -> float:
     bandwidth = threads * machine.cache_bytes_per_ns
     if work.bytes > machine.l3_bytes:
         bandwidth = min(bandwidth, machine.memory_bytes_per_ns)
-    elif work.flops == 0:  # a copy of cached data: more cores fetch it from each other (module note)
-        bandwidth = machine.cache_bytes_per_ns
     units = max(1, work.units)
     imbalance = math.ceil(units / threads) * threads / units
     sync = 0.0 if threads == 1 else SYNC_NS + WAKE_NS * (threads - 1)
