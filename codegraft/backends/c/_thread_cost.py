@@ -78,7 +78,7 @@ class Machine:
 class Work:
     """One kernel's work: flops, bytes read and written, and parallel units (tasks it can split into)."""
 
-    flops: float  # 0: the kernel only moves data the pool's cores just wrote (a transpose)
+    flops: float  # a data move (transpose, concat) counts one per element moved
     bytes: float
     units: int
     gemm: bool  # runs on the register-blocked micro-kernel
