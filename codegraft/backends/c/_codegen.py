@@ -38,7 +38,7 @@ from codegraft.backends.c.ops.data import SHUFFLE, transpose_block
 from codegraft.backends.c.ops.elementwise import INTEGER_HELPERS, INTEGER_KINDS, MLAS_KINDS
 from codegraft.backends.c.ops.gemm import choose_tile
 from codegraft.backends.c.ops.norm import Lrn, MlRows
-from codegraft.backends.c.ops.pool import Pool
+from codegraft.backends.c.ops.pool import GlobalAveragePool, Pool
 from codegraft.backends.c.ops.quantize import QGEMM_COLS, QGEMM_ROWS, QGEMM_RUN, QuantMatMul
 from codegraft.backends.c.ops.resize import CubicResize, Resize, row_runs
 from codegraft.backends.c.ops.rnn import QuantRecurrence, Recurrence, quant_recurrence_flops, recurrence_flops
@@ -302,6 +302,9 @@ def kernel_work(kernel: Kernel, vector: int) -> Work:
     if isinstance(core, Pool) and core.window is not None:
         phys = out.physical_shape
         return Work(float(out.size * math.prod(core.window.kernel)), moved, math.prod(phys[:-2]), gemm=False)
+    if isinstance(core, GlobalAveragePool):  # an add (or max) per input value; a task per image and 64 channels
+        phys = core.inputs[0].physical_shape
+        return Work(float(core.inputs[0].size), moved, phys[0] * -(-phys[-1] // 64), gemm=False)
     if isinstance(core, Resize):  # a copy (nearest) or a blend of four pixels (linear) per output value
         tasks = out.physical_shape[0] * (len(row_runs(core)) - 1)
         return Work(float(out.size * (7 if core.linear else 1)), moved, tasks, gemm=False)
