@@ -103,7 +103,7 @@ def test_weight_heavy_gemms_split_channels_across_threads_not_rows() -> None:
     xeon = Blocking.for_cpu(XEON)
     # resnet50's 512 -> 2048 at 7x7: 32 blocks of 64 channels, 10 row tiles of 5
     for threads in (2, 4, 16):
-        bpt, per_task, _rows_outer = xeon.split(32, 1, 10, 512, 64, 5, threads, weights_outweigh_input=True)
+        bpt, per_task, _rows_outer, _runs = xeon.split(32, 1, 10, 512, 64, 5, threads, weights_outweigh_input=True)
         assert per_task == 10 and -(-32 // bpt) >= 2 * threads
     # 2048 -> 512: 8 blocks; at 16 threads too few for two each, so the rows split as before
     assert xeon.split(8, 1, 10, 2048, 64, 5, 4, weights_outweigh_input=True)[1] == 10
@@ -124,3 +124,13 @@ def test_gemm_tasks_go_rows_first_where_every_groups_weights_fit_in_half_the_l2(
     assert not xeon.split(2, 2, 122, 1200, 64, 6, 2, weights_outweigh_input=False).rows_outer
     # a 3x3 over 256 channels (2.4 MB): range by range
     assert not xeon.split(4, 1, 523, 2304, 64, 6, 2, weights_outweigh_input=False).rows_outer
+    # rows first, the runs of tiles come in multiples of the threads: each thread's share is
+    # whole runs, every group of a run on one thread (shufflenet's 24 -> 112 in 4 groups at
+    # 56 x 56, 262 tiles: 0.24 -> 0.15 ms at 2 threads; in runs of 53, one run's groups
+    # were split between the two threads)
+    for threads in (2, 3, 4, 16):
+        split = xeon.split(1, 4, 262, 6, 32, 12, threads, weights_outweigh_input=False)
+        assert split.rows_outer and split.runs % threads == 0 and split.runs <= 262, (threads, split)
+    # group by group, the runs are as the task length gives them
+    split = xeon.split(4, 1, 523, 2304, 64, 6, 2, weights_outweigh_input=False)
+    assert split.runs == -(-523 // split.tiles_per_task)

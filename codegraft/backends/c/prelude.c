@@ -117,7 +117,7 @@ typedef struct {
   long groups, mg, nmb; const float* wp;
   float* y; long ldy; long rbase;
   cg_ep ep; const float* const* ops;
-  long per_task;  /* row tiles per task, from the thread cost model (_thread_cost.py) */
+  long runs;  /* the row tiles in this many runs of even length, a task each per group and range (_blocking.py: split) */
   long blocks_per_task;  /* channel blocks each tile runs (one buffer, one epilogue call), _blocking.py */
   long rows_outer;  /* tasks ordered rows first, then groups and ranges (_blocking.py: split) */
   /* Output rows skipped after each row of output pixels and each image: a result written

@@ -254,13 +254,14 @@ def emit_conv(ctx: Context, kernel: Kernel) -> None:
         rs_arg = f", {ep}_rs"
     blocking = host_blocking(ctx.target.vector_floats)
     width = nv * ctx.target.vector_floats
-    bpt, per_task, rows_outer = blocking.split(nmb, group, -(-rows // p), len(taps) * run, width, p, ctx.op_threads,
+    split = blocking.split(nmb, group, -(-rows // p), len(taps) * run, width, p, ctx.op_threads,
                                    weights_outweigh_input=weights_outweigh(weight.size, n * h * w_ * c))
     job = ctx.name("job")
     ctx.body.append(
         f"  {{ const cg_gemm_t {job} = {{{src}, {c}, 1, {run}, {n}, {hp}, {wp}, {out_spatial[0]}, {out_spatial[1]}, "
         f"{strides[0]}, {strides[1]}, {len(taps)}, {tap_sym}, {group}, {mg}, {nmb}, {wsym}, {y}, {ldy}, 0, "
-        f"{ep}, {ep}_ops, {per_task}, {bpt}, {int(rows_outer)}, {yrow}, {yimg}{rs_arg}}};\n    {driver}(&{job}); }}"
+        f"{ep}, {ep}_ops, {split.runs}, {split.blocks_per_task}, {int(split.rows_outer)}, {yrow}, {yimg}{rs_arg}}};\n"
+        f"    {driver}(&{job}); }}"
     )
 
 

@@ -8,7 +8,7 @@
    (gemm.py: driver, AHEAD_SETUP).  Tasks go group by group and range by range, or, where every
    group's weights fit in half the L2 (rows_outer, _blocking.py: split), rows first: the thread
    pool deals each thread a contiguous share of them. */
-typedef struct { const cg_gemm_t* k; long per_task, chunks, ranges; } cg_gemm_${NAME}_job;
+typedef struct { const cg_gemm_t* k; long chunks, ranges; } cg_gemm_${NAME}_job;
 static void cg_gemm_${NAME}_task(const void* ctx, long task) {
   const cg_gemm_${NAME}_job* job = ctx;
   const cg_gemm_t* k = job->k;
@@ -18,7 +18,7 @@ static void cg_gemm_${NAME}_task(const void* ctx, long task) {
   const long sets = k->groups * job->ranges;
   const long chunk = k->rows_outer ? task / sets : task % job->chunks;
   const long gr = k->rows_outer ? task % sets : task / job->chunks, range = gr % job->ranges, grp = gr / job->ranges;
-  const long t0 = chunk * job->per_task, t1 = cg_min(ntiles, t0 + job->per_task);
+  const long t0 = chunk * ntiles / job->chunks, t1 = (chunk + 1) * ntiles / job->chunks;
   const long mb0 = range * k->blocks_per_task, mb1 = cg_min(k->nmb, mb0 + k->blocks_per_task);
   const long ldt = (mb1 - mb0) * ${NV} * VW;
   const long c0 = grp * k->mg + mb0 * ${NV} * VW, nc = cg_min(ldt, k->mg - mb0 * ${NV} * VW);
@@ -49,7 +49,7 @@ static void cg_gemm_${NAME}(const cg_gemm_t* k) {
   const long ntiles = (k->N * k->OH * k->OW + ${P} - 1) / ${P};
   const long ranges = (k->nmb + k->blocks_per_task - 1) / k->blocks_per_task;  /* blocks_per_task >= 1 */
   /* the split was chosen at compile time for the threads this op gets (_thread_cost.py) */
-  const long per_task = cg_min(ntiles, k->per_task < 1 ? 1 : k->per_task);
-  const cg_gemm_${NAME}_job job = {k, per_task, (ntiles + per_task - 1) / per_task, ranges};
+  const long chunks = cg_min(ntiles, k->runs < 1 ? 1 : k->runs);
+  const cg_gemm_${NAME}_job job = {k, chunks, ranges};
   cg_parallel(k->groups * ranges * job.chunks, cg_gemm_${NAME}_task, &job);
 }

@@ -270,7 +270,7 @@ def emit_matmul(ctx: Context, kernel: Kernel) -> None:
         )
     pstride, cstride = (1, rows) if mm.trans_a else (depth, 1)
     blocking = host_blocking(ctx.target.vector_floats)
-    bpt, per_task, rows_outer = blocking.split(nmb, 1, -(-rows // p), depth, width, p, ctx.op_threads,
+    split = blocking.split(nmb, 1, -(-rows // p), depth, width, p, ctx.op_threads,
                                    weights_outweigh_input=weights_outweigh(depth * cols, rows * depth))
     job = ctx.name("job")
     aoff, boff = ctx.name("aoff"), ctx.name("boff")
@@ -281,7 +281,8 @@ def emit_matmul(ctx: Context, kernel: Kernel) -> None:
         f"  for (long bi = 0; bi < {nbatch}; bi++) {{\n"
         f"    const cg_gemm_t {job} = {{{ctx.ptr(a)} + {aoff}[bi], {pstride}, {cstride}, {depth}, 1, 1, {rows}, 1, "
         f"{rows}, 1, 1, 1, {job}_tap, 1, {cols}, {nmb}, {wsym} + {boff}[bi], {ctx.ptr(out)}, {cols}, bi * {rows}, "
-        f"{ep}, {ep}_ops, {per_task}, {bpt}, {int(rows_outer)}, 0, 0}};\n    {driver}(&{job});\n  }}"
+        f"{ep}, {ep}_ops, {split.runs}, {split.blocks_per_task}, {int(split.rows_outer)}, 0, 0}};\n"
+        f"    {driver}(&{job});\n  }}"
     )
 
 
