@@ -15,7 +15,7 @@ typedef void (*cg_task)(const void* ctx, long i);
    drains its own share first, then the others' (a run at a time): see cg_drain. */
 typedef struct { _Alignas(64) atomic_long next; long end; } cg_share_t;
 #define CG_MAX_SHARES 64
-typedef struct { cg_task fn; const void* ctx; long ntasks; long grain; int limit; int nshares; atomic_int joined; atomic_int open; cg_share_t* shares; } cg_job;
+typedef struct { cg_task fn; const void* ctx; long grain; int limit; int nshares; atomic_int joined; atomic_int open; cg_share_t* shares; } cg_job;
 
 #define CG_SLOTS 8
 #define CG_SPIN_MIN_NS 2000L     /* a freshly woken worker spins at least this long... */
@@ -263,16 +263,20 @@ static void cg_parallel(long ntasks, cg_task fn, const void* ctx) {
   if (cg_op_threads > 0 && cg_op_threads < limit) limit = cg_op_threads;  /* one thread: nobody is woken */
   if (ntasks > 1 && limit != 1) cg_ensure_started();
   cg_slot_t* slot = 0;
-  const long threads = (limit < cg_workers + 1 ? limit : cg_workers + 1);
-  const long grain = ntasks / (threads * CG_CLAIMS_PER_THREAD);
-  const int nshares = (int)(threads < CG_MAX_SHARES ? (threads < ntasks ? threads : ntasks > 0 ? ntasks : 1) : CG_MAX_SHARES);
   cg_share_t shares[CG_MAX_SHARES];
-  for (int s = 0; s < nshares; s++) {
-    atomic_init(&shares[s].next, ntasks * s / nshares);
-    shares[s].end = ntasks * (s + 1) / nshares;
-  }
-  cg_job job = {fn, ctx, ntasks, grain > 1 ? grain : 1, limit, nshares, 0, nshares, shares};
-  if (ntasks > 1 && limit != 1 && cg_workers > 0) {
+  cg_job job = {fn, ctx, 1, limit, 1, 0, 1, shares};
+  if (ntasks > 1 && limit != 1 && cg_workers > 0) {  /* deal the shares, then publish */
+    const long threads = limit < cg_workers + 1 ? limit : cg_workers + 1;
+    const long grain = ntasks / (threads * CG_CLAIMS_PER_THREAD);
+    long nshares = threads < ntasks ? threads : ntasks;
+    if (nshares > CG_MAX_SHARES) nshares = CG_MAX_SHARES;
+    for (long s = 0; s < nshares; s++) {
+      atomic_init(&shares[s].next, ntasks * s / nshares);
+      shares[s].end = ntasks * (s + 1) / nshares;
+    }
+    job.grain = grain > 1 ? grain : 1;
+    job.nshares = (int)nshares;
+    atomic_init(&job.open, (int)nshares);
     for (int s = 0; s < CG_SLOTS && !slot; s++) {
       if (cg_joined_slots & (1u << s)) continue;  /* we are among its joiners: see cg_joined_slots */
       cg_job* empty = 0;

@@ -255,7 +255,7 @@ def emit_conv(ctx: Context, kernel: Kernel) -> None:
     blocking = host_blocking(ctx.target.vector_floats)
     width = nv * ctx.target.vector_floats
     split = blocking.split(nmb, group, -(-rows // p), len(taps) * run, width, p, ctx.op_threads,
-                                   weights_outweigh_input=weights_outweigh(weight.size, n * h * w_ * c))
+                           weights_outweigh_input=weights_outweigh(weight.size, n * h * w_ * c))
     job = ctx.name("job")
     ctx.body.append(
         f"  {{ const cg_gemm_t {job} = {{{src}, {c}, 1, {run}, {n}, {hp}, {wp}, {out_spatial[0]}, {out_spatial[1]}, "

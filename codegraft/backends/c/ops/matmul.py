@@ -271,7 +271,7 @@ def emit_matmul(ctx: Context, kernel: Kernel) -> None:
     pstride, cstride = (1, rows) if mm.trans_a else (depth, 1)
     blocking = host_blocking(ctx.target.vector_floats)
     split = blocking.split(nmb, 1, -(-rows // p), depth, width, p, ctx.op_threads,
-                                   weights_outweigh_input=weights_outweigh(depth * cols, rows * depth))
+                           weights_outweigh_input=weights_outweigh(depth * cols, rows * depth))
     job = ctx.name("job")
     aoff, boff = ctx.name("aoff"), ctx.name("boff")
     ctx.body.append(f"  static const long {aoff}[] = {c_longs([int(i) * rows * depth for i in a_index])};")
