@@ -19,6 +19,7 @@ import numpy as np
 import onnx_ir as ir
 
 from codegraft.backends.c import _graph as g
+from codegraft.backends.c._blocking import host_blocking
 from codegraft.backends.c._branches import STAGE, Stage, dependences, plan_stages, stage_function
 from codegraft.backends.c._c_files import c_file
 from codegraft.backends.c._emit import Context
@@ -42,6 +43,7 @@ from codegraft.backends.c.ops.pool import GlobalAveragePool, Pool
 from codegraft.backends.c.ops.quantize import QGEMM_COLS, QGEMM_ROWS, QGEMM_RUN, QuantMatMul
 from codegraft.backends.c.ops.resize import CubicResize, Resize, row_runs
 from codegraft.backends.c.ops.rnn import QuantRecurrence, Recurrence, quant_recurrence_flops, recurrence_flops
+from codegraft.backends.c.ops.winograd import runs_as_winograd, winograd_work
 
 # The C every partition carries: math helpers the expressions call, the GEMM job and its
 # packing, and the pool, LRN, softmax and layer-norm kernels (their emitters call them).
@@ -279,6 +281,9 @@ def kernel_work(kernel: Kernel, vector: int) -> Work:
     core, out = kernel.core, kernel.out
     inputs = [*(core.inputs if core is not None else []), *kernel.operands]
     moved = 4.0 * (out.size + sum(t.size for t in inputs))
+    if isinstance(core, g.Conv) and runs_as_winograd(core, host_blocking(vector).l2):
+        flops, extra, tiles = winograd_work(core, vector)
+        return Work(flops, moved + extra, tiles, gemm=True)
     if isinstance(core, g.Conv):
         phys = out.physical_shape
         rows, m = math.prod(phys[:-1]), phys[-1]

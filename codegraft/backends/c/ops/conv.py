@@ -51,6 +51,7 @@ from codegraft.backends.c.ops.gemm import (
     write_over_residual,
 )
 from codegraft.backends.c.ops.qconv import quantized_conv
+from codegraft.backends.c.ops.winograd import emit_winograd, runs_as_winograd
 
 
 def constant_weight_dims(node: ir.Node) -> tuple[int, ...] | None:
@@ -206,6 +207,7 @@ def emit_conv(ctx: Context, kernel: Kernel) -> None:
     ep = emit_epilogue(ctx, kernel)
     src = ctx.ptr(x)
     weight = conv.weight.reshape(m, -1)  # OHWI: row m is (kh, kw, c) in tap order
+    winograd = runs_as_winograd(conv, host_blocking(ctx.target.vector_floats).l2)
     yrow = yimg = 0
     if kernel.border is not None:  # inside the next Conv's zero border (_fuse.py)
         y, ldy = ctx.bordered_output(kernel.out, kernel.border), m
@@ -213,7 +215,9 @@ def emit_conv(ctx: Context, kernel: Kernel) -> None:
         yrow = bordered_w - out_spatial[-1]
         yimg = bordered_h * bordered_w - out_spatial[-2] * out_spatial[-1]
     elif kernel.slot is None:
-        if cg > 1 or mg > 1:  # the GEMM path (the depthwise kernel's epilogue runs per channel run)
+        # the GEMM path (the depthwise kernel's epilogue runs per channel run; Winograd's
+        # stores its results before the epilogue reads the residual)
+        if (cg > 1 or mg > 1) and not winograd:
             write_over_residual(ctx, kernel)
         y, ldy = ctx.ptr(kernel.out), m
     else:  # write our channels straight into the Concat's output
@@ -227,6 +231,13 @@ def emit_conv(ctx: Context, kernel: Kernel) -> None:
         ctx.functions.append(depthwise_function(fn, shape, ep, ctx.target.vector_floats))
         dw = ctx.weight(np.ascontiguousarray(negligible_terms(weight).T))
         ctx.body.append(f"  {fn}({src}, {dw}, {y}, {ep}_ops);")
+        return
+    if winograd:  # its input transform reads zeros outside the input itself: no padded copy
+        frame = (hp, wp) if kernel.padded_input else (h, w_)
+        at = (0, 0) if kernel.padded_input else (pads_b[0], pads_b[1])
+        weight_ohwi = conv.weight.reshape(m, 3, 3, c)
+        out_hw = (out_spatial[0], out_spatial[1])
+        emit_winograd(ctx, src, (n, *frame, c), at, weight_ohwi, out_hw, y, ldy, yrow, yimg, ep)
         return
     if (any(pads_b) or any(pads_e)) and not kernel.padded_input:
         padded = ctx.temp(n * hp * wp * c)

@@ -1,0 +1,139 @@
+/* Winograd F(2x2, 3x3) around the GEMM engine (ops/winograd.py).
+
+   A 3x3 stride-1 Conv's output is cut into 2x2 tiles; tile (ty, tx) reads the 4x4 input patch
+   at (2 ty - pt, 2 tx - pl), zeros outside the input.  cg_wino_in writes each patch's
+   transform d -> B^T d B as 16 values per channel, v[N][TH][TW][16][C]; the GEMM engine then
+   runs 16 independent [tiles x C] by [C x K] products, a grouped 1x1 Conv, into
+   m[N][TH][TW][16][K]; cg_wino_out turns each tile's 16 values per channel into its 2x2
+   outputs, m -> A^T m A, stores them where the Conv's output goes (a Concat slot or a zero
+   border included: ldy, yrow, yimg as in cg_gemm_t) and runs the fused epilogue on them in
+   place.  16 products per tile of 4 outputs instead of 36: 2.25x fewer multiply-adds.
+
+   Tasks are (image, tile row, run of CH channels): channel runs are independent, and a 14x14
+   map has only 7 tile rows.  Both loops read and write VW channels at a time; a channel count
+   that is not a multiple of VW ends in a scalar loop of the same arithmetic. */
+
+/* B^T d B of a 4x4 patch, 16 values of type T: rows first, then columns. */
+#define CG_WINO_IN(T, d, out)                                                                   \
+  do {                                                                                          \
+    T t_[16];                                                                                   \
+    for (int j = 0; j < 4; j++) {                                                               \
+      t_[j] = d[j] - d[8 + j];                                                                  \
+      t_[4 + j] = d[4 + j] + d[8 + j];                                                          \
+      t_[8 + j] = d[8 + j] - d[4 + j];                                                          \
+      t_[12 + j] = d[4 + j] - d[12 + j];                                                        \
+    }                                                                                           \
+    for (int i = 0; i < 4; i++) {                                                               \
+      out[4 * i] = t_[4 * i] - t_[4 * i + 2];                                                   \
+      out[4 * i + 1] = t_[4 * i + 1] + t_[4 * i + 2];                                           \
+      out[4 * i + 2] = t_[4 * i + 2] - t_[4 * i + 1];                                           \
+      out[4 * i + 3] = t_[4 * i + 1] - t_[4 * i + 3];                                           \
+    }                                                                                           \
+  } while (0)
+
+/* A^T m A of a tile's 4x4 products: its 2x2 outputs, row-major. */
+#define CG_WINO_OUT(T, m, out)                                                                  \
+  do {                                                                                          \
+    T s_[8];                                                                                    \
+    for (int j = 0; j < 4; j++) {                                                               \
+      s_[j] = m[j] + m[4 + j] + m[8 + j];                                                       \
+      s_[4 + j] = m[4 + j] - m[8 + j] - m[12 + j];                                              \
+    }                                                                                           \
+    for (int i = 0; i < 2; i++) {                                                               \
+      out[2 * i] = s_[4 * i] + s_[4 * i + 1] + s_[4 * i + 2];                                   \
+      out[2 * i + 1] = s_[4 * i + 1] - s_[4 * i + 2] - s_[4 * i + 3];                           \
+    }                                                                                           \
+  } while (0)
+
+typedef struct {
+  const float* x; float* v; long N, H, W, C, TH, TW, pt, pl, CH, nch; const float* zeros;
+} cg_wino_in_t;
+static void cg_wino_in_task(const void* ctx, long task) {
+  const cg_wino_in_t* k = ctx;
+  const long ch = task % k->nch, row = task / k->nch, n = row / k->TH, ty = row % k->TH;
+  const long C = k->C, c0 = ch * k->CH, c1 = cg_min(C, c0 + k->CH);
+  const float* rows[4];
+  for (int a = 0; a < 4; a++) {
+    const long y = 2 * ty - k->pt + a;
+    rows[a] = y >= 0 && y < k->H ? k->x + (n * k->H + y) * k->W * C : NULL;
+  }
+  float* v = k->v + row * k->TW * 16 * C;
+  for (long tx = 0; tx < k->TW; tx++, v += 16 * C) {
+    const float* p[16];
+    for (int b = 0; b < 4; b++) {
+      const long xx = 2 * tx - k->pl + b;
+      const int inside = xx >= 0 && xx < k->W;
+      for (int a = 0; a < 4; a++) p[4 * a + b] = rows[a] && inside ? rows[a] + xx * C : k->zeros;
+    }
+    long c = c0;
+    for (; c + VW <= c1; c += VW) {
+      vf d[16], out[16];
+      for (int i = 0; i < 16; i++) d[i] = *(const vfu*)(p[i] + c);
+      CG_WINO_IN(vf, d, out);
+      for (int i = 0; i < 16; i++) *(vfu*)(v + i * C + c) = out[i];
+    }
+    for (; c < c1; c++) {
+      float d[16], out[16];
+      for (int i = 0; i < 16; i++) d[i] = p[i][c];
+      CG_WINO_IN(float, d, out);
+      for (int i = 0; i < 16; i++) v[i * C + c] = out[i];
+    }
+  }
+}
+/* zeros: C floats of 0, read for the patch positions outside the input */
+static void cg_wino_in(const float* x, float* v, long N, long H, long W, long C, long TH, long TW, long pt, long pl,
+                       long CH, const float* zeros) {
+  const cg_wino_in_t k = {x, v, N, H, W, C, TH, TW, pt, pl, CH, (C + CH - 1) / CH, zeros};
+  cg_parallel(N * TH * k.nch, cg_wino_in_task, &k);
+}
+
+typedef struct {
+  const float* m; float* y; long N, OH, OW, K, TH, TW, ldy, yrow, yimg, CH, nch; cg_ep ep; const float* const* ops;
+} cg_wino_out_t;
+static void cg_wino_out_task(const void* ctx, long task) {
+  const cg_wino_out_t* k = ctx;
+  const long ch = task % k->nch, row = task / k->nch, n = row / k->TH, ty = row % k->TH;
+  const long K = k->K, c0 = ch * k->CH, c1 = cg_min(K, c0 + k->CH), OW = k->OW;
+  const long oy0 = 2 * ty, rows = cg_min(2, k->OH - oy0);
+  float* yr[2];  /* output rows oy0 and oy0 + 1 (the first again for an odd height's last tile row) */
+  for (int i = 0; i < 2; i++) {
+    const long oy = oy0 + (i < rows ? i : 0);
+    yr[i] = k->y + ((n * k->OH + oy) * OW + n * k->yimg + oy * k->yrow) * k->ldy;
+  }
+  const float* m = k->m + row * k->TW * 16 * K;
+  for (long tx = 0; tx < k->TW; tx++, m += 16 * K) {
+    const long ox = 2 * tx, cols = cg_min(2, OW - ox);
+    long c = c0;
+    for (; c + VW <= c1; c += VW) {
+      vf t[16], out[4];
+      for (int i = 0; i < 16; i++) t[i] = *(const vfu*)(m + i * K + c);
+      CG_WINO_OUT(vf, t, out);
+      for (int i = rows - 1; i >= 0; i--)
+        for (int j = cols - 1; j >= 0; j--) *(vfu*)(yr[i] + (ox + j) * k->ldy + c) = out[2 * i + j];
+    }
+    for (; c < c1; c++) {
+      float t[16], out[4];
+      for (int i = 0; i < 16; i++) t[i] = m[i * K + c];
+      CG_WINO_OUT(float, t, out);
+      for (int i = rows - 1; i >= 0; i--)
+        for (int j = cols - 1; j >= 0; j--) yr[i][(ox + j) * k->ldy + c] = out[2 * i + j];
+    }
+  }
+  for (int i = 0; i < rows; i++) {  /* the fused steps, in place, on the rows just stored */
+    const long oy = oy0 + i;
+    k->ep(k->ops, k->y + (n * k->yimg + oy * k->yrow) * k->ldy, k->ldy, yr[i] + c0, k->ldy, (n * k->OH + oy) * OW,
+          OW, c0, c1 - c0);
+  }
+}
+static void cg_wino_out(const float* m, float* y, long N, long OH, long OW, long K, long TH, long TW, long ldy,
+                        long yrow, long yimg, long CH, cg_ep ep, const float* const* ops) {
+  const cg_wino_out_t k = {m, y, N, OH, OW, K, TH, TW, ldy, yrow, yimg, CH, (K + CH - 1) / CH, ep, ops};
+  cg_parallel(N * TH * k.nch, cg_wino_out_task, &k);
+}
+
+/* The GEMM's epilogue between the transforms: a plain store of the tile's results. */
+static void cg_wino_store(const float* const* ops, float* y, long ldy, const float* t, long ldt, long r0, long nr,
+                          long c0, long nc) {
+  (void)ops;
+  for (long r = 0; r < nr; r++) memcpy(y + (r0 + r) * ldy + c0, t + r * ldt, sizeof(float) * nc);
+}

@@ -1,0 +1,163 @@
+"""Winograd F(2x2, 3x3): a 3x3 stride-1 Conv in 2.25x fewer multiply-adds.
+
+NOTE: each 2x2 tile of the output is computed from the 4x4 input patch under it by
+Lavin and Gray's minimal filtering algorithm (*Fast Algorithms for Convolutional Neural
+Networks*, 2016): ``Y = A^T [(G g G^T) * (B^T d B)] A``.  The weights' transform ``G g G^T``
+is done once, at compile time; the patches' ``B^T d B`` and the tiles' ``A^T m A`` are adds
+and subtractions (``winograd.c``), and what is left is 16 independent products of
+``[tiles x C]`` by ``[C x K]`` matrices: a 1x1 Conv in 16 groups, which the shared GEMM
+engine (``gemm.py``) runs with its tiles, blocking, threads and packing.  So one ``g.Conv``
+kernel is emitted as three parallel loops: transform in, grouped GEMM, transform out with
+the kernel's fused epilogue (bias, residual, Relu) applied in place.
+
+F(2x2, 3x3) and not a larger tile: its transforms' coefficients are 0, +-1 and +-1/2, so
+its results are as close to the direct convolution's as two summation orders are
+(``tests/test_c_winograd.py``); F(4x4, 3x3)'s coefficients up to 8 cost it about an order of
+magnitude there, against the 1e-4 the backend is held to over deep networks.
+
+Where it pays (:func:`winograd_pays`) was measured on a Sapphire Rapids core (AVX-512) with
+the transforms included; ``bench/MANY_CORES.md`` has the figures.
+
+Example: vgg19's 256 -> 256 3x3 at 56x56 is 28 x 28 tiles, 16 GEMMs of 784 x 256 x 256.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from codegraft.backends.c import _graph as g
+from codegraft.backends.c._blocking import host_blocking, weights_outweigh
+from codegraft.backends.c._c_files import c_file
+from codegraft.backends.c._emit import Context
+from codegraft.backends.c.ops.gemm import c_longs, choose_tile, gemm_function, pack_weights
+
+# F(2x2, 3x3): out = A^T [(G g G^T) * (B^T d B)] A, element-wise product in the middle
+B_T = np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]], np.float64)
+G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]], np.float64)
+A_T = np.array([[1, 1, 1, 0], [0, 1, -1, -1]], np.float64)
+POINTS = 16  # 4 x 4 values per tile: the GEMM's groups
+
+# Where the multiply-adds saved outweigh the transforms' traffic (each tile's 16 values per
+# input and per output channel, written and read again): C * K / (C + K), the saving per unit
+# of traffic, at least HALF_HARMONIC; with less than STRONG, only while those values stay near
+# the L2 (128 -> 128 at 28x28 0.90x as long as the direct Conv, at 56x56 1.10x, at 112x112 1.25x).
+HALF_HARMONIC = 64
+STRONG = 128
+NEAR_L2 = 2.5  # the transformed values' bytes over the L2's, at most
+
+
+def winograd_pays(kernel: tuple[int, int], strides: tuple[int, int], dilations: tuple[int, int], group: int,
+                  channels_in: int, channels_out: int, out_h: int, out_w: int, l2_bytes: int = 2 << 20) -> bool:
+    """Whether a Conv runs as Winograd F(2x2, 3x3): a 3x3 kernel, stride and dilation 1, no
+    groups; enough channels in and out for the products saved to pay for the transforms
+    (``HALF_HARMONIC``, ``STRONG``, ``NEAR_L2``); and enough tiles that the transformed weights,
+    16/9 of the Conv's, are not what the time goes on (at least one tile per 16 output
+    channels: resnet50's 512 -> 512 at 7 x 7, 16 tiles, ran 1.08x as long).
+
+    >>> winograd_pays((3, 3), (1, 1), (1, 1), 1, 256, 256, 56, 56)
+    True
+    >>> winograd_pays((3, 3), (2, 2), (1, 1), 1, 256, 256, 28, 28)  # strided: each tile's patch is 5 x 5
+    False
+    >>> winograd_pays((3, 3), (1, 1), (1, 1), 1, 64, 64, 56, 56)  # too few channels to pay for the transforms
+    False
+    >>> winograd_pays((3, 3), (1, 1), (1, 1), 1, 512, 512, 7, 7)  # 16 tiles: the weights' traffic dominates
+    False
+    """
+    if kernel != (3, 3) or strides != (1, 1) or dilations != (1, 1) or group != 1 or min(out_h, out_w) < 2:
+        return False
+    th, tw = winograd_geometry(out_h, out_w)
+    tiles = th * tw
+    saving = channels_in * channels_out / (channels_in + channels_out)
+    transformed = 4 * POINTS * tiles * (channels_in + channels_out)
+    near = transformed <= NEAR_L2 * l2_bytes
+    return saving >= HALF_HARMONIC and (saving >= STRONG or near) and POINTS * tiles >= channels_out
+
+
+def runs_as_winograd(conv: g.Conv, l2_bytes: int) -> bool:
+    """Whether ``conv`` (2-D, or 3-D of kernel depth 1) is emitted as Winograd F(2x2, 3x3)."""
+    window = conv.window
+    if window is None or len(window.kernel) < 2:
+        return False
+    phys_out = conv.out.physical_shape
+    return winograd_pays(
+        (window.kernel[-2], window.kernel[-1]), (window.strides[-2], window.strides[-1]),
+        (window.dilations[-2], window.dilations[-1]), conv.group, conv.inputs[0].physical_shape[-1],
+        phys_out[-1], phys_out[-3], phys_out[-2], l2_bytes,
+    )
+
+
+def winograd_work(conv: g.Conv, vector: int) -> tuple[float, float, int]:
+    """The flops (GEMM and transforms), the bytes moved beyond the input and output (the
+    transformed weights, values written and read again) and the GEMM's tiles of a Conv that
+    :func:`runs_as_winograd`, for the thread cost model."""
+    phys_out = conv.out.physical_shape
+    n, (out_h, out_w, k) = math.prod(phys_out[:-3]), phys_out[-3:]
+    c = conv.inputs[0].physical_shape[-1]
+    th, tw = winograd_geometry(out_h, out_w)
+    tiles = n * th * tw
+    flops = 2.0 * POINTS * tiles * c * k + 32.0 * tiles * (c + k)
+    moved = 4.0 * (POINTS * c * k + 2 * POINTS * tiles * (c + k))
+    nv, p = choose_tile(k, tiles, vector, c)
+    return flops, moved, POINTS * -(-k // (nv * vector)) * -(-tiles // p)
+
+
+def winograd_weights(weight: np.ndarray) -> np.ndarray:
+    """The ``[16 * K, C]`` weights of the grouped GEMM from a Conv's OHWI ``[K, 3, 3, C]``:
+    row ``p * K + k`` is ``G g G^T`` at point ``p`` (row-major over the 4 x 4 tile) for output
+    channel ``k``, computed in float64.
+
+    >>> w = np.zeros((1, 3, 3, 1), np.float32); w[0, 1, 1, 0] = 1.0  # the identity filter
+    >>> winograd_weights(w).reshape(4, 4).tolist()[1]
+    [0.0, 0.25, -0.25, 0.0]
+    """
+    k, c = weight.shape[0], weight.shape[-1]
+    points = np.einsum("ia,kabc,jb->ijkc", G, weight.astype(np.float64), G)
+    return np.ascontiguousarray(points.reshape(POINTS * k, c).astype(np.float32))
+
+
+def winograd_geometry(out_h: int, out_w: int) -> tuple[int, int]:
+    """Tile rows and columns covering an ``out_h x out_w`` output."""
+    return -(-out_h // 2), -(-out_w // 2)
+
+
+def channel_run(channels: int, vector: int) -> int:
+    """Channels per transform task: four vectors (a 14 x 14 map has only 7 tile rows to share)."""
+    return min(channels, 4 * vector)
+
+
+def emit_winograd(
+    ctx: Context, src: str, shape: tuple[int, int, int, int], source_pads: tuple[int, int], weight: np.ndarray,
+    out_hw: tuple[int, int], y: str, ldy: int, yrow: int, yimg: int, ep: str,
+) -> None:
+    """The C of a Winograd Conv: ``src`` channels-last ``shape`` (N, H, W, C), its data at
+    ``source_pads`` (top, left) inside the padded frame (0, 0 when the buffer is bordered
+    already), OHWI ``weight``, results to ``y`` (``ldy``, ``yrow``, ``yimg`` as the GEMM
+    engine's) through the kernel's epilogue ``ep``."""
+    n, h, w, c = shape
+    m = weight.shape[0]
+    oh, ow = out_hw
+    th, tw = winograd_geometry(oh, ow)
+    vector = ctx.target.vector_floats
+    ctx.define_once("cg_wino_in", lambda: c_file("ops/winograd.c"))
+    tiles = n * th * tw
+    v, products = ctx.temp(tiles * POINTS * c), ctx.temp(tiles * POINTS * m)
+    zeros = ctx.weight(np.zeros(c, np.float32))
+    ctx.body.append(f"  cg_wino_in({src}, {v}, {n}, {h}, {w}, {c}, {th}, {tw}, {source_pads[0]}, {source_pads[1]}, "
+                    f"{channel_run(c, vector)}, {zeros});")
+    nv, p = choose_tile(m, tiles, vector, c)
+    packed, nmb = pack_weights(winograd_weights(weight), POINTS, nv, vector)
+    driver = gemm_function(ctx, nv, p, None, depth=c)
+    split = host_blocking(vector).split(nmb, POINTS, -(-tiles // p), c, nv * vector, p, ctx.op_threads,
+                                        weights_outweigh_input=weights_outweigh(packed.size, tiles * POINTS * c))
+    job, tap = ctx.name("job"), ctx.name("tap")
+    ctx.body.append(f"  static const long {tap}[] = {c_longs([0])};")
+    ctx.body.append(
+        f"  {{ const cg_gemm_t {job} = {{{v}, {POINTS * c}, 1, {c}, {n}, {th}, {tw}, {th}, {tw}, 1, 1, 1, {tap}, "
+        f"{POINTS}, {m}, {nmb}, {ctx.weight(packed)}, {products}, {POINTS * m}, 0, cg_wino_store, NULL, "
+        f"{split.runs}, {split.blocks_per_task}, {int(split.rows_outer)}, 0, 0}};\n"
+        f"    {driver}(&{job}); }}"
+    )
+    ctx.body.append(f"  cg_wino_out({products}, {y}, {n}, {oh}, {ow}, {m}, {th}, {tw}, {ldy}, {yrow}, {yimg}, "
+                    f"{channel_run(m, vector)}, {ep}, {ep}_ops);")

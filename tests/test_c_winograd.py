@@ -1,0 +1,135 @@
+"""Winograd F(2x2, 3x3) Convs (ops/winograd.py): which Convs take it, and that they give
+onnxruntime's results wherever the Conv's output goes - its fused bias, residual and Relu,
+a Concat's slot, the next Conv's zero border, an input read from inside one - and on odd
+sizes, pads and channel counts that are not a multiple of the vector width."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+import pytest
+from c_backend_util import needs_compiler
+from onnx import TensorProto, helper, numpy_helper
+
+import codegraft as cg
+from codegraft.backends.c._codegen import generate
+from codegraft.backends.c._toolchain import host_target
+from codegraft.backends.c.ops.winograd import A_T, B_T, winograd_pays, winograd_weights
+from codegraft.testing import run_onnxruntime
+
+pytestmark = needs_compiler
+
+
+def _weight(rng: np.random.Generator, m: int, c: int, k: int = 3) -> np.ndarray:
+    return (rng.standard_normal((m, c, k, k)) / np.sqrt(k * k * c)).astype(np.float32)
+
+
+def _graph(nodes: list[onnx.NodeProto], inputs: dict[str, list[int]], weights: dict[str, np.ndarray]) -> onnx.ModelProto:
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info(name, TensorProto.FLOAT, dims) for name, dims in inputs.items()],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(value, name) for name, value in weights.items()],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _check(model: onnx.ModelProto, threads: int = 1, convs: int = 1) -> None:
+    """``model`` on ``c`` against onnxruntime, ``convs`` of its Convs as Winograd ones."""
+    source = generate(ir.from_proto(model), host_target(), threads).source
+    assert source.count("  cg_wino_in(") == convs
+    rng = np.random.default_rng(7)
+    feeds = {i.name: rng.standard_normal([d.dim_value for d in i.type.tensor_type.shape.dim]).astype(np.float32)
+             for i in model.graph.input}
+    got = cg.compile(model, targets=["c"], threads=threads).run(feeds)["y"]
+    want = run_onnxruntime(model, feeds)["y"]
+    assert got.shape == want.shape
+    assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max()
+
+
+# (channels in, out, height, width, pad): odd sizes leave a last tile row / column of one;
+# 120 output channels end in a scalar loop on 8- and 16-float vectors
+SHAPES = [(128, 128, 28, 28, 1), (160, 120, 13, 11, 1), (144, 128, 9, 8, 0), (144, 120, 7, 15, 1), (96, 208, 14, 14, 1)]
+
+
+@pytest.mark.parametrize(("c", "m", "h", "w", "pad"), SHAPES)
+@pytest.mark.parametrize("threads", [1, 3])
+def test_a_winograd_conv_with_bias_residual_and_relu_gives_onnxruntimes_result(
+    c: int, m: int, h: int, w: int, pad: int, threads: int
+) -> None:
+    rng = np.random.default_rng(c + m + h)
+    oh, ow = h + 2 * pad - 2, w + 2 * pad - 2
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[pad] * 4),
+        helper.make_node("Add", ["c", "r"], ["s"]),
+        helper.make_node("Relu", ["s"], ["y"]),
+    ]
+    weights = {"w": _weight(rng, m, c), "b": rng.standard_normal(m).astype(np.float32)}
+    _check(_graph(nodes, {"x": [1, c, h, w], "r": [1, m, oh, ow]}, weights), threads)
+
+
+def test_a_winograd_conv_folds_its_batch_normalization() -> None:
+    rng = np.random.default_rng(3)
+    c, m = 128, 128
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], pads=[1] * 4),
+        helper.make_node("BatchNormalization", ["c", "s", "t", "mu", "var"], ["y"]),
+    ]
+    weights = {"w": _weight(rng, m, c), "s": rng.uniform(0.5, 2, m).astype(np.float32),
+               "t": rng.standard_normal(m).astype(np.float32), "mu": rng.standard_normal(m).astype(np.float32),
+               "var": rng.uniform(0.5, 2, m).astype(np.float32)}  # fmt: skip
+    _check(_graph(nodes, {"x": [2, c, 14, 14]}, weights))
+
+
+def test_winograd_convs_write_into_a_concat_and_into_the_next_convs_zero_border() -> None:
+    """Two Winograd Convs fill a Concat's channels; a 1x1 Conv writes inside the first one's
+    zero border, which it then reads as its input; the second's result feeds a padded
+    3x3 Conv of too few channels for Winograd, inside whose border it is written."""
+    rng = np.random.default_rng(5)
+    c = 128
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["a"]),  # 1x1, into the next Conv's border
+        helper.make_node("Conv", ["a", "w2"], ["b"], pads=[1] * 4),  # Winograd, its input bordered
+        helper.make_node("Relu", ["b"], ["rb"]),
+        helper.make_node("Conv", ["x", "w3"], ["d"], pads=[1] * 4),  # Winograd, into a border
+        helper.make_node("Conv", ["d", "w4"], ["e"], pads=[1] * 4),  # 128 -> 32: direct
+        helper.make_node("Conv", ["x", "w5"], ["f"], pads=[1] * 4),  # Winograd, into the Concat
+        helper.make_node("Concat", ["rb", "f", "e"], ["y"], axis=1),
+    ]
+    weights = {"w1": _weight(rng, c, c, 1), "w2": _weight(rng, c, c), "w3": _weight(rng, c, c),
+               "w4": _weight(rng, 32, c), "w5": _weight(rng, c, c)}  # fmt: skip
+    model = _graph(nodes, {"x": [1, c, 12, 10]}, weights)
+    source = generate(ir.from_proto(model), host_target(), 1).source
+    assert "cg_zero_border(" in source
+    assert "  cg_pad(" not in source  # no call: every padded input is read in place
+    _check(model, convs=3)
+
+
+def test_the_winograd_transforms_compute_the_convolution() -> None:
+    """``A^T [(G g G^T) * (B^T d B)] A`` of a 4x4 patch is its 3x3 filter's 2x2 correlation."""
+    rng = np.random.default_rng(0)
+    patch = rng.standard_normal((4, 4))
+    filt = rng.standard_normal((1, 3, 3, 1)).astype(np.float32)
+    points = winograd_weights(filt).reshape(4, 4).astype(np.float64)
+    got = A_T @ (points * (B_T @ patch @ B_T.T)) @ A_T.T
+    want = [[np.sum(patch[i : i + 3, j : j + 3] * filt[0, :, :, 0]) for j in range(2)] for i in range(2)]
+    assert np.allclose(got, want, rtol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("layer", "taken"),
+    [
+        ((256, 256, 56), True),  # vgg19
+        ((512, 512, 28), True),
+        ((512, 512, 14), True),
+        ((128, 128, 28), True),  # resnet50
+        ((256, 256, 14), True),
+        ((512, 512, 7), False),  # 16 tiles for 512 channels: the weights' traffic dominates
+        ((64, 64, 56), False),  # the transforms' traffic dominates
+        ((128, 128, 56), False),  # 12.8 MB of transformed values, far beyond the L2
+        ((128, 32, 28), False),  # densenet121's growth layers
+    ],
+)
+def test_which_convs_take_winograd(layer: tuple[int, int, int], taken: bool) -> None:
+    c, m, size = layer
+    assert winograd_pays((3, 3), (1, 1), (1, 1), 1, c, m, size, size, l2_bytes=2 << 20) is taken
