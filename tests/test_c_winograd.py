@@ -25,7 +25,9 @@ def _weight(rng: np.random.Generator, m: int, c: int, k: int = 3) -> np.ndarray:
     return (rng.standard_normal((m, c, k, k)) / np.sqrt(k * k * c)).astype(np.float32)
 
 
-def _graph(nodes: list[onnx.NodeProto], inputs: dict[str, list[int]], weights: dict[str, np.ndarray]) -> onnx.ModelProto:
+def _graph(
+    nodes: list[onnx.NodeProto], inputs: dict[str, list[int]], weights: dict[str, np.ndarray]
+) -> onnx.ModelProto:
     graph = helper.make_graph(
         nodes, "g", [helper.make_tensor_value_info(name, TensorProto.FLOAT, dims) for name, dims in inputs.items()],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],

@@ -46,19 +46,19 @@
   } while (0)
 
 typedef struct {
-  const float* x; float* v; long N, H, W, C, TH, TW, pt, pl, CH, nch; const float* zeros;
+  const float* x; float* v; long N, H, W, C, TH, TW, pt, pl, CT, ncol; const float* zeros;
 } cg_wino_in_t;
 static void cg_wino_in_task(const void* ctx, long task) {
   const cg_wino_in_t* k = ctx;
-  const long ch = task % k->nch, row = task / k->nch, n = row / k->TH, ty = row % k->TH;
-  const long C = k->C, c0 = ch * k->CH, c1 = cg_min(C, c0 + k->CH);
+  const long col = task % k->ncol, row = task / k->ncol, n = row / k->TH, ty = row % k->TH;
+  const long C = k->C, c0 = 0, c1 = C, tx0 = col * k->CT, tx1 = cg_min(k->TW, tx0 + k->CT);
   const float* rows[4];
   for (int a = 0; a < 4; a++) {
     const long y = 2 * ty - k->pt + a;
     rows[a] = y >= 0 && y < k->H ? k->x + (n * k->H + y) * k->W * C : NULL;
   }
-  float* v = k->v + row * k->TW * 16 * C;
-  for (long tx = 0; tx < k->TW; tx++, v += 16 * C) {
+  float* v = k->v + (row * k->TW + tx0) * 16 * C;
+  for (long tx = tx0; tx < tx1; tx++, v += 16 * C) {
     const float* p[16];
     for (int b = 0; b < 4; b++) {
       const long xx = 2 * tx - k->pl + b;
@@ -82,26 +82,26 @@ static void cg_wino_in_task(const void* ctx, long task) {
 }
 /* zeros: C floats of 0, read for the patch positions outside the input */
 static void cg_wino_in(const float* x, float* v, long N, long H, long W, long C, long TH, long TW, long pt, long pl,
-                       long CH, const float* zeros) {
-  const cg_wino_in_t k = {x, v, N, H, W, C, TH, TW, pt, pl, CH, (C + CH - 1) / CH, zeros};
-  cg_parallel(N * TH * k.nch, cg_wino_in_task, &k);
+                       long CT, const float* zeros) {
+  const cg_wino_in_t k = {x, v, N, H, W, C, TH, TW, pt, pl, CT, (TW + CT - 1) / CT, zeros};
+  cg_parallel(N * TH * k.ncol, cg_wino_in_task, &k);
 }
 
 typedef struct {
-  const float* m; float* y; long N, OH, OW, K, TH, TW, ldy, yrow, yimg, CH, nch; cg_ep ep; const float* const* ops;
+  const float* m; float* y; long N, OH, OW, K, TH, TW, ldy, yrow, yimg, CT, ncol; cg_ep ep; const float* const* ops;
 } cg_wino_out_t;
 static void cg_wino_out_task(const void* ctx, long task) {
   const cg_wino_out_t* k = ctx;
-  const long ch = task % k->nch, row = task / k->nch, n = row / k->TH, ty = row % k->TH;
-  const long K = k->K, c0 = ch * k->CH, c1 = cg_min(K, c0 + k->CH), OW = k->OW;
+  const long col = task % k->ncol, row = task / k->ncol, n = row / k->TH, ty = row % k->TH;
+  const long K = k->K, c0 = 0, c1 = K, OW = k->OW, tx0 = col * k->CT, tx1 = cg_min(k->TW, tx0 + k->CT);
   const long oy0 = 2 * ty, rows = cg_min(2, k->OH - oy0);
   float* yr[2];  /* output rows oy0 and oy0 + 1 (the first again for an odd height's last tile row) */
   for (int i = 0; i < 2; i++) {
     const long oy = oy0 + (i < rows ? i : 0);
     yr[i] = k->y + ((n * k->OH + oy) * OW + n * k->yimg + oy * k->yrow) * k->ldy;
   }
-  const float* m = k->m + row * k->TW * 16 * K;
-  for (long tx = 0; tx < k->TW; tx++, m += 16 * K) {
+  const float* m = k->m + (row * k->TW + tx0) * 16 * K;
+  for (long tx = tx0; tx < tx1; tx++, m += 16 * K) {
     const long ox = 2 * tx, cols = cg_min(2, OW - ox);
     long c = c0;
     for (; c + VW <= c1; c += VW) {
@@ -121,14 +121,15 @@ static void cg_wino_out_task(const void* ctx, long task) {
   }
   for (int i = 0; i < rows; i++) {  /* the fused steps, in place, on the rows just stored */
     const long oy = oy0 + i;
-    k->ep(k->ops, k->y + (n * k->yimg + oy * k->yrow) * k->ldy, k->ldy, yr[i] + c0, k->ldy, (n * k->OH + oy) * OW,
-          OW, c0, c1 - c0);
+    const long ox0 = 2 * tx0, ox1 = cg_min(OW, 2 * tx1);
+    k->ep(k->ops, k->y + (n * k->yimg + oy * k->yrow) * k->ldy, k->ldy, yr[i] + ox0 * k->ldy, k->ldy,
+          (n * k->OH + oy) * OW + ox0, ox1 - ox0, 0, K);
   }
 }
 static void cg_wino_out(const float* m, float* y, long N, long OH, long OW, long K, long TH, long TW, long ldy,
-                        long yrow, long yimg, long CH, cg_ep ep, const float* const* ops) {
-  const cg_wino_out_t k = {m, y, N, OH, OW, K, TH, TW, ldy, yrow, yimg, CH, (K + CH - 1) / CH, ep, ops};
-  cg_parallel(N * TH * k.nch, cg_wino_out_task, &k);
+                        long yrow, long yimg, long CT, cg_ep ep, const float* const* ops) {
+  const cg_wino_out_t k = {m, y, N, OH, OW, K, TH, TW, ldy, yrow, yimg, CT, (TW + CT - 1) / CT, ep, ops};
+  cg_parallel(N * TH * k.ncol, cg_wino_out_task, &k);
 }
 
 /* The GEMM's epilogue between the transforms: a plain store of the tile's results. */

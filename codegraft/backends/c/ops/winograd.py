@@ -45,6 +45,9 @@ POINTS = 16  # 4 x 4 values per tile: the GEMM's groups
 # the L2 (128 -> 128 at 28x28 0.90x as long as the direct Conv, at 56x56 1.10x, at 112x112 1.25x).
 HALF_HARMONIC = 64
 STRONG = 128
+# Tiles per transform task: a 14 x 14 map has only 7 tile rows to share out, and a task's
+# values are then written (read) as one run of 2 x 16 x C floats
+TILES_PER_TASK = 2
 NEAR_L2 = 2.5  # the transformed values' bytes over the L2's, at most
 
 
@@ -122,11 +125,6 @@ def winograd_geometry(out_h: int, out_w: int) -> tuple[int, int]:
     return -(-out_h // 2), -(-out_w // 2)
 
 
-def channel_run(channels: int, vector: int) -> int:
-    """Channels per transform task: four vectors (a 14 x 14 map has only 7 tile rows to share)."""
-    return min(channels, 4 * vector)
-
-
 def emit_winograd(
     ctx: Context, src: str, shape: tuple[int, int, int, int], source_pads: tuple[int, int], weight: np.ndarray,
     out_hw: tuple[int, int], y: str, ldy: int, yrow: int, yimg: int, ep: str,
@@ -145,7 +143,7 @@ def emit_winograd(
     v, products = ctx.temp(tiles * POINTS * c), ctx.temp(tiles * POINTS * m)
     zeros = ctx.weight(np.zeros(c, np.float32))
     ctx.body.append(f"  cg_wino_in({src}, {v}, {n}, {h}, {w}, {c}, {th}, {tw}, {source_pads[0]}, {source_pads[1]}, "
-                    f"{channel_run(c, vector)}, {zeros});")
+                    f"{TILES_PER_TASK}, {zeros});")
     nv, p = choose_tile(m, tiles, vector, c)
     packed, nmb = pack_weights(winograd_weights(weight), POINTS, nv, vector)
     driver = gemm_function(ctx, nv, p, None, depth=c)
@@ -160,4 +158,4 @@ def emit_winograd(
         f"    {driver}(&{job}); }}"
     )
     ctx.body.append(f"  cg_wino_out({products}, {y}, {n}, {oh}, {ow}, {m}, {th}, {tw}, {ldy}, {yrow}, {yimg}, "
-                    f"{channel_run(m, vector)}, {ep}, {ep}_ops);")
+                    f"{TILES_PER_TASK}, {ep}, {ep}_ops);")
