@@ -94,12 +94,12 @@ def test_winograd_convs_write_into_a_concat_and_into_the_next_convs_zero_border(
         helper.make_node("Conv", ["a", "w2"], ["b"], pads=[1] * 4),  # Winograd, its input bordered
         helper.make_node("Relu", ["b"], ["rb"]),
         helper.make_node("Conv", ["x", "w3"], ["d"], pads=[1] * 4),  # Winograd, into a border
-        helper.make_node("Conv", ["d", "w4"], ["e"], pads=[1] * 4),  # 128 -> 32: direct
+        helper.make_node("Conv", ["d", "w4"], ["e"], pads=[1] * 4),  # 128 -> 8: direct
         helper.make_node("Conv", ["x", "w5"], ["f"], pads=[1] * 4),  # Winograd, into the Concat
         helper.make_node("Concat", ["rb", "f", "e"], ["y"], axis=1),
     ]
     weights = {"w1": _weight(rng, c, c, 1), "w2": _weight(rng, c, c), "w3": _weight(rng, c, c),
-               "w4": _weight(rng, 32, c), "w5": _weight(rng, c, c)}  # fmt: skip
+               "w4": _weight(rng, 8, c), "w5": _weight(rng, c, c)}  # fmt: skip
     model = _graph(nodes, {"x": [1, c, 12, 10]}, weights)
     source = generate(ir.from_proto(model), host_target(), 1).source
     assert "cg_zero_border(" in source
@@ -127,9 +127,12 @@ def test_the_winograd_transforms_compute_the_convolution() -> None:
         ((128, 128, 28), True),  # resnet50
         ((256, 256, 14), True),
         ((512, 512, 7), False),  # 16 tiles for 512 channels: the weights' traffic dominates
-        ((64, 64, 56), False),  # the transforms' traffic dominates
-        ((128, 128, 56), False),  # 12.8 MB of transformed values, far beyond the L2
-        ((128, 32, 28), False),  # densenet121's growth layers
+        ((64, 64, 56), False),  # too little saving per transformed value
+        ((128, 128, 56), True),  # 12.8 MB of transformed values
+        ((128, 128, 112), False),  # 51 MB
+        ((128, 32, 14), False),  # densenet121's growth layers: too little saving
+        ((96, 128, 28), False),  # inception_v1's first 3x3
+        ((96, 208, 14), True),  # inception_v1's
     ],
 )
 def test_which_convs_take_winograd(layer: tuple[int, int, int], taken: bool) -> None:

@@ -283,7 +283,7 @@ def kernel_work(kernel: Kernel, vector: int) -> Work:
     moved = 4.0 * (out.size + sum(t.size for t in inputs))
     if isinstance(core, g.Conv) and runs_as_winograd(core, host_blocking(vector).l2):
         flops, extra, tiles = winograd_work(core, vector)
-        return Work(flops, moved + extra, tiles, gemm=True)
+        return Work(flops, moved + extra, tiles, gemm=True, loops=3)
     if isinstance(core, g.Conv):
         phys = out.physical_shape
         rows, m = math.prod(phys[:-1]), phys[-1]

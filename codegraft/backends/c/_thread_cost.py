@@ -82,6 +82,7 @@ class Work:
     bytes: float
     units: int
     gemm: bool  # runs on the register-blocked micro-kernel
+    loops: int = 1  # parallel loops, each woken and joined (a Winograd Conv's transforms and GEMM: 3)
 
 
 @dataclass(frozen=True)
@@ -102,7 +103,7 @@ def estimate_ns(work: Work, threads: int, machine: Machine) -> float:
         bandwidth = min(bandwidth, machine.memory_bytes_per_ns)
     units = max(1, work.units)
     imbalance = math.ceil(units / threads) * threads / units
-    sync = 0.0 if threads == 1 else SYNC_NS + WAKE_NS * (threads - 1)
+    sync = 0.0 if threads == 1 else (SYNC_NS + WAKE_NS * (threads - 1)) * work.loops
     return max(compute, work.bytes / bandwidth) * imbalance + sync
 
 

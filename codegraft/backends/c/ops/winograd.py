@@ -11,9 +11,11 @@ kernel is emitted as three parallel loops: transform in, grouped GEMM, transform
 the kernel's fused epilogue (bias, residual, Relu) applied in place.
 
 F(2x2, 3x3) and not a larger tile: its transforms' coefficients are 0, +-1 and +-1/2, so
-its results are as close to the direct convolution's as two summation orders are
-(``tests/test_c_winograd.py``); F(4x4, 3x3)'s coefficients up to 8 cost it about an order of
-magnitude there, against the 1e-4 the backend is held to over deep networks.
+its results are about as close to the exact convolution as the direct one's
+(``tests/test_c_winograd.py``).  Simulated in float32 on a 256 -> 256 layer at 28x28 against
+float64: the direct sum 2.1e-7 of the largest output at most, F(2x2, 3x3) 3.6e-7,
+F(4x4, 3x3) (coefficients up to 8, 4x fewer multiply-adds) 5.5e-6, 26 times the direct
+error on one layer, against the 1e-4 the backend is held to over whole deep networks.
 
 Where it pays (:func:`winograd_pays`) was measured on a Sapphire Rapids core (AVX-512) with
 the transforms included; ``bench/MANY_CORES.md`` has the figures.
@@ -31,6 +33,7 @@ from codegraft.backends.c import _graph as g
 from codegraft.backends.c._blocking import host_blocking, weights_outweigh
 from codegraft.backends.c._c_files import c_file
 from codegraft.backends.c._emit import Context
+from codegraft.backends.c.ops.elementwise import VectorEpilogue
 from codegraft.backends.c.ops.gemm import c_longs, choose_tile, gemm_function, pack_weights
 
 # F(2x2, 3x3): out = A^T [(G g G^T) * (B^T d B)] A, element-wise product in the middle
@@ -40,11 +43,15 @@ A_T = np.array([[1, 1, 1, 0], [0, 1, -1, -1]], np.float64)
 POINTS = 16  # 4 x 4 values per tile: the GEMM's groups
 
 # Where the multiply-adds saved outweigh the transforms' traffic (each tile's 16 values per
-# input and per output channel, written and read again): C * K / (C + K), the saving per unit
-# of traffic, at least HALF_HARMONIC; with less than STRONG, only while those values stay near
-# the L2 (128 -> 128 at 28x28 0.90x as long as the direct Conv, at 56x56 1.10x, at 112x112 1.25x).
-HALF_HARMONIC = 64
-STRONG = 128
+# input and per output channel, written and read again).  C * K / (C + K) is the saving per
+# unit of that traffic.  Inside whole models (1 thread, bench/MANY_CORES.md) layers below 60
+# gained nothing or lost: densenet121's 128 -> 32 1.01-1.18x as long as the direct Conv,
+# squeezenet's 32 -> 128 at 27x27 1.05x, inception_v1's 96 -> 128 1.11x - their input is in
+# the caches already, and the direct Conv reads it there - where alone some took 0.64-0.97x.
+# Above it, those values within (saving - 32) / 4 times the L2 (128 -> 128 at 56x56, 12.8 MB
+# of them, 0.89x; at 112x112, 51 MB, 1.01x).
+LEAST_SAVING = 60
+SAVING_PER_L2 = 4  # above 32, each 4 of saving pays for the transformed values of one more L2
 # Tiles per transform task: a 14 x 14 map has only 7 tile rows to share out, and a task's
 # values are then written (read) as one run of 2 x 16 x C floats
 TILES_PER_TASK = 2
@@ -54,18 +61,20 @@ NEAR_L2 = 2.5  # the transformed values' bytes over the L2's, at most
 def winograd_pays(kernel: tuple[int, int], strides: tuple[int, int], dilations: tuple[int, int], group: int,
                   channels_in: int, channels_out: int, out_h: int, out_w: int, l2_bytes: int = 2 << 20) -> bool:
     """Whether a Conv runs as Winograd F(2x2, 3x3): a 3x3 kernel, stride and dilation 1, no
-    groups; enough channels in and out for the products saved to pay for the transforms
-    (``HALF_HARMONIC``, ``STRONG``, ``NEAR_L2``); and enough tiles that the transformed weights,
-    16/9 of the Conv's, are not what the time goes on (at least one tile per 16 output
-    channels: resnet50's 512 -> 512 at 7 x 7, 16 tiles, ran 1.08x as long).
+    groups; enough channels in and out for the products saved to pay for the transformed
+    values' traffic (``LEAST_SAVING``, ``SAVING_PER_L2``); and enough tiles that the
+    transformed weights, 16/9 of the Conv's, are not what the time goes on (at least one
+    tile per 16 output channels: resnet50's 512 -> 512 at 7 x 7 has 16).
 
     >>> winograd_pays((3, 3), (1, 1), (1, 1), 1, 256, 256, 56, 56)
     True
     >>> winograd_pays((3, 3), (2, 2), (1, 1), 1, 256, 256, 28, 28)  # strided: each tile's patch is 5 x 5
     False
-    >>> winograd_pays((3, 3), (1, 1), (1, 1), 1, 64, 64, 56, 56)  # too few channels to pay for the transforms
+    >>> winograd_pays((3, 3), (1, 1), (1, 1), 1, 64, 64, 56, 56)  # too little saving for the traffic
     False
-    >>> winograd_pays((3, 3), (1, 1), (1, 1), 1, 512, 512, 7, 7)  # 16 tiles: the weights' traffic dominates
+    >>> winograd_pays((3, 3), (1, 1), (1, 1), 1, 128, 128, 56, 56)  # 12.8 MB transformed, 6.4x the L2
+    True
+    >>> winograd_pays((3, 3), (1, 1), (1, 1), 1, 512, 512, 7, 7)  # 16 tiles for 512 channels
     False
     """
     if kernel != (3, 3) or strides != (1, 1) or dilations != (1, 1) or group != 1 or min(out_h, out_w) < 2:
@@ -74,8 +83,8 @@ def winograd_pays(kernel: tuple[int, int], strides: tuple[int, int], dilations: 
     tiles = th * tw
     saving = channels_in * channels_out / (channels_in + channels_out)
     transformed = 4 * POINTS * tiles * (channels_in + channels_out)
-    near = transformed <= NEAR_L2 * l2_bytes
-    return saving >= HALF_HARMONIC and (saving >= STRONG or near) and POINTS * tiles >= channels_out
+    room = (saving - 32) / SAVING_PER_L2 * l2_bytes
+    return saving >= LEAST_SAVING and transformed <= room and POINTS * tiles >= channels_out
 
 
 def runs_as_winograd(conv: g.Conv, l2_bytes: int) -> bool:
@@ -146,15 +155,16 @@ def emit_winograd(
                     f"{TILES_PER_TASK}, {zeros});")
     nv, p = choose_tile(m, tiles, vector, c)
     packed, nmb = pack_weights(winograd_weights(weight), POINTS, nv, vector)
-    driver = gemm_function(ctx, nv, p, None, depth=c)
+    # a plain store, from the registers of full tiles: no epilogue step, no operand
+    driver = gemm_function(ctx, nv, p, VectorEpilogue((), (), ()), depth=c)
     split = host_blocking(vector).split(nmb, POINTS, -(-tiles // p), c, nv * vector, p, ctx.op_threads,
                                         weights_outweigh_input=weights_outweigh(packed.size, tiles * POINTS * c))
     job, tap = ctx.name("job"), ctx.name("tap")
-    ctx.body.append(f"  static const long {tap}[] = {c_longs([0])};")
+    ctx.body.append(f"  static const long {tap}[] = {c_longs([0])};")  # also the epilogue's (no) row strides
     ctx.body.append(
         f"  {{ const cg_gemm_t {job} = {{{v}, {POINTS * c}, 1, {c}, {n}, {th}, {tw}, {th}, {tw}, 1, 1, 1, {tap}, "
         f"{POINTS}, {m}, {nmb}, {ctx.weight(packed)}, {products}, {POINTS * m}, 0, cg_wino_store, NULL, "
-        f"{split.runs}, {split.blocks_per_task}, {int(split.rows_outer)}, 0, 0}};\n"
+        f"{split.runs}, {split.blocks_per_task}, {int(split.rows_outer)}, 0, 0, {tap}}};\n"
         f"    {driver}(&{job}); }}"
     )
     ctx.body.append(f"  cg_wino_out({products}, {y}, {n}, {oh}, {ow}, {m}, {th}, {tw}, {ldy}, {yrow}, {yimg}, "
