@@ -133,6 +133,8 @@ def test_the_winograd_transforms_compute_the_convolution() -> None:
         ((128, 32, 14), False),  # densenet121's growth layers: too little saving
         ((96, 128, 28), False),  # inception_v1's first 3x3
         ((96, 208, 14), True),  # inception_v1's
+        ((48, 192, 13), True),  # squeezenet's: small enough for half the L2
+        ((32, 128, 27), False),
     ],
 )
 def test_which_convs_take_winograd(layer: tuple[int, int, int], taken: bool) -> None:

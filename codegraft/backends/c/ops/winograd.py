@@ -50,7 +50,11 @@ POINTS = 16  # 4 x 4 values per tile: the GEMM's groups
 # the caches already, and the direct Conv reads it there - where alone some took 0.64-0.97x.
 # Above it, those values within (saving - 32) / 4 times the L2 (128 -> 128 at 56x56, 12.8 MB
 # of them, 0.89x; at 112x112, 51 MB, 1.01x).
+# Below it, layers whose transformed values fit in half the L2 and whose saving is at least
+# SMALL_SAVING still paid (squeezenet's 48 -> 192 and 64 -> 256 at 13x13, 0.75 and 1 MB of
+# them: 0.83x and 0.94x); densenet121's 128 -> 32 at 7x7 (0.3 MB, saving 26) did not.
 LEAST_SAVING = 60
+SMALL_SAVING = 32
 SAVING_PER_L2 = 4  # above 32, each 4 of saving pays for the transformed values of one more L2
 # Tiles per transform task: a 14 x 14 map has only 7 tile rows to share out, and a task's
 # values are then written (read) as one run of 2 x 16 x C floats
@@ -62,7 +66,7 @@ def winograd_pays(kernel: tuple[int, int], strides: tuple[int, int], dilations: 
                   channels_in: int, channels_out: int, out_h: int, out_w: int, l2_bytes: int = 2 << 20) -> bool:
     """Whether a Conv runs as Winograd F(2x2, 3x3): a 3x3 kernel, stride and dilation 1, no
     groups; enough channels in and out for the products saved to pay for the transformed
-    values' traffic (``LEAST_SAVING``, ``SAVING_PER_L2``); and enough tiles that the
+    values' traffic (``LEAST_SAVING``, ``SAVING_PER_L2``, ``SMALL_SAVING``); and enough tiles that the
     transformed weights, 16/9 of the Conv's, are not what the time goes on (at least one
     tile per 16 output channels: resnet50's 512 -> 512 at 7 x 7 has 16).
 
@@ -84,7 +88,8 @@ def winograd_pays(kernel: tuple[int, int], strides: tuple[int, int], dilations: 
     saving = channels_in * channels_out / (channels_in + channels_out)
     transformed = 4 * POINTS * tiles * (channels_in + channels_out)
     room = (saving - 32) / SAVING_PER_L2 * l2_bytes
-    return saving >= LEAST_SAVING and transformed <= room and POINTS * tiles >= channels_out
+    pays = saving >= LEAST_SAVING and transformed <= room or saving >= SMALL_SAVING and 2 * transformed <= l2_bytes
+    return pays and POINTS * tiles >= channels_out
 
 
 def runs_as_winograd(conv: g.Conv, l2_bytes: int) -> bool:
