@@ -115,10 +115,10 @@ def ort_session(model: onnx.ModelProto, threads: int) -> ort.InferenceSession:
 
 
 def on_c(
-    model: onnx.ModelProto, threads: int, seed: int = 0, measure_threads: bool = False
+    model: onnx.ModelProto, threads: int, seed: int = 0, measure_threads: bool = False, winograd: bool = True
 ) -> tuple[CRunnable, list[np.ndarray], dict[str, np.ndarray]]:
-    """``model`` compiled whole on ``c`` (``CBackend(measure_threads=...)``), with random inputs
-    (standard normal, ``seed``) both in the partition's order and as onnxruntime feeds."""
+    """``model`` compiled whole on ``c`` (``CBackend(measure_threads=..., winograd=...)``), with random
+    inputs (standard normal, ``seed``) both in the partition's order and as onnxruntime feeds."""
     rng = np.random.default_rng(seed)
     inits = {t.name for t in model.graph.initializer}
     feeds = {
@@ -126,7 +126,7 @@ def on_c(
         for i in model.graph.input
         if i.name not in inits
     }
-    backend = CBackend(num_threads=threads, measure_threads=measure_threads)
+    backend = CBackend(num_threads=threads, measure_threads=measure_threads, winograd=winograd)
     partition = Partition("bench", ir.from_proto(model))
     runnable = backend.load(backend.compile(partition))
     return runnable, [feeds[n] for n in partition.input_names], feeds

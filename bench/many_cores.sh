@@ -16,7 +16,9 @@
 # against onnxruntime, at the largest count: which layers a gap comes from) and kernels.md
 # (bench.c_kernels: every kernel of squeezenet, shufflenet and inception_v1 at each count, the
 # ones slower with more threads flagged, then the cost model's estimates against the clock per
-# kind of kernel: the check of SYNC_NS, WAKE_NS and the Machine rates in _thread_cost.py).
+# kind of kernel: the check of SYNC_NS, WAKE_NS and the Machine rates in _thread_cost.py) and
+# winograd.md (bench.winograd_layers: each Winograd layer against the same layer run directly,
+# in the model, beyond one thread).
 # About 9-10 minutes on 16 cores, most of it compiling (the measured steps about 3 of them;
 # MEASURED=0 leaves them out where a run must stay under 7).
 set -euo pipefail
@@ -53,6 +55,10 @@ fi
 for model in resnet50 squeezenet shufflenet; do
     "$py" -m bench.c_layers --in-model --model "$model" --threads "$most" --repeat 21 2>&1 | tee -a "$out/layers_T$most.md"
 done
+# Winograd layers against the same layers run directly, in the models, beyond one thread:
+# whether winograd_pays (set at 1 thread on 2 cores) holds at the counts measured
+"$py" -m bench.winograd_layers --threads "${threads#1,}" --repeat 9 \
+    --models resnet50,vgg19,inception_v1,squeezenet 2>&1 | tee "$out/winograd.md"
 # every kernel of the small models at each count: which ones do not scale
 for model in squeezenet shufflenet inception_v1; do
     "$py" -m bench.c_kernels --model "$model" --threads "$threads" --repeat 21 --top 25 2>&1 | tee -a "$out/kernels.md"

@@ -5,6 +5,8 @@ sizes, pads and channel counts that are not a multiple of the vector width."""
 
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 import onnx
 import onnx_ir as ir
@@ -13,10 +15,13 @@ from c_backend_util import needs_compiler
 from onnx import TensorProto, helper, numpy_helper
 
 import codegraft as cg
+from bench.winograd_layers import winograd_layers
+from codegraft.backend import Partition
+from codegraft.backends.c import CBackend
 from codegraft.backends.c._codegen import generate
 from codegraft.backends.c._toolchain import host_target
 from codegraft.backends.c.ops.winograd import A_T, B_T, winograd_pays, winograd_weights
-from codegraft.testing import run_onnxruntime
+from codegraft.testing import light_model, run_onnxruntime
 
 pytestmark = needs_compiler
 
@@ -140,3 +145,18 @@ def test_the_winograd_transforms_compute_the_convolution() -> None:
 def test_which_convs_take_winograd(layer: tuple[int, int, int], taken: bool) -> None:
     c, m, size = layer
     assert winograd_pays((3, 3), (1, 1), (1, 1), 1, c, m, size, size, l2_bytes=2 << 20) is taken
+
+
+def test_winograd_can_be_turned_off() -> None:
+    """``CBackend(winograd=False)`` (``c:no-winograd``) runs every Conv directly, and the
+    compiled-partition cache tells the two builds apart."""
+    model = light_model("resnet50")
+    partition = Partition("p", ir.from_proto(model))
+    assert CBackend(winograd=False).generate(partition).source.count("  cg_wino_in(") == 0
+    assert CBackend.from_spec("no-winograd").winograd is False
+    assert CBackend(winograd=False).cache_fingerprint() != CBackend().cache_fingerprint()
+
+
+def test_the_winograd_bench_finds_resnet50s_winograd_layers() -> None:
+    layers = winograd_layers(light_model("resnet50"), l2_bytes=2 << 20)
+    assert sorted(Counter(layers.values()).items()) == [("128->128 @28x28", 3), ("256->256 @14x14", 5)]

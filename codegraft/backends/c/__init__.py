@@ -17,6 +17,7 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import pathlib
@@ -46,7 +47,7 @@ from codegraft.errors import BackendError, CodegraftError
 log = logging.getLogger("codegraft")
 
 
-_SPEC_OPTIONS = frozenset({"measure-threads", "all-qdq-units"})  # c:<option>+<option>
+_SPEC_OPTIONS = frozenset({"measure-threads", "all-qdq-units", "no-winograd"})  # c:<option>+<option>
 
 
 class CBackend:
@@ -70,6 +71,10 @@ class CBackend:
     computes it (the turn detector whole on ``c``: 0.5-0.75x of onnxruntime's time), and is taken;
     Convs of int8 activations, which onnxruntime leaves partly in float (efficientword-net: 20
     of 53), ``c`` takes, 2-3x faster.
+    ``winograd``: 3x3 stride-1 Convs run as Winograd F(2x2, 3x3) where it pays (2.25x fewer
+    multiply-adds, results as close to onnxruntime's as the direct Conv's; ``ops/winograd.py``);
+    ``False`` (``c:no-winograd``) keeps every Conv direct, for results summed in the direct
+    order or an A/B of the two (``bench/winograd_layers.py``).
     """
 
     name = "c"
@@ -96,12 +101,14 @@ class CBackend:
         target: Target | None = None,
         measure_threads: bool = False,
         all_qdq_units: bool = False,
+        winograd: bool = True,
     ) -> None:
         self.toolchain = Toolchain(compiler, pathlib.Path(cache_dir) if cache_dir is not None else None)
         self.num_threads = num_threads
         self.target = target
         self.measure_threads = measure_threads
         self.all_qdq_units = all_qdq_units
+        self.winograd = winograd
         # the name an artifact records: loading it makes a backend like this one (codegraft.backends)
         self.name = "c:measure-threads" if measure_threads else "c"
 
@@ -109,12 +116,15 @@ class CBackend:
     def from_spec(spec: str) -> CBackend:
         """The backend named ``c:<spec>``: options joined by ``+``, ``measure-threads`` (threads
         per kernel timed here) and ``all-qdq-units`` (every static-int8 unit it computes, see
-        ``all_qdq_units``); from the shell ``-t c:all-qdq-units+measure-threads``.
+        ``all_qdq_units``) and ``no-winograd`` (every Conv direct, see ``winograd``); from the shell
+        ``-t c:all-qdq-units+measure-threads``.
 
         >>> CBackend.from_spec("measure-threads").measure_threads
         True
         >>> CBackend.from_spec("all-qdq-units").all_qdq_units
         True
+        >>> CBackend.from_spec("no-winograd").winograd
+        False
         """
         options = {part.strip() for part in spec.split("+")}
         unknown = sorted(options - _SPEC_OPTIONS)
@@ -123,7 +133,8 @@ class CBackend:
                 f"c: unknown option {unknown[0]!r}; the options are {', '.join(sorted(_SPEC_OPTIONS))}, joined by "
                 "'+' (c:measure-threads, c:all-qdq-units+measure-threads)"
             )
-        return CBackend(measure_threads="measure-threads" in options, all_qdq_units="all-qdq-units" in options)
+        return CBackend(measure_threads="measure-threads" in options, all_qdq_units="all-qdq-units" in options,
+                        winograd="no-winograd" not in options)
 
     def unavailable_reason(self) -> str | None:
         """Why this backend cannot compile here (no C compiler), or ``None`` when it can.
@@ -194,6 +205,7 @@ class CBackend:
             "target": [sorted(target.features), list(target.flags), target.vector_floats],
             "threads": self.num_threads or usable_cpus(),
             "measure_threads": self.measure_threads,
+            "winograd": self.winograd,
             "machine": repr(host_machine(target)),
             "arch": platform.machine(),
             "toolchain": self.toolchain.fingerprint(),
@@ -201,7 +213,7 @@ class CBackend:
 
     def generate(self, partition: Partition) -> Program:
         """The C source (and weights) for a partition, without compiling it."""
-        return generate(partition.model, self.target or host_target(), self.num_threads)
+        return generate(partition.model, self.target or host_target(), self.num_threads, winograd=self.winograd)
 
     def compile(self, partition: Partition) -> bytes:
         """Generate C, build it (or take it from the cache) and pack the blob."""
@@ -214,12 +226,12 @@ class CBackend:
                     "target's CPU features: measure on a machine of the target's kind, or leave it off"
                 )
             most = self.num_threads or usable_cpus()
-            found = measure(partition.model, target, most, self.toolchain)
+            found = measure(partition.model, target, most, self.toolchain, winograd=self.winograd)
             log.info("c: %s: threads measured at %s for %d kernels; %s", partition.name,
                      "/".join(map(str, found.counts)), len(found.picked), found.summary())
-            program = found.kept.program(partition.model, target, most)
+            program = dataclasses.replace(found.kept, winograd=self.winograd).program(partition.model, target, most)
         else:
-            program = generate(partition.model, target, self.num_threads)
+            program = generate(partition.model, target, self.num_threads, winograd=self.winograd)
         library = self.toolchain.build(program.source, target)
         return Blob.built(program, library, target, program.scratch_floats).encode()
 

@@ -117,7 +117,7 @@ class KernelThreads:
 
 def generate(
     model: ir.Model, target: Target, threads: int | None = None, machine: Machine | None = None,
-    plan: Callable[[int], int] | None = None, side_by_side: bool = True,
+    plan: Callable[[int], int] | None = None, side_by_side: bool = True, winograd: bool = True,
 ) -> Program:
     """C source for one partition with concrete input shapes.
 
@@ -126,7 +126,8 @@ def generate(
     caches and ``target``'s vector width), or with ``plan`` what ``plan(index)`` says for the
     kernel at that index (at most its branch's threads and its parallel units; see
     ``_thread_measure.py``); the kernels and their indices are the same whatever the plan.
-    Without ``side_by_side``, no independent kernels run side by side (``_branches.py``).
+    Without ``side_by_side``, no independent kernels run side by side (``_branches.py``); without
+    ``winograd``, every Conv runs directly (``ops/winograd.py``).
     Empty tensors are constants to ``translate``, which leaves no kernel one (the kernels divide
     work by sizes) or refuses the partition, which then runs on the host at that shape.
     """
@@ -134,10 +135,10 @@ def generate(
     kernels = fuse(graph)
     for kernel in kernels:
         fold_affine(kernel)
-    ctx = Context(target, graph.inputs, graph.outputs)
+    ctx = Context(target, graph.inputs, graph.outputs, winograd=winograd)
     most = threads or usable_cpus()
     machine = machine or host_machine(target)
-    works = [kernel_work(k, target.vector_floats) for k in kernels]
+    works = [kernel_work(k, target.vector_floats, winograd) for k in kernels]
     stages = plan_stages(dependences(kernels), works, most, machine, side_by_side)
     ctx.reads = _reads(kernels, stages)
     decisions: dict[int, KernelThreads] = {}
@@ -268,7 +269,7 @@ LRN_POW_FLOPS = 40
 LRN_SQRT_FLOPS = 8
 
 
-def kernel_work(kernel: Kernel, vector: int) -> Work:
+def kernel_work(kernel: Kernel, vector: int, winograd: bool = True) -> Work:
     """Flops, bytes and parallel units of one kernel, for the thread cost model.
 
     Kernels that only move data (transposes, concats) count their element moves as flops,
@@ -281,7 +282,7 @@ def kernel_work(kernel: Kernel, vector: int) -> Work:
     core, out = kernel.core, kernel.out
     inputs = [*(core.inputs if core is not None else []), *kernel.operands]
     moved = 4.0 * (out.size + sum(t.size for t in inputs))
-    if isinstance(core, g.Conv) and runs_as_winograd(core, host_blocking(vector).l2):
+    if winograd and isinstance(core, g.Conv) and runs_as_winograd(core, host_blocking(vector).l2):
         flops, extra, tiles = winograd_work(core, vector)
         return Work(flops, moved + extra, tiles, gemm=True, loops=3)
     if isinstance(core, g.Conv):

@@ -44,6 +44,7 @@ class Context:
     body: list[str] = field(default_factory=list)
     position: int = 0
     op_threads: int = 1  # threads the cost model gave the kernel being emitted (see _thread_cost.py)
+    winograd: bool = True  # 3x3 Convs may run as Winograd F(2x2, 3x3) where it pays (ops/winograd.py)
     _weights: list[np.ndarray] = field(default_factory=list)
     _weight_size: int = 0
     _weight_syms: dict[int, str] = field(default_factory=dict)

@@ -32,6 +32,7 @@ is not left slower on all its threads than on fewer.
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -122,6 +123,7 @@ class Plan:
     threads: tuple[int, ...] = ()
     side_by_side: bool = True
     budget: int = 0
+    winograd: bool = True  # generate's: 3x3 Convs as Winograd where it pays
 
     def label(self) -> str:
         """What the plan is, in a few words."""
@@ -131,7 +133,8 @@ class Plan:
     def program(self, model: ir.Model, target: Target, most: int, machine: Machine | None = None) -> Program:
         """The plan's C for ``model``, run with up to ``most`` threads (:func:`generate`)."""
         counts = self.threads.__getitem__ if self.threads else None
-        return generate(model, target, self.budget or most, machine, plan=counts, side_by_side=self.side_by_side)
+        return generate(model, target, self.budget or most, machine, plan=counts, side_by_side=self.side_by_side,
+                        winograd=self.winograd)
 
 
 @dataclass(frozen=True)
@@ -211,7 +214,7 @@ class WallClock:
 
 def measure(
     model: ir.Model, target: Target, most: int, toolchain: Toolchain, rounds: int = 7, *,
-    machine: Machine | None = None, clock: Clock | None = None,
+    machine: Machine | None = None, clock: Clock | None = None, winograd: bool = True,
 ) -> Measurement:
     """Build ``model`` with every kernel at each of :func:`candidate_counts` (``most``), time
     every kernel of every build on random inputs in ``rounds`` alternating rounds, pick
@@ -219,7 +222,7 @@ def measure(
     trying against the cost model's (on ``machine``: default this CPU; see the module note)."""
     clock = clock or WallClock()
     counts = candidate_counts(most)
-    uniform = [generate(model, target, most, machine, plan=_everywhere(count), side_by_side=False)
+    uniform = [generate(model, target, most, machine, plan=_everywhere(count), side_by_side=False, winograd=winograd)
                for count in counts]
     rng = np.random.default_rng(0)
     inputs = [rng.standard_normal(shape).astype(np.float32) for shape in uniform[0].input_shapes]
@@ -235,7 +238,7 @@ def measure(
     )
     _release(runnables)
     del uniform, runnables  # each holds a copy of the weights: one set of builds at a time
-    estimate = generate(model, target, most, machine)
+    estimate = generate(model, target, most, machine, winograd=winograd)
     estimated = tuple(decision.choice.threads for decision in estimate.threads)
     picked = settle(ms, counts, estimated)
     branches = any(stage.concurrent for stage in estimate.stages)
@@ -247,6 +250,7 @@ def measure(
     # the cost model for fewer threads (the two largest counts tried below the most): what
     # runs slower on more threads than on fewer is not kept
     plans += [Plan(budget=count) for count in counts[1:-1][-2:]]
+    plans = [dataclasses.replace(plan, winograd=winograd) for plan in plans]
     if len(plans) == 1:
         return Measurement(counts, ms, picked, estimated)
     programs = [estimate] + [plan.program(model, target, most, machine) for plan in plans[1:]]
