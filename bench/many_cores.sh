@@ -19,8 +19,9 @@
 # kind of kernel: the check of SYNC_NS, WAKE_NS and the Machine rates in _thread_cost.py) and
 # winograd.md (bench.winograd_layers: each Winograd layer against the same layer run directly,
 # in the model, beyond one thread).
-# About 9-10 minutes on 16 cores, most of it compiling (the measured steps about 3 of them;
-# MEASURED=0 leaves them out where a run must stay under 7).
+# About 10-11 minutes on 16 cores, most of it compiling (the measured steps about 3 of them;
+# MEASURED=0 leaves them out, about 8, where a run must stay under the device's 10 minutes;
+# winograd.md about 1).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 threads="${1:-1,4,16}"
