@@ -44,7 +44,7 @@ def _graph(
 def _check(model: onnx.ModelProto, threads: int = 1, convs: int = 1) -> None:
     """``model`` on ``c`` against onnxruntime, ``convs`` of its Convs as Winograd ones."""
     source = generate(ir.from_proto(model), host_target(), threads).source
-    assert source.count("  cg_wino_in(") == convs
+    assert source.count("  if (!cg_wino_in(") == convs
     rng = np.random.default_rng(7)
     feeds = {i.name: rng.standard_normal([d.dim_value for d in i.type.tensor_type.shape.dim]).astype(np.float32)
              for i in model.graph.input}
@@ -108,7 +108,10 @@ def test_winograd_convs_write_into_a_concat_and_into_the_next_convs_zero_border(
     model = _graph(nodes, {"x": [1, c, 12, 10]}, weights)
     source = generate(ir.from_proto(model), host_target(), 1).source
     assert "cg_zero_border(" in source
-    assert "  cg_pad(" not in source  # no call: every padded input is read in place
+    fallback = False  # inside a Winograd kernel's direct Conv, for an input holding an Inf or a NaN
+    for line in source.splitlines():
+        fallback = "} else {  /* an Inf" in line or (fallback and line != "  }")
+        assert fallback or not line.startswith("  cg_pad(")  # Winograd reads a padded input in place
     _check(model, convs=3)
 
 
@@ -152,7 +155,7 @@ def test_winograd_can_be_turned_off() -> None:
     compiled-partition cache tells the two builds apart."""
     model = light_model("resnet50")
     partition = Partition("p", ir.from_proto(model))
-    assert CBackend(winograd=False).generate(partition).source.count("  cg_wino_in(") == 0
+    assert "cg_wino_in(" not in CBackend(winograd=False).generate(partition).source
     assert CBackend.from_spec("no-winograd").winograd is False
     assert CBackend(winograd=False).cache_fingerprint() != CBackend().cache_fingerprint()
 
@@ -160,3 +163,34 @@ def test_winograd_can_be_turned_off() -> None:
 def test_the_winograd_bench_finds_resnet50s_winograd_layers() -> None:
     layers = winograd_layers(light_model("resnet50"), l2_bytes=2 << 20)
     assert sorted(Counter(layers.values()).items()) == [("128->128 @28x28", 3), ("256->256 @14x14", 5)]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_an_inf_or_nan_input_reaches_the_outputs_it_would_reach_directly(threads: int) -> None:
+    """A patch's transform mixes its 16 pixels (Inf - Inf, 0 * Inf), so an Inf or a NaN would
+    reach every output of its tiles: the kernel sees one and runs the direct Conv instead."""
+    rng = np.random.default_rng(9)
+    c, m = 128, 128
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["y"], pads=[1] * 4)]
+    weights = {"w": _weight(rng, m, c), "b": rng.standard_normal(m).astype(np.float32)}
+    model = _graph(nodes, {"x": [1, c, 12, 12]}, weights)
+    assert generate(ir.from_proto(model), host_target(), threads).source.count("  if (!cg_wino_in(") == 1
+    compiled = cg.compile(model, targets=["c"], threads=threads)
+    for bad in ([np.inf], [np.nan], [np.inf, -np.inf]):
+        x = rng.standard_normal((1, c, 12, 12)).astype(np.float32)
+        for value, (ci, yy, xx) in zip(bad, [(5, 4, 4), (70, 9, 2)], strict=False):
+            x[0, ci, yy, xx] = value
+        got, want = compiled.run({"x": x})["y"], run_onnxruntime(model, {"x": x})["y"]
+        assert np.array_equal(np.isnan(got), np.isnan(want))
+        assert np.array_equal(np.isposinf(got), np.isposinf(want))
+        assert np.array_equal(np.isneginf(got), np.isneginf(want))
+        finite = np.isfinite(want)
+        assert np.abs(got[finite] - want[finite]).max() <= 1e-5 * np.abs(want[finite]).max()
+
+
+def test_a_conv_of_non_finite_weights_runs_directly() -> None:
+    rng = np.random.default_rng(4)
+    weight = _weight(rng, 128, 128)
+    weight[3, 7, 1, 1] = np.inf
+    model = _graph([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1] * 4)], {"x": [1, 128, 8, 8]}, {"w": weight})
+    assert "  if (!cg_wino_in(" not in generate(ir.from_proto(model), host_target(), 1).source

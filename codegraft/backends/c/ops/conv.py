@@ -232,13 +232,14 @@ def emit_conv(ctx: Context, kernel: Kernel) -> None:
         dw = ctx.weight(np.ascontiguousarray(negligible_terms(weight).T))
         ctx.body.append(f"  {fn}({src}, {dw}, {y}, {ep}_ops);")
         return
+    transformed = None
     if winograd:  # its input transform reads zeros outside the input itself: no padded copy
         frame = (hp, wp) if kernel.padded_input else (h, w_)
         at = (0, 0) if kernel.padded_input else (pads_b[0], pads_b[1])
         weight_ohwi = conv.weight.reshape(m, 3, 3, c)
         out_hw = (out_spatial[0], out_spatial[1])
-        emit_winograd(ctx, src, (n, *frame, c), at, weight_ohwi, out_hw, y, ldy, yrow, yimg, ep)
-        return
+        transformed = emit_winograd(ctx, src, (n, *frame, c), at, weight_ohwi, out_hw, y, ldy, yrow, yimg, ep)
+        # what follows is the direct Conv, for an input holding an Inf or a NaN
     if (any(pads_b) or any(pads_e)) and not kernel.padded_input:
         padded = ctx.temp(n * hp * wp * c)
         ctx.body.append(f"  cg_pad({src}, {padded}, {n}, {h}, {w_}, {c}, {pads_b[0]}, {pads_b[1]}, {hp}, {wp});")
@@ -253,8 +254,13 @@ def emit_conv(ctx: Context, kernel: Kernel) -> None:
     ctx.body.append(f"  static const long {tap_sym}[] = {c_longs(taps)};")
     rows = n * out_spatial[0] * out_spatial[1]
     nv, p = choose_tile(mg, rows, ctx.target.vector_floats, len(taps) * run)
-    packed, nmb = pack_weights(weight, group, nv, ctx.target.vector_floats)
-    wsym = ctx.weight(packed)
+    vector = ctx.target.vector_floats
+    if transformed is None:
+        packed, nmb = pack_weights(weight, group, nv, vector)
+        wsym = ctx.weight(packed)
+    else:  # built from the transformed weights when it runs: one copy of the weights in the library
+        nmb = -(-m // (nv * vector))
+        wsym = transformed.unpack(ctx, nmb, nv * vector)
     fused = vector_epilogue(kernel)
     contiguous = group == 1 and len(taps) == 1 and run == c and strides == [1, 1] and (hp, wp) == tuple(out_spatial)
     driver = gemm_function(ctx, nv, p, fused, contiguous_input=n * h * w_ * c if contiguous else 0,
@@ -274,6 +280,8 @@ def emit_conv(ctx: Context, kernel: Kernel) -> None:
         f"{ep}, {ep}_ops, {split.runs}, {split.blocks_per_task}, {int(split.rows_outer)}, {yrow}, {yimg}{rs_arg}}};\n"
         f"    {driver}(&{job}); }}"
     )
+    if winograd:
+        ctx.body.append("  }")
 
 
 # -- ConvTranspose ---------------------------------------------------------------------------------

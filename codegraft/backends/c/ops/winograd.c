@@ -9,9 +9,14 @@
    border included: ldy, yrow, yimg as in cg_gemm_t) and runs the fused epilogue on them in
    place.  16 products per tile of 4 outputs instead of 36: 2.25x fewer multiply-adds.
 
-   Tasks are (image, tile row, run of CH channels): channel runs are independent, and a 14x14
-   map has only 7 tile rows.  Both loops read and write VW channels at a time; a channel count
-   that is not a multiple of VW ends in a scalar loop of the same arithmetic. */
+   Tasks are (image, tile row, run of CT tile columns), every channel: a 14x14 map has only 7
+   tile rows.  Both loops read and write VW channels at a time; a channel count that is not a
+   multiple of VW ends in a scalar loop of the same arithmetic.
+
+   An Inf or NaN in the input would reach every output of the tiles whose patches hold it
+   (Inf - Inf, 0 * Inf), where the direct Conv gives it only to the outputs whose windows do:
+   cg_wino_in sets *nonfinite when it reads one (x - x is 0 for every finite x, NaN else),
+   and the kernel then runs the direct Conv instead (ops/conv.py). */
 
 /* B^T d B of a 4x4 patch, 16 values of type T: rows first, then columns. */
 #define CG_WINO_IN(T, d, out)                                                                   \
@@ -46,7 +51,7 @@
   } while (0)
 
 typedef struct {
-  const float* x; float* v; long N, H, W, C, TH, TW, pt, pl, CT, ncol; const float* zeros;
+  const float* x; float* v; long N, H, W, C, TH, TW, pt, pl, CT, ncol; const float* zeros; int* nonfinite;
 } cg_wino_in_t;
 static void cg_wino_in_task(const void* ctx, long task) {
   const cg_wino_in_t* k = ctx;
@@ -58,6 +63,8 @@ static void cg_wino_in_task(const void* ctx, long task) {
     rows[a] = y >= 0 && y < k->H ? k->x + (n * k->H + y) * k->W * C : NULL;
   }
   float* v = k->v + (row * k->TW + tx0) * 16 * C;
+  vf seen = {0};  /* x - x summed over every value read: NaN once one is not finite */
+  float seen_tail = 0.0f;
   for (long tx = tx0; tx < tx1; tx++, v += 16 * C) {
     const float* p[16];
     for (int b = 0; b < 4; b++) {
@@ -68,23 +75,34 @@ static void cg_wino_in_task(const void* ctx, long task) {
     long c = c0;
     for (; c + VW <= c1; c += VW) {
       vf d[16], out[16];
-      for (int i = 0; i < 16; i++) d[i] = *(const vfu*)(p[i] + c);
+      for (int i = 0; i < 16; i++) {
+        d[i] = *(const vfu*)(p[i] + c);
+        seen += d[i] - d[i];
+      }
       CG_WINO_IN(vf, d, out);
       for (int i = 0; i < 16; i++) *(vfu*)(v + i * C + c) = out[i];
     }
     for (; c < c1; c++) {
       float d[16], out[16];
-      for (int i = 0; i < 16; i++) d[i] = p[i][c];
+      for (int i = 0; i < 16; i++) {
+        d[i] = p[i][c];
+        seen_tail += d[i] - d[i];
+      }
       CG_WINO_IN(float, d, out);
       for (int i = 0; i < 16; i++) v[i * C + c] = out[i];
     }
   }
+  for (int lane = 0; lane < VW; lane++) seen_tail += seen[lane];
+  if (seen_tail != 0.0f) __atomic_store_n(k->nonfinite, 1, __ATOMIC_RELAXED);
 }
 /* zeros: C floats of 0, read for the patch positions outside the input */
-static void cg_wino_in(const float* x, float* v, long N, long H, long W, long C, long TH, long TW, long pt, long pl,
-                       long CT, const float* zeros) {
-  const cg_wino_in_t k = {x, v, N, H, W, C, TH, TW, pt, pl, CT, (TW + CT - 1) / CT, zeros};
+/* 1 when x holds an Inf or a NaN (v is then not to be used), else 0. */
+static int cg_wino_in(const float* x, float* v, long N, long H, long W, long C, long TH, long TW, long pt, long pl,
+                      long CT, const float* zeros) {
+  int nonfinite = 0;
+  const cg_wino_in_t k = {x, v, N, H, W, C, TH, TW, pt, pl, CT, (TW + CT - 1) / CT, zeros, &nonfinite};
   cg_parallel(N * TH * k.ncol, cg_wino_in_task, &k);
+  return __atomic_load_n(&nonfinite, __ATOMIC_RELAXED);
 }
 
 typedef struct {
@@ -130,6 +148,40 @@ static void cg_wino_out(const float* m, float* y, long N, long OH, long OW, long
                         long yrow, long yimg, long CT, cg_ep ep, const float* const* ops) {
   const cg_wino_out_t k = {m, y, N, OH, OW, K, TH, TW, ldy, yrow, yimg, CT, (TW + CT - 1) / CT, ep, ops};
   cg_parallel(N * TH * k.ncol, cg_wino_out_task, &k);
+}
+
+/* The direct Conv's packed weights [nmb][9 C][NW] (zeros past K, OHWI order along 9 C) from
+   the transformed ones u, packed [16][nmbu][C][UW]: the fallback's, built only when it runs,
+   so the library carries one copy of the weights.  g = L u L^T with L = {{1, 0, 0, 0},
+   {0, 1, -1, 0}, {0, 0, 0, 1}} (L G = I): rows 0 and 3 of G g G^T are g's first and last rows,
+   rows 1 and 2 sum and subtract to its middle one.  Within an ulp or two of the weights
+   given (u was rounded to float once).  One task per block of NW output channels. */
+typedef struct { const float* u; long C, K, nmbu, uw, nw; float* packed; } cg_wino_unpack_t;
+static float cg_wino_u(const cg_wino_unpack_t* q, int point, long k, long c) {
+  return q->u[((point * q->nmbu + k / q->uw) * q->C + c) * q->uw + k % q->uw];
+}
+static void cg_wino_unpack_block(const void* ctx, long mb) {
+  const cg_wino_unpack_t* q = ctx;
+  static const int rows[3][2] = {{0, -1}, {1, 2}, {3, -1}};  /* L's +1 and -1 columns, per row */
+  for (int a = 0; a < 3; a++)
+    for (int b = 0; b < 3; b++)
+      for (long c = 0; c < q->C; c++) {
+        float* dst = q->packed + (mb * 9 * q->C + (a * 3 + b) * q->C + c) * q->nw;
+        for (long j = 0; j < q->nw; j++) {
+          const long k = mb * q->nw + j;
+          float g = 0.0f;
+          for (int i = 0; k < q->K && i < 2 && rows[a][i] >= 0; i++)
+            for (int l = 0; l < 2 && rows[b][l] >= 0; l++) {
+              const float u = cg_wino_u(q, rows[a][i] * 4 + rows[b][l], k, c);
+              g += (i == l) ? u : -u;
+            }
+          dst[j] = g;
+        }
+      }
+}
+static void cg_wino_unpack(const float* u, long C, long K, long nmbu, long uw, float* packed, long nmb, long nw) {
+  const cg_wino_unpack_t q = {u, C, K, nmbu, uw, nw, packed};
+  cg_parallel(nmb, cg_wino_unpack_block, &q);
 }
 
 /* The GEMM's epilogue between the transforms: a plain store of the tile's results. */

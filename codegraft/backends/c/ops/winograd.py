@@ -26,6 +26,7 @@ Example: vgg19's 256 -> 256 3x3 at 56x56 is 28 x 28 tiles, 16 GEMMs of 784 x 256
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -93,7 +94,8 @@ def winograd_pays(kernel: tuple[int, int], strides: tuple[int, int], dilations: 
 
 
 def runs_as_winograd(conv: g.Conv, l2_bytes: int) -> bool:
-    """Whether ``conv`` (2-D, or 3-D of kernel depth 1) is emitted as Winograd F(2x2, 3x3)."""
+    """Whether ``conv`` (2-D, or 3-D of kernel depth 1) is emitted as Winograd F(2x2, 3x3): where
+    it pays, and its weights are finite (an Inf one would reach outputs it does not touch)."""
     window = conv.window
     if window is None or len(window.kernel) < 2:
         return False
@@ -102,7 +104,7 @@ def runs_as_winograd(conv: g.Conv, l2_bytes: int) -> bool:
         (window.kernel[-2], window.kernel[-1]), (window.strides[-2], window.strides[-1]),
         (window.dilations[-2], window.dilations[-1]), conv.group, conv.inputs[0].physical_shape[-1],
         phys_out[-1], phys_out[-3], phys_out[-2], l2_bytes,
-    )
+    ) and bool(np.isfinite(conv.weight).all())
 
 
 def winograd_work(conv: g.Conv, vector: int) -> tuple[float, float, int]:
@@ -139,14 +141,35 @@ def winograd_geometry(out_h: int, out_w: int) -> tuple[int, int]:
     return -(-out_h // 2), -(-out_w // 2)
 
 
+@dataclass(frozen=True)
+class WinogradWeights:
+    """Where a Winograd kernel's transformed weights are and how they are packed."""
+
+    symbol: str
+    channels_in: int
+    channels_out: int
+    blocks: int
+    width: int
+
+    def unpack(self, ctx: Context, blocks: int, width: int) -> str:
+        """A scratch buffer, filled at run time with the direct Conv's weights packed in
+        ``blocks`` of ``width`` output channels (``cg_wino_unpack``): the kernel's fallback."""
+        packed = ctx.temp(blocks * 9 * self.channels_in * width)
+        ctx.body.append(f"  cg_wino_unpack({self.symbol}, {self.channels_in}, {self.channels_out}, {self.blocks}, "
+                        f"{self.width}, {packed}, {blocks}, {width});")
+        return packed
+
+
 def emit_winograd(
     ctx: Context, src: str, shape: tuple[int, int, int, int], source_pads: tuple[int, int], weight: np.ndarray,
     out_hw: tuple[int, int], y: str, ldy: int, yrow: int, yimg: int, ep: str,
-) -> None:
+) -> WinogradWeights:
     """The C of a Winograd Conv: ``src`` channels-last ``shape`` (N, H, W, C), its data at
     ``source_pads`` (top, left) inside the padded frame (0, 0 when the buffer is bordered
     already), OHWI ``weight``, results to ``y`` (``ldy``, ``yrow``, ``yimg`` as the GEMM
-    engine's) through the kernel's epilogue ``ep``."""
+    engine's) through the kernel's epilogue ``ep``.  It leaves an ``else {`` open, for the
+    caller's direct Conv, run instead when the input holds an Inf or a NaN (``winograd.c``),
+    whose weights :meth:`WinogradWeights.unpack` builds from the transformed ones."""
     n, h, w, c = shape
     m = weight.shape[0]
     oh, ow = out_hw
@@ -156,21 +179,24 @@ def emit_winograd(
     tiles = n * th * tw
     v, products = ctx.temp(tiles * POINTS * c), ctx.temp(tiles * POINTS * m)
     zeros = ctx.weight(np.zeros(c, np.float32))
-    ctx.body.append(f"  cg_wino_in({src}, {v}, {n}, {h}, {w}, {c}, {th}, {tw}, {source_pads[0]}, {source_pads[1]}, "
-                    f"{TILES_PER_TASK}, {zeros});")
+    ctx.body.append(f"  if (!cg_wino_in({src}, {v}, {n}, {h}, {w}, {c}, {th}, {tw}, {source_pads[0]}, "
+                    f"{source_pads[1]}, {TILES_PER_TASK}, {zeros})) {{")
     nv, p = choose_tile(m, tiles, vector, c)
     packed, nmb = pack_weights(winograd_weights(weight), POINTS, nv, vector)
     # a plain store, from the registers of full tiles: no epilogue step, no operand
     driver = gemm_function(ctx, nv, p, VectorEpilogue((), (), ()), depth=c)
     split = host_blocking(vector).split(nmb, POINTS, -(-tiles // p), c, nv * vector, p, ctx.op_threads,
                                         weights_outweigh_input=weights_outweigh(packed.size, tiles * POINTS * c))
+    symbol = ctx.weight(packed)
     job, tap = ctx.name("job"), ctx.name("tap")
     ctx.body.append(f"  static const long {tap}[] = {c_longs([0])};")  # also the epilogue's (no) row strides
     ctx.body.append(
         f"  {{ const cg_gemm_t {job} = {{{v}, {POINTS * c}, 1, {c}, {n}, {th}, {tw}, {th}, {tw}, 1, 1, 1, {tap}, "
-        f"{POINTS}, {m}, {nmb}, {ctx.weight(packed)}, {products}, {POINTS * m}, 0, cg_wino_store, NULL, "
+        f"{POINTS}, {m}, {nmb}, {symbol}, {products}, {POINTS * m}, 0, cg_wino_store, NULL, "
         f"{split.runs}, {split.blocks_per_task}, {int(split.rows_outer)}, 0, 0, {tap}}};\n"
         f"    {driver}(&{job}); }}"
     )
     ctx.body.append(f"  cg_wino_out({products}, {y}, {n}, {oh}, {ow}, {m}, {th}, {tw}, {ldy}, {yrow}, {yimg}, "
                     f"{TILES_PER_TASK}, {ep}, {ep}_ops);")
+    ctx.body.append("  } else {  /* an Inf or a NaN in the input: the direct Conv, as onnxruntime spreads them */")
+    return WinogradWeights(symbol, c, m, nmb, nv * vector)
