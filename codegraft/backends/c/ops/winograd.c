@@ -56,7 +56,7 @@ typedef struct {
 static void cg_wino_in_task(const void* ctx, long task) {
   const cg_wino_in_t* k = ctx;
   const long col = task % k->ncol, row = task / k->ncol, n = row / k->TH, ty = row % k->TH;
-  const long C = k->C, c0 = 0, c1 = C, tx0 = col * k->CT, tx1 = cg_min(k->TW, tx0 + k->CT);
+  const long C = k->C, tx0 = col * k->CT, tx1 = cg_min(k->TW, tx0 + k->CT);
   const float* rows[4];
   for (int a = 0; a < 4; a++) {
     const long y = 2 * ty - k->pt + a;
@@ -72,8 +72,8 @@ static void cg_wino_in_task(const void* ctx, long task) {
       const int inside = xx >= 0 && xx < k->W;
       for (int a = 0; a < 4; a++) p[4 * a + b] = rows[a] && inside ? rows[a] + xx * C : k->zeros;
     }
-    long c = c0;
-    for (; c + VW <= c1; c += VW) {
+    long c = 0;
+    for (; c + VW <= C; c += VW) {
       vf d[16], out[16];
       for (int i = 0; i < 16; i++) {
         d[i] = *(const vfu*)(p[i] + c);
@@ -82,7 +82,7 @@ static void cg_wino_in_task(const void* ctx, long task) {
       CG_WINO_IN(vf, d, out);
       for (int i = 0; i < 16; i++) *(vfu*)(v + i * C + c) = out[i];
     }
-    for (; c < c1; c++) {
+    for (; c < C; c++) {
       float d[16], out[16];
       for (int i = 0; i < 16; i++) {
         d[i] = p[i][c];
@@ -111,7 +111,7 @@ typedef struct {
 static void cg_wino_out_task(const void* ctx, long task) {
   const cg_wino_out_t* k = ctx;
   const long col = task % k->ncol, row = task / k->ncol, n = row / k->TH, ty = row % k->TH;
-  const long K = k->K, c0 = 0, c1 = K, OW = k->OW, tx0 = col * k->CT, tx1 = cg_min(k->TW, tx0 + k->CT);
+  const long K = k->K, OW = k->OW, tx0 = col * k->CT, tx1 = cg_min(k->TW, tx0 + k->CT);
   const long oy0 = 2 * ty, rows = cg_min(2, k->OH - oy0);
   float* yr[2];  /* output rows oy0 and oy0 + 1 (the first again for an odd height's last tile row) */
   for (int i = 0; i < 2; i++) {
@@ -121,15 +121,15 @@ static void cg_wino_out_task(const void* ctx, long task) {
   const float* m = k->m + (row * k->TW + tx0) * 16 * K;
   for (long tx = tx0; tx < tx1; tx++, m += 16 * K) {
     const long ox = 2 * tx, cols = cg_min(2, OW - ox);
-    long c = c0;
-    for (; c + VW <= c1; c += VW) {
+    long c = 0;
+    for (; c + VW <= K; c += VW) {
       vf t[16], out[4];
       for (int i = 0; i < 16; i++) t[i] = *(const vfu*)(m + i * K + c);
       CG_WINO_OUT(vf, t, out);
       for (int i = rows - 1; i >= 0; i--)
         for (int j = cols - 1; j >= 0; j--) *(vfu*)(yr[i] + (ox + j) * k->ldy + c) = out[2 * i + j];
     }
-    for (; c < c1; c++) {
+    for (; c < K; c++) {
       float t[16], out[4];
       for (int i = 0; i < 16; i++) t[i] = m[i * K + c];
       CG_WINO_OUT(float, t, out);

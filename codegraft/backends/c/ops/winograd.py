@@ -60,7 +60,6 @@ SAVING_PER_L2 = 4  # above 32, each 4 of saving pays for the transformed values 
 # Tiles per transform task: a 14 x 14 map has only 7 tile rows to share out, and a task's
 # values are then written (read) as one run of 2 x 16 x C floats
 TILES_PER_TASK = 2
-NEAR_L2 = 2.5  # the transformed values' bytes over the L2's, at most
 
 
 def winograd_pays(kernel: tuple[int, int], strides: tuple[int, int], dilations: tuple[int, int], group: int,
