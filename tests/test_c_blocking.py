@@ -103,7 +103,8 @@ def test_weight_heavy_gemms_split_channels_across_threads_not_rows() -> None:
     xeon = Blocking.for_cpu(XEON)
     # resnet50's 512 -> 2048 at 7x7: 32 blocks of 64 channels, 10 row tiles of 5
     for threads in (2, 4, 16):
-        bpt, per_task, _rows_outer, _runs = xeon.split(32, 1, 10, 512, 64, 5, threads, weights_outweigh_input=True)
+        split = xeon.split(32, 1, 10, 512, 64, 5, threads, weights_outweigh_input=True)
+        bpt, per_task = split.blocks_per_task, split.tiles_per_task
         assert per_task == 10 and -(-32 // bpt) >= 2 * threads
     # 2048 -> 512: 8 blocks; at 16 threads too few for two each, so the rows split as before
     assert xeon.split(8, 1, 10, 2048, 64, 5, 4, weights_outweigh_input=True)[1] == 10
@@ -111,6 +112,24 @@ def test_weight_heavy_gemms_split_channels_across_threads_not_rows() -> None:
     # one thread, or a layer whose input outweighs its weights: the row split
     assert xeon.split(32, 1, 10, 512, 64, 5, 1, weights_outweigh_input=True)[1] < 10
     assert xeon.split(4, 1, 523, 64, 64, 6, 16, weights_outweigh_input=False)[1] < 523
+
+
+def test_ranges_prefetch_the_next_ranges_weights_where_they_come_from_beyond_the_l2() -> None:
+    """The first tile of a range of channel blocks reads the range's weights from memory
+    unless the tiles of the range before asked for them: they do where there is a next range
+    run after theirs and the weights outgrow half the L2."""
+    xeon = Blocking.for_cpu(XEON)  # 1 MiB of L2
+    # resnet50's 2048 -> 512 at 7x7 (4 MB) and 512 -> 512 3x3 at 7x7 (9.4 MB), any threads
+    for threads in (1, 2, 16):
+        assert xeon.split(8, 1, 10, 2048, 64, 5, threads, weights_outweigh_input=True).fetch_next
+        assert xeon.split(8, 1, 10, 4608, 32, 10, threads, weights_outweigh_input=True).fetch_next
+    # 64 -> 256 1x1 at 56x56: 64 KB of weights, one range: nothing to fetch
+    assert not xeon.split(4, 1, 523, 64, 64, 6, 1, weights_outweigh_input=False).fetch_next
+    # shufflenet's grouped 1x1 (77 KB) rows first: every range stays in L2
+    assert not xeon.split(1, 3, 131, 80, 80, 6, 2, weights_outweigh_input=False).fetch_next
+    # the blocks_per_task of a 256 -> 1024 at 14x14 (1 MB): two ranges, the weights beyond half the L2
+    split = xeon.split(16, 1, 33, 256, 64, 6, 1, weights_outweigh_input=False)
+    assert split.blocks_per_task < 16 and split.fetch_next
 
 
 def test_gemm_tasks_go_rows_first_where_every_groups_weights_fit_in_half_the_l2() -> None:

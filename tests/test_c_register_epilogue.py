@@ -68,23 +68,30 @@ def test_prefetching_loops_compute_the_same(
     c: int, m: int, h: int, w: int, kernel: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The k-steps that prefetch run in loops of their own (spread residual and output lines
-    first, then the next tile's rows, then the rest), their bounds crossing taps and falling
-    inside one: forced on any CPU (no fill buffers, a tiny L2), the result is unchanged."""
+    first, then the next tile's rows, then the next range's weights, then the rest), their
+    bounds crossing taps and falling inside one: forced on any CPU (no fill buffers, a tiny
+    L2), the result is unchanged, on one thread and on two (where a thread fetches only the
+    ranges its own share runs next)."""
     import dataclasses
 
-    from codegraft.backends.c.ops import gemm
+    from codegraft.backends.c.ops import conv, gemm
 
     real = gemm.host_blocking
     monkeypatch.setattr(gemm, "FILL_BUFFERS", 0)
-    monkeypatch.setattr(gemm, "host_blocking", lambda vector: dataclasses.replace(real(vector), l2=256))
+    tiny_l2 = lambda vector: dataclasses.replace(real(vector), l2=256)  # noqa: E731
+    monkeypatch.setattr(gemm, "host_blocking", tiny_l2)
+    monkeypatch.setattr(conv, "host_blocking", tiny_l2)
     model = _model(c, m, h, w, kernel)
     source = generate(ir.from_proto(model), host_target(), 1).source
     assert "_s(" in source  # spread
     if kernel == 1:
-        assert "_x(" in source and "_x_f" in source  # the next tile's rows, beside spread
+        assert "_x_w(" in source and "_x_w_f" in source  # the next tile's rows and range's weights
+    else:
+        assert "_w(" in source and "_w_f" in source  # the next range's weights, beside spread
     rng = np.random.default_rng(2)
     x = rng.standard_normal((1, c, h, w)).astype(np.float32)
     r = rng.standard_normal((1, m, h, w)).astype(np.float32)
-    got = cg.compile(model, targets=["c"]).run({"x": x, "r": r})["y"]
     want = run_onnxruntime(model, {"x": x, "r": r})["y"]
-    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    for threads in (1, 2):
+        got = cg.compile(model, targets=["c"], threads=threads).run({"x": x, "r": r})["y"]
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

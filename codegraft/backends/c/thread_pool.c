@@ -40,6 +40,10 @@ static _Thread_local int cg_op_threads;  /* threads the cost model gave the curr
    for the slot's joiners to leave, its own thread among them: for ever. */
 static _Thread_local unsigned cg_joined_slots;
 static _Thread_local int cg_self;  /* 0: a caller; a worker's number from 1 */
+/* The end of the share whose tasks this thread runs now: the tasks before it that follow the
+   current one are this thread's next, unless another steals them (a GEMM's tiles prefetch
+   the weights of the next range only where this thread runs it: gemm.py, FETCH_SETUP). */
+static _Thread_local long cg_share_end;
 #ifndef __linux__
 static pthread_mutex_t cg_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cg_cv = PTHREAD_COND_INITIALIZER;
@@ -96,8 +100,10 @@ static int cg_own_share(const cg_job* j) {
    otherwise spends its time moving a counter's cache line between cores. */
 static void cg_drain(cg_job* j) {
   const int own = cg_own_share(j);
+  const long outer_end = cg_share_end;  /* a loop run by a task of another loop (_branches.py) */
   for (int k = 0; k < j->nshares; k++) {
     cg_share_t* share = &j->shares[(own + k) % j->nshares];
+    cg_share_end = share->end;
     long i;
     while ((i = atomic_fetch_add(&share->next, j->grain)) < share->end) {
       const long end = i + j->grain < share->end ? i + j->grain : share->end;
@@ -105,6 +111,7 @@ static void cg_drain(cg_job* j) {
       for (; i < end; i++) j->fn(j->ctx, i);
     }
   }
+  cg_share_end = outer_end;
 }
 
 /* Join every published loop that still has tasks and room for one more thread; 1 if any work was done. */
@@ -284,7 +291,10 @@ static void cg_parallel(long ntasks, cg_task fn, const void* ctx) {
     }
   }
   if (!slot) {  /* one thread, or every slot taken: run here */
+    const long outer_end = cg_share_end;
+    cg_share_end = ntasks;
     for (long i = 0; i < ntasks; i++) fn(ctx, i);
+    cg_share_end = outer_end;
     return;
   }
   atomic_fetch_add(&cg_epoch, 1);

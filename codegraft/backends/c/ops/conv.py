@@ -263,16 +263,16 @@ def emit_conv(ctx: Context, kernel: Kernel) -> None:
         wsym = transformed.unpack(ctx, nmb, nv * vector)
     fused = vector_epilogue(kernel)
     contiguous = group == 1 and len(taps) == 1 and run == c and strides == [1, 1] and (hp, wp) == tuple(out_spatial)
-    driver = gemm_function(ctx, nv, p, fused, contiguous_input=n * h * w_ * c if contiguous else 0,
-                           depth=len(taps) * run)
-    rs_arg = ""
-    if fused is not None:
-        ctx.body.append(f"  static const long {ep}_rs[] = {c_longs(list(fused.row_strides) or [0])};")
-        rs_arg = f", {ep}_rs"
     blocking = host_blocking(ctx.target.vector_floats)
     width = nv * ctx.target.vector_floats
     split = blocking.split(nmb, group, -(-rows // p), len(taps) * run, width, p, ctx.op_threads,
                            weights_outweigh_input=weights_outweigh(weight.size, n * h * w_ * c))
+    driver = gemm_function(ctx, nv, p, fused, contiguous_input=n * h * w_ * c if contiguous else 0,
+                           depth=len(taps) * run, fetch_next=split.fetch_next)
+    rs_arg = ""
+    if fused is not None:
+        ctx.body.append(f"  static const long {ep}_rs[] = {c_longs(list(fused.row_strides) or [0])};")
+        rs_arg = f", {ep}_rs"
     job = ctx.name("job")
     ctx.body.append(
         f"  {{ const cg_gemm_t {job} = {{{src}, {c}, 1, {run}, {n}, {hp}, {wp}, {out_spatial[0]}, {out_spatial[1]}, "

@@ -91,7 +91,7 @@ def pack_weights(weight: np.ndarray, groups: int, nv: int, vector: int) -> tuple
 
 def gemm_function(
     ctx: Context, nv: int, p: int, fused: VectorEpilogue | None = None, contiguous_input: int = 0,
-    depth: int = 0,
+    depth: int = 0, fetch_next: bool = False,
 ) -> str:
     """The name of the ``P x NV`` GEMM driver, its C added to ``ctx`` the first time it is needed.
 
@@ -103,23 +103,25 @@ def gemm_function(
     stay as they were); an input the L2 holds is read from there anyway and the prefetches
     only cost (squeezenet's 13x13 squeeze layers, 346 KB: 1.1-1.2x as long at 2 threads).
     ``depth`` (multiply-adds per output) says whether the register epilogue's prefetches are
-    spread over the k-loop (``spread_prefetch``).
+    spread over the k-loop (``spread_prefetch``).  With ``fetch_next`` (a ``_w`` variant), the
+    tiles of a range of channel blocks prefetch the next range's weights (:func:`fetches_next`).
     """
     vector = ctx.target.vector_floats
     # A tile's results for its range of channel blocks: at most half the L1 (blocks_per_task),
     # as a fixed-size array (a variable-length one costs the hot loop its frame-pointer register).
     floats = max(host_blocking(vector).l1d // 8, p * nv * vector)
     ahead = 4 * contiguous_input > host_blocking(vector).l2
-    x = "_x" if ahead else ""
-    ctx.define_once(f"cg_mk_{nv}_{p}{x}", lambda: microkernel(nv, p, ahead))
+    x = ("_x" if ahead else "") + ("_w" if fetch_next else "")
+    ctx.define_once(f"cg_mk_{nv}_{p}{x}", lambda: microkernel(nv, p, ahead, fetch_next))
     if fused is None:
         name = f"{nv}_{p}{x}"
-        return ctx.define_once(f"cg_gemm_{name}", lambda: driver(nv, p, floats, name=name, ahead=ahead))
+        return ctx.define_once(f"cg_gemm_{name}", lambda: driver(nv, p, floats, name=name, ahead=ahead,
+                                                                  fetch_next=fetch_next))
     # per-channel operands (row stride 0: a bias) stay in L1; the output is a stream too
     streams = 1 + sum(1 for kind, rs in zip(fused.operands, fused.row_strides, strict=True) if kind == "c" and rs)
     spread = spread_prefetch(streams, nv, p, vector, depth)
     name = f"{nv}_{p}{x}_f{fused.key}{'_s' if spread else ''}"
-    return ctx.define_once(f"cg_gemm_{name}", lambda: driver(nv, p, floats, fused, name, ahead, spread))
+    return ctx.define_once(f"cg_gemm_{name}", lambda: driver(nv, p, floats, fused, name, ahead, spread, fetch_next))
 
 
 def write_over_residual(ctx: Context, kernel: Kernel) -> None:
@@ -141,18 +143,21 @@ def c_longs(values: list[int]) -> str:
 
 def driver(
     nv: int, p: int, buffer_floats: int, fused: VectorEpilogue | None = None, name: str = "", ahead: bool = False,
-    spread: bool = False,
+    spread: bool = False, fetch_next: bool = False,
 ) -> str:
     """The parallel driver ``cg_gemm_<name>`` of the ``P x NV`` tile (``buffer_floats``: room for
     a tile's results over its range of channel blocks); with ``fused``, its register-epilogue
     micro-kernel too, run on full tiles' full channel blocks; with ``ahead``, the tiles
     prefetch the next tile's (contiguous) input rows; with ``spread``, the register
-    epilogue's residual and output lines are prefetched over the k-loop, else before it."""
-    mk = f"cg_mk_{nv}_{p}{'_x' if ahead else ''}"
+    epilogue's residual and output lines are prefetched over the k-loop, else before it; with
+    ``fetch_next``, each tile its share of the next range's weights (:data:`FETCH_SETUP`)."""
+    mk = f"cg_mk_{nv}_{p}{'_x' if ahead else ''}{'_w' if fetch_next else ''}"
     # the micro-kernels' last arguments: where the next tile's rows start and how many cache
-    # lines they take, asked for by the first block's k-loop only
-    more = ", ahead, mb ? 0 : lines" if ahead else ""
-    setup = AHEAD_SETUP.replace("${P}", str(p)) if ahead else ""
+    # lines they take, asked for by the first block's k-loop only; then this block's part of
+    # the tile's share of the next range's weights
+    more = (", ahead, mb ? 0 : lines" if ahead else "") + (
+        ", wnext + (wlo + mb * wstep) * 64, cg_min(wstep, whi - wlo - mb * wstep)" if fetch_next else "")
+    setup = (AHEAD_SETUP.replace("${P}", str(p)) if ahead else "") + (FETCH_SETUP.replace("${NV}", str(nv)) if fetch_next else "")
     template = {"NV": nv, "P": p, "BUF": buffer_floats, "MK": mk, "MORE": more, "SETUP": setup}
     if fused is None:
         return filled("ops/gemm_driver.c", NAME=name or f"{nv}_{p}", FUSED="", **template)
@@ -173,7 +178,7 @@ def driver(
     head = (
         f"static void cg_mkf_{name}(const float* const* rows, const long* tapoff, long ntaps, long cg, long cs,\n"
         "    const float* w, const float* const* ops, const long* rs, float* y, long ldy, long row0, long c"
-        f"{', const char* ahead, long lines' if ahead else ''}) {{"
+        f"{', const char* ahead, long lines' if ahead else ''}{', const char* wnext, long wlines' if fetch_next else ''}) {{"
     )
     store = []
     for i in range(p):
@@ -207,7 +212,7 @@ def driver(
         else:
             head += f"\n    __builtin_prefetch(y + (row0 + {i}) * ldy + c + o, 1);"
     head += "\n  }"
-    kernel = _tile(nv, p, head, store, spread=spread, ahead=ahead)
+    kernel = _tile(nv, p, head, store, spread=spread, ahead=ahead, fetch_next=fetch_next)
     return kernel + "\n" + filled("ops/gemm_driver.c", NAME=name, FUSED=tile, **template)
 
 
@@ -247,19 +252,43 @@ AHEAD_SETUP = """    const long next = cg_min(${P}, R - r0 - ${P});  /* rows of 
 """
 
 
-def microkernel(nv: int, p: int, ahead: bool = False) -> str:
+def microkernel(nv: int, p: int, ahead: bool = False, fetch_next: bool = False) -> str:
     """The ``P x NV`` register-blocked tile ``cg_mk_<nv>_<p>``, storing to a buffer (with
-    ``ahead``: ``cg_mk_<nv>_<p>_x``, prefetching ``lines`` cache lines from ``ahead`` on)."""
+    ``ahead``: ``cg_mk_<nv>_<p>_x``, prefetching ``lines`` cache lines from ``ahead`` on; with
+    ``fetch_next``: ``..._w``, then ``wlines`` lines from ``wnext`` on into the L2)."""
     head = (
-        f"static void cg_mk_{nv}_{p}{'_x' if ahead else ''}(const float* const* rows, const long* tapoff, long ntaps,\n"
-        "    long cg, long cs, const float* w, float* tile, long ldt"
-        f"{', const char* ahead, long lines' if ahead else ''}) {{"
+        f"static void cg_mk_{nv}_{p}{'_x' if ahead else ''}{'_w' if fetch_next else ''}(const float* const* rows,\n"
+        "    const long* tapoff, long ntaps, long cg, long cs, const float* w, float* tile, long ldt"
+        f"{', const char* ahead, long lines' if ahead else ''}{', const char* wnext, long wlines' if fetch_next else ''}) {{"
     )
     store = [f"  *(vf*)(tile + {i} * ldt + {j} * VW) = a{i}_{j};" for i in range(p) for j in range(nv)]
-    return _tile(nv, p, head, store, ahead=ahead)
+    return _tile(nv, p, head, store, ahead=ahead, fetch_next=fetch_next)
 
 
-def _tile(nv: int, p: int, head: str, store: list[str], spread: bool = False, ahead: bool = False) -> str:
+# The next range's weights are not read before this range's tiles are done: into the L2
+# (prefetcht1), not the L1 the tile's rows and current weights use.
+FETCH_LOCALITY = 2
+
+# Per tile, before its micro-kernels (gemm_driver.c's SETUP hole, ``_w`` variants): the share
+# of the next range of channel blocks' weights (of this group or the next) this tile asks
+# for, ``[wlo, whi)`` in cache lines; block ``mb`` of the tile asks for ``wstep`` of them from
+# ``wlo + mb * wstep`` on (micro-kernels' ``wnext`` and ``wlines``, a negative count none).
+# None where the thread pool dealt the next range's tasks to another thread (its first task
+# is past this thread's share, ``cg_share_end``): it reads them into its own L2 then, and the
+# lines fetched here would only take memory bandwidth from it (resnet50's 7x7 stage at 2
+# threads, ranges split between the threads: 1.04-1.11x as long fetching regardless).
+FETCH_SETUP = """    const long wfirst = grp * k->nmb + mb1;  /* the next range's first block */
+    const int wmine = (gr + 1) * job->chunks < cg_share_end;  /* this thread runs the next range */
+    const long wblocks = wmine && wfirst < k->groups * k->nmb ? cg_min(k->blocks_per_task, k->nmb - wfirst % k->nmb) : 0;
+    const long wtotal = wblocks * K * ${NV} * VW / 16;  /* its cache lines */
+    const char* const wnext = (const char*)(k->wp + wfirst * K * ${NV} * VW);
+    const long wlo = wtotal * tile / ntiles, whi = wtotal * (tile + 1) / ntiles, wstep = K / 2;
+"""
+
+
+def _tile(
+    nv: int, p: int, head: str, store: list[str], spread: bool = False, ahead: bool = False, fetch_next: bool = False,
+) -> str:
     """A tile's function: ``head``, the k-loop, then ``store`` (the accumulators are ``a<i>_<j>``).
 
     With ``spread``, each of the first ``npf`` k-steps prefetches the next of the addresses
@@ -269,7 +298,8 @@ def _tile(nv: int, p: int, head: str, store: list[str], spread: bool = False, ah
     Accumulators are named scalars of vector type (not arrays) so the compiler keeps them
     in registers; the loop body is written out rather than left to the unroller.  The steps
     that prefetch run in loops of their own, so no loop body branches: a branch in it cost
-    AVX2 cores (16 vector registers) an accumulator spilled to the stack.
+    AVX2 cores (16 vector registers) an accumulator spilled to the stack.  With ``fetch_next``,
+    each of the next ``wlines`` steps the next line from ``wnext`` on (into the L2).
     """
     accs = [f"a{i}_{j}" for i in range(p) for j in range(nv)]
     lines = [
@@ -282,8 +312,10 @@ def _tile(nv: int, p: int, head: str, store: list[str], spread: bool = False, ah
         loops.append(("ca", "__builtin_prefetch(pf[pfi++], 1);"))
     if ahead:
         loops.append(("cb", "__builtin_prefetch(ahead); ahead += 64;"))
+    if fetch_next:
+        loops.append(("cw", f"__builtin_prefetch(wnext, 0, {FETCH_LOCALITY}); wnext += 64;"))
     loops.append(("cg", ""))
-    if spread or ahead:
+    if spread or ahead or fetch_next:
         lines.append("  long s = 0;  /* k-steps run, across taps: the prefetches' clock */")
     lines.append("  for (long t = 0; t < ntaps; t++) {")
     lines += [f"    const float* r{i} = rows[{i}] + tapoff[t];" for i in range(p)]
@@ -292,6 +324,9 @@ def _tile(nv: int, p: int, head: str, store: list[str], spread: bool = False, ah
         lines.append("    const long ca = cg_min(cg, npf - s > 0 ? npf - s : 0);")
     if ahead:
         lines.append(f"    const long cb = cg_min(cg, {first} + lines - s > 0 ? {first} + lines - s : 0);")
+        first += " + lines"
+    if fetch_next:
+        lines.append(f"    const long cw = cg_min(cg, {first} + wlines - s > 0 ? {first} + wlines - s : 0);")
     for stride in ("1", "cs"):
         index = "c" if stride == "1" else "c * cs"
         lines.append("    if (cs == 1) {" if stride == "1" else "    } else {")
@@ -307,7 +342,7 @@ def _tile(nv: int, p: int, head: str, store: list[str], spread: bool = False, ah
                 lines.append("        }")
             lines.append("      }")
     lines.append("    }")
-    if spread or ahead:
+    if spread or ahead or fetch_next:
         lines.append("    s += cg;")
     lines.append("  }")
     lines += store

@@ -252,7 +252,6 @@ def emit_matmul(ctx: Context, kernel: Kernel) -> None:
     block = nmb * depth * width  # packed floats per B batch
     ep = emit_epilogue(ctx, kernel)
     write_over_residual(ctx, kernel)
-    driver = gemm_function(ctx, nv, p, contiguous_input=0 if mm.trans_a else rows * depth)
     if b.const is not None:
         matrices = b.const.astype(np.float32).reshape(-1, *b.shape[-2:])
         if not mm.trans_b:
@@ -272,6 +271,8 @@ def emit_matmul(ctx: Context, kernel: Kernel) -> None:
     blocking = host_blocking(ctx.target.vector_floats)
     split = blocking.split(nmb, 1, -(-rows // p), depth, width, p, ctx.op_threads,
                            weights_outweigh_input=weights_outweigh(depth * cols, rows * depth))
+    driver = gemm_function(ctx, nv, p, contiguous_input=0 if mm.trans_a else rows * depth,
+                           fetch_next=split.fetch_next and b.const is not None)
     job = ctx.name("job")
     aoff, boff = ctx.name("aoff"), ctx.name("boff")
     ctx.body.append(f"  static const long {aoff}[] = {c_longs([int(i) * rows * depth for i in a_index])};")

@@ -183,9 +183,9 @@ def emit_winograd(
     nv, p = choose_tile(m, tiles, vector, c)
     packed, nmb = pack_weights(winograd_weights(weight), POINTS, nv, vector)
     # a plain store, from the registers of full tiles: no epilogue step, no operand
-    driver = gemm_function(ctx, nv, p, VectorEpilogue((), (), ()), depth=c)
     split = host_blocking(vector).split(nmb, POINTS, -(-tiles // p), c, nv * vector, p, ctx.op_threads,
                                         weights_outweigh_input=weights_outweigh(packed.size, tiles * POINTS * c))
+    driver = gemm_function(ctx, nv, p, VectorEpilogue((), (), ()), depth=c, fetch_next=split.fetch_next)
     symbol = ctx.weight(packed)
     job, tap = ctx.name("job"), ctx.name("tap")
     ctx.body.append(f"  static const long {tap}[] = {c_longs([0])};")  # also the epilogue's (no) row strides
