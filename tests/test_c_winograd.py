@@ -44,7 +44,7 @@ def _graph(
 def _check(model: onnx.ModelProto, threads: int = 1, convs: int = 1) -> None:
     """``model`` on ``c`` against onnxruntime, ``convs`` of its Convs as Winograd ones."""
     source = generate(ir.from_proto(model), host_target(), threads).source
-    assert source.count("  if (!cg_wino_in(") == convs
+    assert source.count("if (cg_wino_in(") == convs
     rng = np.random.default_rng(7)
     feeds = {i.name: rng.standard_normal([d.dim_value for d in i.type.tensor_type.shape.dim]).astype(np.float32)
              for i in model.graph.input}
@@ -135,7 +135,8 @@ def test_the_winograd_transforms_compute_the_convolution() -> None:
         ((128, 128, 28), True),  # resnet50
         ((256, 256, 14), True),
         ((512, 512, 7), False),  # 16 tiles for 512 channels: the weights' traffic dominates
-        ((64, 64, 56), False),  # too little saving per transformed value
+        ((64, 64, 56), True),  # run in chunks that stay in the L2: its weights are small
+        ((64, 192, 56), False),  # too little saving for its traffic, weights too large for chunks
         ((128, 128, 56), True),  # 12.8 MB of transformed values
         ((128, 128, 112), False),  # 51 MB
         ((128, 32, 14), False),  # densenet121's growth layers: too little saving
@@ -162,7 +163,9 @@ def test_winograd_can_be_turned_off() -> None:
 
 def test_the_winograd_bench_finds_resnet50s_winograd_layers() -> None:
     layers = winograd_layers(light_model("resnet50"), l2_bytes=2 << 20)
-    assert sorted(Counter(layers.values()).items()) == [("128->128 @28x28", 3), ("256->256 @14x14", 5)]
+    assert sorted(Counter(layers.values()).items()) == [
+        ("128->128 @28x28", 3), ("256->256 @14x14", 5), ("64->64 @56x56", 3),
+    ]
 
 
 @pytest.mark.parametrize("threads", [1, 2])
@@ -174,7 +177,7 @@ def test_an_inf_or_nan_input_reaches_the_outputs_it_would_reach_directly(threads
     nodes = [helper.make_node("Conv", ["x", "w", "b"], ["y"], pads=[1] * 4)]
     weights = {"w": _weight(rng, m, c), "b": rng.standard_normal(m).astype(np.float32)}
     model = _graph(nodes, {"x": [1, c, 12, 12]}, weights)
-    assert generate(ir.from_proto(model), host_target(), threads).source.count("  if (!cg_wino_in(") == 1
+    assert generate(ir.from_proto(model), host_target(), threads).source.count("if (cg_wino_in(") == 1
     compiled = cg.compile(model, targets=["c"], threads=threads)
     for bad in ([np.inf], [np.nan], [np.inf, -np.inf]):
         x = rng.standard_normal((1, c, 12, 12)).astype(np.float32)
@@ -188,9 +191,41 @@ def test_an_inf_or_nan_input_reaches_the_outputs_it_would_reach_directly(threads
         assert np.abs(got[finite] - want[finite]).max() <= 1e-5 * np.abs(want[finite]).max()
 
 
+@pytest.mark.parametrize("threads", [1, 3])
+def test_a_winograd_conv_run_in_chunks_of_tile_rows_gives_onnxruntimes_result(
+    threads: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Chunks of tile rows (``chunk_rows``) across two images, a ragged last one, into the
+    next Conv's zero border; an Inf in a later chunk than the first still gives the direct
+    Conv's result everywhere."""
+    from codegraft.backends.c.ops import winograd
+
+    monkeypatch.setattr(winograd, "CHUNK_VALUES_L2", 0.05)  # 2 tile rows of 6 x 128 channels
+    assert winograd.chunk_rows(14, 6, 64, 64, 1, 2 << 20) == 2
+    rng = np.random.default_rng(11)
+    c = 64
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["a"], pads=[1] * 4),  # Winograd in chunks
+        helper.make_node("Relu", ["a"], ["r"]),
+        helper.make_node("Conv", ["r", "w2"], ["y"], pads=[1] * 4),  # 64 -> 8: direct
+    ]
+    weights = {"w1": _weight(rng, c, c), "b1": rng.standard_normal(c).astype(np.float32), "w2": _weight(rng, 8, c)}
+    model = _graph(nodes, {"x": [2, c, 13, 11]}, weights)
+    source = generate(ir.from_proto(model), host_target(), threads).source
+    assert "cg_zero_border(" in source and source.count("if (cg_wino_in(") == 1
+    _check(model, threads)
+    x = rng.standard_normal((2, c, 13, 11)).astype(np.float32)
+    x[1, 3, 9, 4] = np.inf  # image 1, tile row 4: the sixth chunk of seven
+    got = cg.compile(model, targets=["c"], threads=threads).run({"x": x})["y"]
+    want = run_onnxruntime(model, {"x": x})["y"]
+    assert np.array_equal(np.isnan(got), np.isnan(want)) and np.array_equal(np.isinf(got), np.isinf(want))
+    finite = np.isfinite(want)
+    assert np.abs(got[finite] - want[finite]).max() <= 1e-5 * np.abs(want[finite]).max()
+
+
 def test_a_conv_of_non_finite_weights_runs_directly() -> None:
     rng = np.random.default_rng(4)
     weight = _weight(rng, 128, 128)
     weight[3, 7, 1, 1] = np.inf
     model = _graph([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1] * 4)], {"x": [1, 128, 8, 8]}, {"w": weight})
-    assert "  if (!cg_wino_in(" not in generate(ir.from_proto(model), host_target(), 1).source
+    assert "if (cg_wino_in(" not in generate(ir.from_proto(model), host_target(), 1).source

@@ -51,18 +51,18 @@
   } while (0)
 
 typedef struct {
-  const float* x; float* v; long N, H, W, C, TH, TW, pt, pl, CT, ncol; const float* zeros; int* nonfinite;
+  const float* x; float* v; long N, H, W, C, TH, TW, pt, pl, CT, ncol, row0; const float* zeros; int* nonfinite;
 } cg_wino_in_t;
 static void cg_wino_in_task(const void* ctx, long task) {
   const cg_wino_in_t* k = ctx;
-  const long col = task % k->ncol, row = task / k->ncol, n = row / k->TH, ty = row % k->TH;
+  const long col = task % k->ncol, row = k->row0 + task / k->ncol, n = row / k->TH, ty = row % k->TH;
   const long C = k->C, tx0 = col * k->CT, tx1 = cg_min(k->TW, tx0 + k->CT);
   const float* rows[4];
   for (int a = 0; a < 4; a++) {
     const long y = 2 * ty - k->pt + a;
     rows[a] = y >= 0 && y < k->H ? k->x + (n * k->H + y) * k->W * C : NULL;
   }
-  float* v = k->v + (row * k->TW + tx0) * 16 * C;
+  float* v = k->v + ((row - k->row0) * k->TW + tx0) * 16 * C;
   vf seen = {0};  /* x - x summed over every value read: NaN once one is not finite */
   float seen_tail = 0.0f;
   for (long tx = tx0; tx < tx1; tx++, v += 16 * C) {
@@ -95,22 +95,23 @@ static void cg_wino_in_task(const void* ctx, long task) {
   for (int lane = 0; lane < VW; lane++) seen_tail += seen[lane];
   if (seen_tail != 0.0f) __atomic_store_n(k->nonfinite, 1, __ATOMIC_RELAXED);
 }
-/* zeros: C floats of 0, read for the patch positions outside the input */
-/* 1 when x holds an Inf or a NaN (v is then not to be used), else 0. */
+/* Tile rows row0 .. row0 + nrows - 1 of the N * TH (a chunk: v holds those rows only).
+   zeros: C floats of 0, read for the patch positions outside the input.
+   1 when x holds an Inf or a NaN (v is then not to be used), else 0. */
 static int cg_wino_in(const float* x, float* v, long N, long H, long W, long C, long TH, long TW, long pt, long pl,
-                      long CT, const float* zeros) {
+                      long CT, const float* zeros, long row0, long nrows) {
   int nonfinite = 0;
-  const cg_wino_in_t k = {x, v, N, H, W, C, TH, TW, pt, pl, CT, (TW + CT - 1) / CT, zeros, &nonfinite};
-  cg_parallel(N * TH * k.ncol, cg_wino_in_task, &k);
+  const cg_wino_in_t k = {x, v, N, H, W, C, TH, TW, pt, pl, CT, (TW + CT - 1) / CT, row0, zeros, &nonfinite};
+  cg_parallel(nrows * k.ncol, cg_wino_in_task, &k);
   return __atomic_load_n(&nonfinite, __ATOMIC_RELAXED);
 }
 
 typedef struct {
-  const float* m; float* y; long N, OH, OW, K, TH, TW, ldy, yrow, yimg, CT, ncol; cg_ep ep; const float* const* ops;
+  const float* m; float* y; long N, OH, OW, K, TH, TW, ldy, yrow, yimg, CT, ncol, row0; cg_ep ep; const float* const* ops;
 } cg_wino_out_t;
 static void cg_wino_out_task(const void* ctx, long task) {
   const cg_wino_out_t* k = ctx;
-  const long col = task % k->ncol, row = task / k->ncol, n = row / k->TH, ty = row % k->TH;
+  const long col = task % k->ncol, row = k->row0 + task / k->ncol, n = row / k->TH, ty = row % k->TH;
   const long K = k->K, OW = k->OW, tx0 = col * k->CT, tx1 = cg_min(k->TW, tx0 + k->CT);
   const long oy0 = 2 * ty, rows = cg_min(2, k->OH - oy0);
   float* yr[2];  /* output rows oy0 and oy0 + 1 (the first again for an odd height's last tile row) */
@@ -118,7 +119,7 @@ static void cg_wino_out_task(const void* ctx, long task) {
     const long oy = oy0 + (i < rows ? i : 0);
     yr[i] = k->y + ((n * k->OH + oy) * OW + n * k->yimg + oy * k->yrow) * k->ldy;
   }
-  const float* m = k->m + (row * k->TW + tx0) * 16 * K;
+  const float* m = k->m + ((row - k->row0) * k->TW + tx0) * 16 * K;
   for (long tx = tx0; tx < tx1; tx++, m += 16 * K) {
     const long ox = 2 * tx, cols = cg_min(2, OW - ox);
     long c = 0;
@@ -144,10 +145,11 @@ static void cg_wino_out_task(const void* ctx, long task) {
           (n * k->OH + oy) * OW + ox0, ox1 - ox0, 0, K);
   }
 }
+/* Tile rows row0 .. row0 + nrows - 1 (m holds those rows only). */
 static void cg_wino_out(const float* m, float* y, long N, long OH, long OW, long K, long TH, long TW, long ldy,
-                        long yrow, long yimg, long CT, cg_ep ep, const float* const* ops) {
-  const cg_wino_out_t k = {m, y, N, OH, OW, K, TH, TW, ldy, yrow, yimg, CT, (TW + CT - 1) / CT, ep, ops};
-  cg_parallel(N * TH * k.ncol, cg_wino_out_task, &k);
+                        long yrow, long yimg, long CT, cg_ep ep, const float* const* ops, long row0, long nrows) {
+  const cg_wino_out_t k = {m, y, N, OH, OW, K, TH, TW, ldy, yrow, yimg, CT, (TW + CT - 1) / CT, row0, ep, ops};
+  cg_parallel(nrows * k.ncol, cg_wino_out_task, &k);
 }
 
 /* The direct Conv's packed weights [nmb][9 C][NW] (zeros past K, OHWI order along 9 C) from
