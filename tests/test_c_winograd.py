@@ -136,11 +136,12 @@ def test_the_winograd_transforms_compute_the_convolution() -> None:
         ((256, 256, 14), True),
         ((512, 512, 7), False),  # 16 tiles for 512 channels: the weights' traffic dominates
         ((64, 64, 56), True),  # run in chunks that stay in the L2: its weights are small
-        ((64, 192, 56), False),  # too little saving for its traffic, weights too large for chunks
+        ((64, 192, 56), True),  # inception_v1's 64 -> 192, in chunks
         ((128, 128, 56), True),  # 12.8 MB of transformed values
-        ((128, 128, 112), False),  # 51 MB
+        ((128, 128, 112), True),  # 51 MB, but in chunks: 1 MB of weights
         ((128, 32, 14), False),  # densenet121's growth layers: too little saving
-        ((96, 128, 28), False),  # inception_v1's first 3x3
+        ((96, 128, 28), True),  # inception_v1's first 3x3, in chunks
+        ((256, 256, 112), False),  # 4 MB of weights: no chunks, and 205 MB of values
         ((96, 208, 14), True),  # inception_v1's
         ((48, 192, 13), True),  # squeezenet's: small enough for half the L2
         ((32, 128, 27), False),
@@ -200,7 +201,7 @@ def test_a_winograd_conv_run_in_chunks_of_tile_rows_gives_onnxruntimes_result(
     Conv's result everywhere."""
     from codegraft.backends.c.ops import winograd
 
-    monkeypatch.setattr(winograd, "CHUNK_VALUES_L2", 0.05)  # 2 tile rows of 6 x 128 channels
+    monkeypatch.setattr(winograd, "CHUNK_L2", 0.18)  # 256 KB of weights, 2 tile rows of 6 x 128 channels
     assert winograd.chunk_rows(14, 6, 64, 64, 1, 2 << 20) == 2
     rng = np.random.default_rng(11)
     c = 64

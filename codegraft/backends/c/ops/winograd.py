@@ -80,7 +80,7 @@ def winograd_pays(kernel: tuple[int, int], strides: tuple[int, int], dilations: 
     False
     >>> winograd_pays((3, 3), (1, 1), (1, 1), 1, 64, 64, 56, 56)  # in chunks the L2 holds (chunk_rows)
     True
-    >>> winograd_pays((3, 3), (1, 1), (1, 1), 1, 64, 192, 56, 56)  # too little saving for the traffic
+    >>> winograd_pays((3, 3), (1, 1), (1, 1), 1, 128, 32, 56, 56)  # too little saving
     False
     >>> winograd_pays((3, 3), (1, 1), (1, 1), 1, 128, 128, 56, 56)  # 12.8 MB transformed, 6.4x the L2
     True
@@ -129,31 +129,38 @@ def winograd_work(conv: g.Conv, vector: int) -> tuple[float, float, int]:
     return flops, moved, POINTS * -(-k // (nv * vector)) * -(-tiles // p)
 
 
-# Chunks of tile rows (chunk_rows): their transformed values within this share of the L2 of
-# each thread, where the 16 products' weights stay in CHUNK_WEIGHTS_L2 of it.  Unchunked, a
-# 64 -> 64 layer at 56x56 (6.4 MB of values written and read back) lost to the direct Conv
-# (1.19x as long alone); in chunks of 4 tile rows it takes 0.75x in resnet50 at 1 thread and
-# 0.84x at 2, vgg19's 64 -> 64 at 224x224 0.73-0.75x and 64 -> 128 at 112x112 0.63-0.65x.
-CHUNK_VALUES_L2 = 0.5
-CHUNK_WEIGHTS_L2 = 0.25
+# Chunks of tile rows (chunk_rows), where the 16 products' weights take at most
+# CHUNK_WEIGHTS_L2 of the L2.  Unchunked, a 64 -> 64 layer at 56x56 (6.4 MB of values
+# written and read back) lost to the direct Conv (1.19x as long alone).  In the models
+# (bench.winograd_layers, Winograd / direct at 1 / 2 threads): resnet50's 64 -> 64 at 56x56
+# 0.75-0.77x / 0.84-0.90x and 128 -> 128 at 28x28 0.65x / 0.74x (0.82x / 0.75x unchunked),
+# vgg19's 64 -> 64 at 224x224 0.73-0.76x / 0.70-0.75x, 128 -> 128 at 112x112 0.70x / 0.59x,
+# inception_v1's 64 -> 192 at 55x55 0.71x / 0.66x and 96 -> 128 at 27x27 0.76x / 0.84x.
+CHUNK_L2 = 0.75  # the weights and a thread's share of a chunk's values
+CHUNK_WEIGHTS_L2 = 0.5  # the most the weights may take
 
 
 def chunk_rows(rows: int, tile_cols: int, channels_in: int, channels_out: int, threads: int, l2_bytes: int) -> int:
     """Tile rows per chunk: the three loops (transform in, GEMM, transform out) run chunk by
     chunk, so the transformed values are read back from the L2 rather than from memory, where
-    the weights are small enough to stay in the L2 across chunks (else one chunk, the whole).
+    the weights are small enough to stay in the L2 across chunks (else one chunk, the whole):
+    each thread's share of a chunk's values and the 16 products' weights within ``CHUNK_L2``
+    of its L2.
 
     >>> chunk_rows(28, 28, 64, 64, threads=1, l2_bytes=2 << 20)  # resnet50's 64 -> 64 at 56x56
-    4
+    5
     >>> chunk_rows(28, 28, 64, 64, threads=16, l2_bytes=2 << 20)  # 16 L2s hold them all
     28
+    >>> chunk_rows(56, 56, 128, 128, threads=1, l2_bytes=2 << 20)  # vgg19's 128 -> 128 at 112x112
+    1
     >>> chunk_rows(7, 7, 256, 256, threads=1, l2_bytes=2 << 20)  # 4 MB of weights: one chunk
     7
     """
-    if 4 * POINTS * channels_in * channels_out > CHUNK_WEIGHTS_L2 * l2_bytes:
+    weights = 4 * POINTS * channels_in * channels_out
+    if weights > CHUNK_WEIGHTS_L2 * l2_bytes:
         return rows
     per_row = 4 * POINTS * tile_cols * (channels_in + channels_out)
-    return max(1, min(rows, int(max(1, threads) * CHUNK_VALUES_L2 * l2_bytes) // per_row))
+    return max(1, min(rows, int(max(1, threads) * (CHUNK_L2 * l2_bytes - weights)) // per_row))
 
 
 def winograd_weights(weight: np.ndarray) -> np.ndarray:
