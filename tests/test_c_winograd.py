@@ -5,6 +5,7 @@ sizes, pads and channel counts that are not a multiple of the vector width."""
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 
 import numpy as np
@@ -199,10 +200,15 @@ def test_a_winograd_conv_run_in_chunks_of_tile_rows_gives_onnxruntimes_result(
     """Chunks of tile rows (``chunk_rows``) across two images, a ragged last one, into the
     next Conv's zero border; an Inf in a later chunk than the first still gives the direct
     Conv's result everywhere."""
+    import dataclasses
+
     from codegraft.backends.c.ops import winograd
 
-    monkeypatch.setattr(winograd, "CHUNK_L2", 0.18)  # 256 KB of weights, 2 tile rows of 6 x 128 channels
-    assert winograd.chunk_rows(14, 6, 64, 64, 1, 2 << 20) == 2
+    real = winograd.host_blocking
+    small_l2 = lambda vector: dataclasses.replace(real(vector), l2=512 << 10)  # noqa: E731
+    monkeypatch.setattr(winograd, "host_blocking", small_l2)
+    assert winograd.chunk_rows(38, 6, 64, 64, 1, 512 << 10) == 2  # of 6 tile columns, 64 + 64 channels
+    assert winograd.chunk_rows(38, 6, 64, 64, 3, 512 << 10) == 8  # 3 threads: 8 rows at most, 5 chunks
     rng = np.random.default_rng(11)
     c = 64
     nodes = [
@@ -211,12 +217,14 @@ def test_a_winograd_conv_run_in_chunks_of_tile_rows_gives_onnxruntimes_result(
         helper.make_node("Conv", ["r", "w2"], ["y"], pads=[1] * 4),  # 64 -> 8: direct
     ]
     weights = {"w1": _weight(rng, c, c), "b1": rng.standard_normal(c).astype(np.float32), "w2": _weight(rng, 8, c)}
-    model = _graph(nodes, {"x": [2, c, 13, 11]}, weights)
+    model = _graph(nodes, {"x": [2, c, 37, 11]}, weights)
     source = generate(ir.from_proto(model), host_target(), threads).source
     assert "cg_zero_border(" in source and source.count("if (cg_wino_in(") == 1
+    loop = re.search(r"< 38; \w+ \+= (\d+)\) \{", source)  # over the 2 x 19 tile rows
+    assert loop and int(loop.group(1)) < 19
     _check(model, threads)
-    x = rng.standard_normal((2, c, 13, 11)).astype(np.float32)
-    x[1, 3, 9, 4] = np.inf  # image 1, tile row 4: the sixth chunk of seven
+    x = rng.standard_normal((2, c, 37, 11)).astype(np.float32)
+    x[1, 3, 30, 4] = np.inf  # image 1, tile row 15: a chunk after the first
     got = cg.compile(model, targets=["c"], threads=threads).run({"x": x})["y"]
     want = run_onnxruntime(model, {"x": x})["y"]
     assert np.array_equal(np.isnan(got), np.isnan(want)) and np.array_equal(np.isinf(got), np.isinf(want))

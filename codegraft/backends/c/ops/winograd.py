@@ -145,10 +145,14 @@ def chunk_rows(rows: int, tile_cols: int, channels_in: int, channels_out: int, t
     chunk, so the transformed values are read back from the L2 rather than from memory, where
     the weights are small enough to stay in the L2 across chunks (else one chunk, the whole):
     each thread's share of a chunk's values and the 16 products' weights within ``CHUNK_L2``
-    of its L2.
+    of its L2.  Not where each thread's share of all the values fits in its L2 anyway: the
+    chunks' smaller GEMMs only cost there (squeezenet's 64 -> 256 at 13x13, 1 MB of values,
+    in 3 chunks: 1.13x as long as in one).
 
     >>> chunk_rows(28, 28, 64, 64, threads=1, l2_bytes=2 << 20)  # resnet50's 64 -> 64 at 56x56
     5
+    >>> chunk_rows(7, 7, 64, 256, threads=1, l2_bytes=2 << 20)  # squeezenet's 64 -> 256: 1 MB of values
+    7
     >>> chunk_rows(28, 28, 64, 64, threads=16, l2_bytes=2 << 20)  # 16 L2s hold them all
     28
     >>> chunk_rows(56, 56, 128, 128, threads=1, l2_bytes=2 << 20)  # vgg19's 128 -> 128 at 112x112
@@ -157,10 +161,12 @@ def chunk_rows(rows: int, tile_cols: int, channels_in: int, channels_out: int, t
     7
     """
     weights = 4 * POINTS * channels_in * channels_out
-    if weights > CHUNK_WEIGHTS_L2 * l2_bytes:
-        return rows
     per_row = 4 * POINTS * tile_cols * (channels_in + channels_out)
-    return max(1, min(rows, int(max(1, threads) * (CHUNK_L2 * l2_bytes - weights)) // per_row))
+    threads = max(1, threads)
+    if weights > CHUNK_WEIGHTS_L2 * l2_bytes or rows * per_row <= threads * l2_bytes:
+        return rows
+    most = max(1, int(threads * (CHUNK_L2 * l2_bytes - weights)) // per_row)
+    return -(-rows // -(-rows // most))  # as even as the rows allow
 
 
 def winograd_weights(weight: np.ndarray) -> np.ndarray:
