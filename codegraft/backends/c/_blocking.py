@@ -258,12 +258,14 @@ class Blocking:
         if threads > 1 and weights_outweigh_input and groups * nmb >= 2 * threads:
             while bpt > 1 and groups * -(-nmb // bpt) < 2 * threads:
                 bpt -= 1
-            return GemmSplit(bpt, ntiles, rows_outer, 1, self.fetches_next(nmb, groups, bpt, depth, width, rows_outer, ntiles))
+            fetch = self.fetches_next(nmb, groups, bpt, depth, width, rows_outer, ntiles)
+            return GemmSplit(bpt, ntiles, rows_outer, 1, fetch)
         per_task = self.tiles_per_task(ntiles, groups * -(-nmb // bpt), rows, width * bpt, depth, threads)
         runs = -(-ntiles // per_task)
         if rows_outer and runs > 1:
             runs = min(ntiles, -(-runs // threads) * threads)
-        return GemmSplit(bpt, per_task, rows_outer, runs, self.fetches_next(nmb, groups, bpt, depth, width, rows_outer, ntiles))
+        fetch = self.fetches_next(nmb, groups, bpt, depth, width, rows_outer, ntiles)
+        return GemmSplit(bpt, per_task, rows_outer, runs, fetch)
 
     def fetches_next(
         self, nmb: int, groups: int, bpt: int, depth: int, width: int, rows_outer: bool, ntiles: int,

@@ -136,6 +136,11 @@ def write_over_residual(ctx: Context, kernel: Kernel) -> None:
             return
 
 
+# the micro-kernels' last parameters: the next tile's rows (``ahead``), the next range's weights
+AHEAD_ARGS = ", const char* ahead, long lines"
+FETCH_ARGS = ", const char* wnext, long wlines"
+
+
 def c_longs(values: list[int]) -> str:
     """A C initializer list: ``{1, 2, 3}``."""
     return "{" + ", ".join(str(v) for v in values) + "}"
@@ -157,7 +162,8 @@ def driver(
     # the tile's share of the next range's weights
     more = (", ahead, mb ? 0 : lines" if ahead else "") + (
         ", wnext + (wlo + mb * wstep) * 64, cg_min(wstep, whi - wlo - mb * wstep)" if fetch_next else "")
-    setup = (AHEAD_SETUP.replace("${P}", str(p)) if ahead else "") + (FETCH_SETUP.replace("${NV}", str(nv)) if fetch_next else "")
+    setup = (AHEAD_SETUP.replace("${P}", str(p)) if ahead else "") + (
+        FETCH_SETUP.replace("${NV}", str(nv)) if fetch_next else "")
     template = {"NV": nv, "P": p, "BUF": buffer_floats, "MK": mk, "MORE": more, "SETUP": setup}
     if fused is None:
         return filled("ops/gemm_driver.c", NAME=name or f"{nv}_{p}", FUSED="", **template)
@@ -175,15 +181,16 @@ def driver(
         f"      split = k->OW - ow0;\n"
         f"      y2 = k->y + ((n0 + last) * k->yimg + (last ? 0 : oh0 + 1) * k->yrow) * k->ldy;\n"
         f"    }}\n"
-        f"    if (nr == {p} && (whole || split < {p})) {{  /* full tile: blocks whose channels are all valid end in registers */\n"
+        f"    if (nr == {p} && (whole || split < {p})) {{  /* full tile: blocks of valid channels end in registers */\n"
         f"      long mb = 0;\n"
         f"      for (; mb < mb1 - mb0 && (mb + 1) * {width} <= nc; mb++)\n"
         f"        cg_mkf_{name}(rows, k->tapoff, k->ntaps, k->cg, k->cstride, wp + mb * K * {width}, k->ops, k->rs,\n"
         f"                      y, y2, split, k->ldy, k->rbase + r0, c0 + mb * {width}{more});\n"
         f"      if (mb < mb1 - mb0) {{  /* the ragged last block: buffer and scalar epilogue */\n"
         f"        {mk}(rows, k->tapoff, k->ntaps, k->cg, k->cstride, wp + mb * K * {width}, buf, ldt{more});\n"
-        f"        if (whole) k->ep(k->ops, y, k->ldy, buf, ldt, k->rbase + r0, nr, c0 + mb * {width}, nc - mb * {width});\n"
-        f"        else cg_gemm_store_rows(k, buf, ldt, r0, nr, c0 + mb * {width}, nc - mb * {width}, n0, oh0, ow0);\n"
+        f"        const long cr = c0 + mb * {width}, ncr = nc - mb * {width};\n"
+        f"        if (whole) k->ep(k->ops, y, k->ldy, buf, ldt, k->rbase + r0, nr, cr, ncr);\n"
+        f"        else cg_gemm_store_rows(k, buf, ldt, r0, nr, cr, ncr, n0, oh0, ow0);\n"
         f"      }}\n"
         f"      continue;\n"
         f"    }}\n"
@@ -192,7 +199,7 @@ def driver(
         f"static void cg_mkf_{name}(const float* const* rows, const long* tapoff, long ntaps, long cg, long cs,\n"
         "    const float* w, const float* const* ops, const long* rs, float* y, float* y2, long split, long ldy,\n"
         "    long row0, long c"
-        f"{', const char* ahead, long lines' if ahead else ''}{', const char* wnext, long wlines' if fetch_next else ''}) {{"
+        f"{AHEAD_ARGS if ahead else ''}{FETCH_ARGS if fetch_next else ''}) {{"
     )
     store = []
     for i in range(p):
@@ -274,7 +281,7 @@ def microkernel(nv: int, p: int, ahead: bool = False, fetch_next: bool = False) 
     head = (
         f"static void cg_mk_{nv}_{p}{'_x' if ahead else ''}{'_w' if fetch_next else ''}(const float* const* rows,\n"
         "    const long* tapoff, long ntaps, long cg, long cs, const float* w, float* tile, long ldt"
-        f"{', const char* ahead, long lines' if ahead else ''}{', const char* wnext, long wlines' if fetch_next else ''}) {{"
+        f"{AHEAD_ARGS if ahead else ''}{FETCH_ARGS if fetch_next else ''}) {{"
     )
     store = [f"  *(vf*)(tile + {i} * ldt + {j} * VW) = a{i}_{j};" for i in range(p) for j in range(nv)]
     return _tile(nv, p, head, store, ahead=ahead, fetch_next=fetch_next)
@@ -294,7 +301,8 @@ FETCH_LOCALITY = 2
 # threads, ranges split between the threads: 1.04-1.11x as long fetching regardless).
 FETCH_SETUP = """    const long wfirst = grp * k->nmb + mb1;  /* the next range's first block */
     const int wmine = (gr + 1) * job->chunks < cg_share_end;  /* this thread runs the next range */
-    const long wblocks = wmine && wfirst < k->groups * k->nmb ? cg_min(k->blocks_per_task, k->nmb - wfirst % k->nmb) : 0;
+    const long wblocks =
+      wmine && wfirst < k->groups * k->nmb ? cg_min(k->blocks_per_task, k->nmb - wfirst % k->nmb) : 0;
     const long wtotal = wblocks * K * ${NV} * VW / 16;  /* its cache lines */
     const char* const wnext = (const char*)(k->wp + wfirst * K * ${NV} * VW);
     const long wlo = wtotal * tile / ntiles, whi = wtotal * (tile + 1) / ntiles, wstep = K / 2;
