@@ -111,7 +111,7 @@ def gemm_function(
     # as a fixed-size array (a variable-length one costs the hot loop its frame-pointer register).
     floats = max(host_blocking(vector).l1d // 8, p * nv * vector)
     ahead = 4 * contiguous_input > host_blocking(vector).l2
-    x = ("_x" if ahead else "") + ("_w" if fetch_next else "")
+    x = variant(ahead, fetch_next)
     ctx.define_once(f"cg_mk_{nv}_{p}{x}", lambda: microkernel(nv, p, ahead, fetch_next))
     if fused is None:
         name = f"{nv}_{p}{x}"
@@ -141,6 +141,12 @@ AHEAD_ARGS = ", const char* ahead, long lines"
 FETCH_ARGS = ", const char* wnext, long wlines"
 
 
+def variant(ahead: bool, fetch_next: bool) -> str:
+    """A micro-kernel's name suffix: ``_x`` prefetching the next tile's rows, ``_w`` the next
+    range's weights."""
+    return ("_x" if ahead else "") + ("_w" if fetch_next else "")
+
+
 def c_longs(values: list[int]) -> str:
     """A C initializer list: ``{1, 2, 3}``."""
     return "{" + ", ".join(str(v) for v in values) + "}"
@@ -156,7 +162,7 @@ def driver(
     prefetch the next tile's (contiguous) input rows; with ``spread``, the register
     epilogue's residual and output lines are prefetched over the k-loop, else before it; with
     ``fetch_next``, each tile its share of the next range's weights (:data:`FETCH_SETUP`)."""
-    mk = f"cg_mk_{nv}_{p}{'_x' if ahead else ''}{'_w' if fetch_next else ''}"
+    mk = f"cg_mk_{nv}_{p}{variant(ahead, fetch_next)}"
     # the micro-kernels' last arguments: where the next tile's rows start and how many cache
     # lines they take, asked for by the first block's k-loop only; then this block's part of
     # the tile's share of the next range's weights
@@ -279,7 +285,7 @@ def microkernel(nv: int, p: int, ahead: bool = False, fetch_next: bool = False) 
     ``ahead``: ``cg_mk_<nv>_<p>_x``, prefetching ``lines`` cache lines from ``ahead`` on; with
     ``fetch_next``: ``..._w``, then ``wlines`` lines from ``wnext`` on into the L2)."""
     head = (
-        f"static void cg_mk_{nv}_{p}{'_x' if ahead else ''}{'_w' if fetch_next else ''}(const float* const* rows,\n"
+        f"static void cg_mk_{nv}_{p}{variant(ahead, fetch_next)}(const float* const* rows,\n"
         "    const long* tapoff, long ntaps, long cg, long cs, const float* w, float* tile, long ldt"
         f"{AHEAD_ARGS if ahead else ''}{FETCH_ARGS if fetch_next else ''}) {{"
     )

@@ -94,9 +94,8 @@ def winograd_pays(kernel: tuple[int, int], strides: tuple[int, int], dilations: 
     saving = channels_in * channels_out / (channels_in + channels_out)
     transformed = 4 * POINTS * tiles * (channels_in + channels_out)
     room = (saving - 32) / SAVING_PER_L2 * l2_bytes
-    chunked = 4 * POINTS * channels_in * channels_out <= CHUNK_WEIGHTS_L2 * l2_bytes  # chunk_rows
-    pays = (saving >= LEAST_SAVING and transformed <= room
-            or saving >= SMALL_SAVING and (2 * transformed <= l2_bytes or chunked))
+    small = 2 * transformed <= l2_bytes or chunkable(channels_in, channels_out, l2_bytes)
+    pays = saving >= LEAST_SAVING and transformed <= room or saving >= SMALL_SAVING and small
     return pays and POINTS * tiles >= channels_out
 
 
@@ -140,6 +139,11 @@ CHUNK_L2 = 0.75  # the weights and a thread's share of a chunk's values
 CHUNK_WEIGHTS_L2 = 0.5  # the most the weights may take
 
 
+def chunkable(channels_in: int, channels_out: int, l2_bytes: int) -> bool:
+    """Whether the 16 products' weights are small enough to stay in the L2 across chunks."""
+    return 4 * POINTS * channels_in * channels_out <= CHUNK_WEIGHTS_L2 * l2_bytes
+
+
 def chunk_rows(rows: int, tile_cols: int, channels_in: int, channels_out: int, threads: int, l2_bytes: int) -> int:
     """Tile rows per chunk: the three loops (transform in, GEMM, transform out) run chunk by
     chunk, so the transformed values are read back from the L2 rather than from memory, where
@@ -163,7 +167,7 @@ def chunk_rows(rows: int, tile_cols: int, channels_in: int, channels_out: int, t
     weights = 4 * POINTS * channels_in * channels_out
     per_row = 4 * POINTS * tile_cols * (channels_in + channels_out)
     threads = max(1, threads)
-    if weights > CHUNK_WEIGHTS_L2 * l2_bytes or rows * per_row <= threads * l2_bytes:
+    if not chunkable(channels_in, channels_out, l2_bytes) or rows * per_row <= threads * l2_bytes:
         return rows
     most = max(1, int(threads * (CHUNK_L2 * l2_bytes - weights)) // per_row)
     return -(-rows // -(-rows // most))  # as even as the rows allow
