@@ -86,8 +86,13 @@ def test_a_tile_runs_the_channel_blocks_whose_weights_stay_in_l2() -> None:
     # resnet50's 1x1 expansion 64 -> 256 at 56x56 (AVX2 tiles: 3 rows x 32 channels): its 64 KB of
     # weights fit, so every one of the 8 blocks runs on a tile before the next tile.
     assert zen2.blocks_per_task(8, 64, 32, 3, 1046) == 8
-    # 256 -> 1024 at 14x14: 1 MB of weights, 32 KB per block; half of a 512K L2 holds 8 blocks.
-    assert zen2.blocks_per_task(32, 256, 32, 3, 66) == 8
+    # 256 -> 128 at 14x14: 256 KB of weights, 32 KB per block; half of a 512K L2 holds 8 blocks.
+    assert zen2.blocks_per_task(8, 256, 32, 3, 66) == 8
+    # 256 -> 1024: 1 MB of weights, more than half the L2: the next range's weights are
+    # prefetched into it beside the current range's, so a range takes a quarter: 4 blocks.
+    assert zen2.blocks_per_task(32, 256, 32, 3, 66) == 4
+    # So do groups whose weights together outgrow half the L2 (Winograd's 16 products).
+    assert zen2.blocks_per_task(8, 256, 32, 3, 66, groups=16) == 4
     # A 3x3 over 512 channels: one block's panel (590 KB at 32 wide) already fills the L2.
     assert zen2.blocks_per_task(16, 4608, 32, 3, 17) == 1
     assert xeon.blocks_per_task(8, 4608, 64, 6, 9) == 1

@@ -33,7 +33,8 @@ each parameter follows from what bounds it:
   take: the panels of several blocks, re-read by every tile, share the L2 with the input
   rows and outputs streaming through it; on an AVX-512 Xeon with 1.25 MiB of L2, 1x1
   layers whose weights outweigh their rows (squeezenet's 512 -> 1000 classifier, resnet50's
-  256 -> 1024 at 14x14) ran 0.86-0.89x as long with half;
+  256 -> 1024 at 14x14) ran 0.86-0.89x as long with half.  A quarter where all the weights
+  outgrow half the L2: the next range's are then prefetched into it beside the current one's;
 - **tiles per task** from the core's FMA rate: a task is at least ~5 us of work, so claiming
   it from the pool's counter (one contended atomic) and warming its panel stay a few percent;
   the thread cost model's balance rule (8 tasks per thread) halves it from there.  The L2
@@ -74,6 +75,9 @@ def weights_outweigh(weight_floats: int, input_floats: int) -> bool:
     """Whether a GEMM's weights dwarf its input enough to split its channels across threads
     (``WEIGHTS_OVER_INPUT``, :meth:`Blocking.split`)."""
     return weight_floats > WEIGHTS_OVER_INPUT * input_floats
+# The L2 is shared by this many ranges' weights where the next is prefetched beside the
+# current (Blocking.blocks_per_task): two, each in a quarter, the other half for the rows.
+FETCHING_SHARE = 4
 TASK_NS = 5000.0  # a task's least work: claiming it (one contended atomic) and warming up stay small
 
 
@@ -204,17 +208,28 @@ class Blocking:
         blocks = -(-channels // (nv * self.vector_floats))
         return blocks * -(-rows // p) * max(p * nv, 1.5 * (p + nv), 8)
 
-    def blocks_per_task(self, nmb: int, depth: int, width: int, rows: int, ntiles: int) -> int:
+    def blocks_per_task(self, nmb: int, depth: int, width: int, rows: int, ntiles: int, groups: int = 1) -> int:
         """How many of a group's ``nmb`` channel blocks (``width`` floats each) each tile of
-        ``rows`` rows runs, one after the other, before the next tile (``ntiles`` in all).
+        ``rows`` rows runs, one after the other, before the next tile (``ntiles`` in all), of
+        ``groups`` groups.
 
         As many as keep their packed weights (``depth x width`` floats each) in half the L2
         (see the module note) and the tile's results (``rows x width`` each) in half the L1;
-        1 when there is a single tile (its weights are read once whatever the order).
+        1 when there is a single tile (its weights are read once whatever the order).  Where
+        all the weights outgrow half the L2, the tiles prefetch the next range's weights into
+        it as they run (:meth:`fetches_next`), so this range and the next share that half: a
+        quarter each.  Squeezenet's 512 -> 1000 classifier (2 MB) and resnet50's 7x7 stage ran
+        0.88-0.92x as long so, in the models at 1 thread (2 MiB-L2 Sapphire Rapids)::
+
+            >>> xeon = Blocking.for_cpu(CpuDescription.avx512_xeon())  # 1 MiB of L2
+            >>> xeon.blocks_per_task(4, 512, 64, 6, 29), xeon.blocks_per_task(16, 512, 64, 6, 29)
+            (4, 2)
         """
         if ntiles <= 1:
             return 1
-        by_l2 = (self.l2 // 2) // max(1, 4 * depth * width)
+        weights = 4 * groups * nmb * depth * width
+        share = FETCHING_SHARE if weights > self.l2 // 2 else 2
+        by_l2 = (self.l2 // share) // max(1, 4 * depth * width)
         by_l1 = (self.l1d // 2) // max(1, 4 * rows * width)
         return max(1, min(nmb, by_l2, by_l1))
 
@@ -234,9 +249,9 @@ class Blocking:
 
             >>> xeon = Blocking.for_cpu(CpuDescription.avx512_xeon())
             >>> xeon.split(32, 1, 10, 512, 64, 5, 2, weights_outweigh_input=True)  # 512 -> 2048 at 7x7
-            GemmSplit(blocks_per_task=4, tiles_per_task=10, rows_outer=False, runs=1, fetch_next=True)
+            GemmSplit(blocks_per_task=2, tiles_per_task=10, rows_outer=False, runs=1, fetch_next=True)
             >>> xeon.split(32, 1, 10, 512, 64, 5, 2, weights_outweigh_input=False)
-            GemmSplit(blocks_per_task=4, tiles_per_task=1, rows_outer=False, runs=10, fetch_next=True)
+            GemmSplit(blocks_per_task=2, tiles_per_task=1, rows_outer=False, runs=10, fetch_next=True)
 
         The thread pool deals each thread a contiguous share of the tasks (``thread_pool.c``).
         Tasks go group by group and range by range, each range's weights kept in L2 across
@@ -253,7 +268,7 @@ class Blocking:
             >>> xeon.split(1, 3, 131, 80, 80, 6, 2, weights_outweigh_input=False).rows_outer  # 240 -> 240, 3 groups
             True
         """
-        bpt = self.blocks_per_task(nmb, depth, width, rows, ntiles)
+        bpt = self.blocks_per_task(nmb, depth, width, rows, ntiles, groups)
         rows_outer = threads > 1 and 4 * groups * nmb * depth * width <= self.l2 // 2
         if threads > 1 and weights_outweigh_input and groups * nmb >= 2 * threads:
             while bpt > 1 and groups * -(-nmb // bpt) < 2 * threads:
