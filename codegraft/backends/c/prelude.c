@@ -187,42 +187,66 @@ static void cg_pack(const float* b, long K, long N, long sk, long sn, float* pac
 }
 
 typedef float vfu __attribute__((vector_size(VW * 4), aligned(4)));  /* unaligned loads */
+typedef int vi __attribute__((vector_size(VW * 4)));
+/* Lanes of a where the mask is set, of b elsewhere. */
+static inline vf cg_vpick(vi mask, vf a, vf b) { return (vf)(((vi)a & mask) | ((vi)b & ~mask)); }
 
 /* Max (mode 0) or average pooling excluding (1) or including (2) pads, channels-last.
-   hlim/wlim: input extent plus end padding, which bounds the divisor of mode 2.  One task per output row. */
+   hlim/wlim: input extent plus end padding, which bounds the divisor of mode 2.  One task per
+   output row.  Each pixel's channels go in blocks of vectors that stay in registers over the
+   window (a store per channel, not one per tap): the same comparisons and sums, in the same
+   order, as element by element. */
 typedef struct {
   const float* x; float* y; long N, H, W, C, OH, OW, kh, kw, sh, sw, ph, pw, dh, dw; int mode; long hlim, wlim;
   long yH, yW;  /* the output's image height and row width in pixels (more than OH, OW inside a border) */
 } cg_pool_t;
+#define CG_POOL_TAPS(...)                                               \
+  for (long i = 0; i < k->kh; i++) {                                    \
+    const long h = hs + i * k->dh;                                      \
+    if (h < 0 || h >= k->H) continue;                                   \
+    for (long j = 0; j < k->kw; j++) {                                  \
+      const long ww = ws + j * k->dw;                                   \
+      if (ww < 0 || ww >= k->W) continue;                               \
+      const float* xp = k->x + ((n * k->H + h) * k->W + ww) * C + c;    \
+      __VA_ARGS__                                                       \
+    }                                                                   \
+  }
 static void cg_pool_row(const void* ctx, long task) {
   const cg_pool_t* k = ctx;
   const long n = task / k->OH, oh = task % k->OH, C = k->C;
+  const int largest = k->mode == 0;
+  const float init = largest ? -INFINITY : 0.0f;
   for (long ow = 0; ow < k->OW; ow++) {
     float* yp = k->y + ((n * k->yH + oh) * k->yW + ow) * C;
     const long hs = oh * k->sh - k->ph, ws = ow * k->sw - k->pw;
-    const float init = k->mode == 0 ? -INFINITY : 0.0f;
-    for (long c = 0; c < C; c++) yp[c] = init;
-    long count = 0;
-    for (long i = 0; i < k->kh; i++) {
-      const long h = hs + i * k->dh;
-      if (h < 0 || h >= k->H) continue;
-      for (long j = 0; j < k->kw; j++) {
-        const long ww = ws + j * k->dw;
-        if (ww < 0 || ww >= k->W) continue;
-        const float* xp = k->x + ((n * k->H + h) * k->W + ww) * C;
-        count++;
-        if (k->mode == 0) {
-          for (long c = 0; c < C; c++) yp[c] = xp[c] > yp[c] ? xp[c] : yp[c];
-        } else {
-          for (long c = 0; c < C; c++) yp[c] += xp[c];
-        }
-      }
+    long count = 0, c = 0;
+    CG_POOL_TAPS(count++; (void)xp;)
+    long size = count;
+    if (k->mode == 2) size = (cg_min(hs + k->kh, k->hlim) - hs) * (cg_min(ws + k->kw, k->wlim) - ws);
+    const float div = (float)size;
+    const vf vinit = (vf){0} + init, vdiv = (vf){0} + div;
+    for (; c + 4 * VW <= C; c += 4 * VW) {
+      vf m0 = vinit, m1 = vinit, m2 = vinit, m3 = vinit;
+      CG_POOL_TAPS(
+        const vf x0 = *(const vfu*)xp, x1 = *(const vfu*)(xp + VW);
+        const vf x2 = *(const vfu*)(xp + 2 * VW), x3 = *(const vfu*)(xp + 3 * VW);
+        if (largest) {
+          m0 = cg_vpick(x0 > m0, x0, m0); m1 = cg_vpick(x1 > m1, x1, m1);
+          m2 = cg_vpick(x2 > m2, x2, m2); m3 = cg_vpick(x3 > m3, x3, m3);
+        } else { m0 += x0; m1 += x1; m2 += x2; m3 += x3; })
+      if (!largest) { m0 = m0 / vdiv; m1 = m1 / vdiv; m2 = m2 / vdiv; m3 = m3 / vdiv; }
+      *(vfu*)(yp + c) = m0; *(vfu*)(yp + c + VW) = m1;
+      *(vfu*)(yp + c + 2 * VW) = m2; *(vfu*)(yp + c + 3 * VW) = m3;
     }
-    if (k->mode != 0) {
-      long size = count;
-      if (k->mode == 2) size = (cg_min(hs + k->kh, k->hlim) - hs) * (cg_min(ws + k->kw, k->wlim) - ws);
-      const float div = (float)size;
-      for (long c = 0; c < C; c++) yp[c] = yp[c] / div;
+    for (; c + VW <= C; c += VW) {
+      vf m = vinit;
+      CG_POOL_TAPS(const vf v = *(const vfu*)xp; m = largest ? cg_vpick(v > m, v, m) : m + v;)
+      *(vfu*)(yp + c) = largest ? m : m / vdiv;
+    }
+    for (; c < C; c++) {
+      float m = init;
+      CG_POOL_TAPS(m = largest ? (xp[0] > m ? xp[0] : m) : m + xp[0];)
+      yp[c] = largest ? m : m / div;
     }
   }
 }
@@ -316,11 +340,8 @@ static void cg_lrn(const float* x, float* y, long outer, long C, long inner, lon
 /* Softmax over the middle axis of [outer][n][inner]; one task per (outer, inner) line.
    Contiguous lines (inner == 1) keep VW partial maxima and sums in vector registers: the
    compiler will not reorder a float reduction by itself (no -ffast-math here). */
-typedef int vi __attribute__((vector_size(VW * 4)));
 /* Relu of a vector as the scalar `v < 0 ? 0 : v` (NaN and -0 pass through); C has no ?: on vectors. */
 static inline vf cg_vrelu(vf v) { return (vf)((vi)v & ~(v < (vf){0})); }
-/* Lanes of a where the mask is set, of b elsewhere. */
-static inline vf cg_vpick(vi mask, vf a, vf b) { return (vf)(((vi)a & mask) | ((vi)b & ~mask)); }
 /* cg_exp, cg_sigmoid, cg_clamp and HardSigmoid on vectors, with the scalar forms' arithmetic
    and NaN behaviour lane by lane: fused into a Conv's register tiles (SiLU, HardSwish). */
 static inline vf cg_vexp(vf x) {
