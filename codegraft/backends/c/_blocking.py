@@ -287,19 +287,33 @@ class Blocking:
     ) -> bool:
         """Whether the tiles of each range of channel blocks prefetch the next range's weights
         (``gemm.py``: ``FETCH_SETUP``): where there is a next range, run after this one (not
-        rows first), the weights are more than half the L2, so they come from beyond it, and
-        there are several tiles, so they are re-read from the L2 (with one row tile, a batch-1
-        fully connected layer, they stream once: the hardware's prefetcher keeps up with that,
-        and vgg19's 25088 -> 4096 ran 1.02-1.07x as long with this).
+        rows first), and there are several tiles, so the weights are re-read from the L2 (with
+        one row tile, a batch-1 fully connected layer, they stream once: the hardware's
+        prefetcher keeps up with that, and vgg19's 25088 -> 4096 ran 1.02-1.07x as long with
+        this), and either the weights are more than half the L2 or a range's weights are at
+        least half the L1.  At batch 1 in a model a kernel's weights come from beyond the L2
+        whatever their size (the kernels before it filled the L2 with their own); a range's
+        first tile waits on them, unless they are so few that its first steps have them in
+        time (shufflenet's grouped 1x1 layers, a few KB per group: no gain to pay the loop for).
 
         Without, the first tile of each range waits on its weights from memory: resnet50's
         7x7 stage reads 4-9 MB per layer for 49 rows of output, and Winograd's 16 products are
         16 groups of weights.  In the models at 1 thread (2-core Sapphire Rapids VM, in-model
         A/B): resnet50's 7x7 stage 0.88-0.94x as long, its 256 -> 256 Winograd layers at 14x14
-        0.83-0.86x, vgg19's Winograd layers 0.83-0.92x (whole kernels 0.962x and 0.916x).
+        0.83-0.86x, vgg19's Winograd layers 0.83-0.92x (whole kernels 0.962x and 0.916x); with
+        the ranges of half the L1 or more too, squeezenet's 48 -> 192 and 64 -> 256 Winograd
+        layers (36 and 64 KB per product) 0.76-0.88x in four runs::
+
+            >>> xeon = Blocking.for_cpu(CpuDescription.avx512_xeon())
+            >>> xeon.fetches_next(4, 16, 4, 64, 64, rows_outer=False, ntiles=5)  # 64 -> 256 Winograd, 13x13
+            True
+            >>> xeon.fetches_next(1, 4, 1, 34, 48, rows_outer=False, ntiles=131)  # 6 KB per group
+            False
         """
         ranges = groups * -(-nmb // bpt)
-        return ranges > 1 and ntiles > 1 and not rows_outer and 4 * groups * nmb * depth * width > self.l2 // 2
+        beyond_l2 = 4 * groups * nmb * depth * width > self.l2 // 2
+        past_l1 = 4 * bpt * depth * width >= self.l1d // 2
+        return ranges > 1 and ntiles > 1 and not rows_outer and (beyond_l2 or past_l1)
 
     def tiles_per_task(self, ntiles: int, blocks: int, rows: int, cols: int, depth: int, threads: int) -> int:
         """Consecutive tiles per GEMM task (``rows x cols`` tiles, ``depth`` multiply-adds deep).
