@@ -75,6 +75,8 @@ def weights_outweigh(weight_floats: int, input_floats: int) -> bool:
     """Whether a GEMM's weights dwarf its input enough to split its channels across threads
     (``WEIGHTS_OVER_INPUT``, :meth:`Blocking.split`)."""
     return weight_floats > WEIGHTS_OVER_INPUT * input_floats
+
+
 # The L2 is shared by this many ranges' weights where the next is prefetched beside the
 # current (Blocking.blocks_per_task): two, each in a quarter, the other half for the rows.
 FETCHING_SHARE = 4
@@ -208,6 +210,13 @@ class Blocking:
         blocks = -(-channels // (nv * self.vector_floats))
         return blocks * -(-rows // p) * max(p * nv, 1.5 * (p + nv), 8)
 
+    def beyond_half_l2(self, groups: int, nmb: int, depth: int, width: int) -> bool:
+        """Whether the weights of ``groups x nmb`` channel blocks (``depth x width`` floats
+        each) take more than half the L2: then ranges of blocks prefetch the next one beside
+        them (:meth:`fetches_next`, :meth:`blocks_per_task`), and tasks do not go rows first
+        (:meth:`split`)."""
+        return 4 * groups * nmb * depth * width > self.l2 // 2
+
     def blocks_per_task(self, nmb: int, depth: int, width: int, rows: int, ntiles: int, groups: int = 1) -> int:
         """How many of a group's ``nmb`` channel blocks (``width`` floats each) each tile of
         ``rows`` rows runs, one after the other, before the next tile (``ntiles`` in all), of
@@ -227,8 +236,7 @@ class Blocking:
         """
         if ntiles <= 1:
             return 1
-        weights = 4 * groups * nmb * depth * width
-        share = FETCHING_SHARE if weights > self.l2 // 2 else 2
+        share = FETCHING_SHARE if self.beyond_half_l2(groups, nmb, depth, width) else 2
         by_l2 = (self.l2 // share) // max(1, 4 * depth * width)
         by_l1 = (self.l1d // 2) // max(1, 4 * rows * width)
         return max(1, min(nmb, by_l2, by_l1))
@@ -269,7 +277,7 @@ class Blocking:
             True
         """
         bpt = self.blocks_per_task(nmb, depth, width, rows, ntiles, groups)
-        rows_outer = threads > 1 and 4 * groups * nmb * depth * width <= self.l2 // 2
+        rows_outer = threads > 1 and not self.beyond_half_l2(groups, nmb, depth, width)
         if threads > 1 and weights_outweigh_input and groups * nmb >= 2 * threads:
             while bpt > 1 and groups * -(-nmb // bpt) < 2 * threads:
                 bpt -= 1
@@ -311,9 +319,8 @@ class Blocking:
             False
         """
         ranges = groups * -(-nmb // bpt)
-        beyond_l2 = 4 * groups * nmb * depth * width > self.l2 // 2
-        past_l1 = 4 * bpt * depth * width >= self.l1d // 2
-        return ranges > 1 and ntiles > 1 and not rows_outer and (beyond_l2 or past_l1)
+        from_beyond = self.beyond_half_l2(groups, nmb, depth, width) or 4 * bpt * depth * width >= self.l1d // 2
+        return ranges > 1 and ntiles > 1 and not rows_outer and from_beyond
 
     def tiles_per_task(self, ntiles: int, blocks: int, rows: int, cols: int, depth: int, threads: int) -> int:
         """Consecutive tiles per GEMM task (``rows x cols`` tiles, ``depth`` multiply-adds deep).

@@ -219,9 +219,8 @@ static void cg_pool_row(const void* ctx, long task) {
   for (long ow = 0; ow < k->OW; ow++) {
     float* yp = k->y + ((n * k->yH + oh) * k->yW + ow) * C;
     const long hs = oh * k->sh - k->ph, ws = ow * k->sw - k->pw;
-    long count = 0, c = 0;
-    CG_POOL_TAPS(count++; (void)xp;)
-    long size = count;
+    long c = 0, size = 0;  /* the divisor of an average: the taps inside (mode 1) or the padded window's */
+    if (k->mode == 1) CG_POOL_TAPS(size++; (void)xp;)
     if (k->mode == 2) size = (cg_min(hs + k->kh, k->hlim) - hs) * (cg_min(ws + k->kw, k->wlim) - ws);
     const float div = (float)size;
     const vf vinit = (vf){0} + init, vdiv = (vf){0} + div;
