@@ -95,3 +95,53 @@ def test_prefetching_loops_compute_the_same(
     for threads in (1, 2):
         got = cg.compile(model, targets=["c"], threads=threads).run({"x": x, "r": r})["y"]
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def _gemm_trans_a(depth: int, rows: int, cols: int):  # type: ignore[no-untyped-def]
+    """``Y = A^T B + C``: A's channel stride is not 1 (the micro-kernel's ``cs`` path)."""
+    rng = np.random.default_rng(depth)
+    b = rng.standard_normal((depth, cols)).astype(np.float32)
+    c = rng.standard_normal(cols).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("Gemm", ["a", "b", "c"], ["y"], transA=1)], "g",
+        [helper.make_tensor_value_info("a", TensorProto.FLOAT, [depth, rows])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [rows, cols])],
+        [numpy_helper.from_array(b, "b"), numpy_helper.from_array(c, "c")],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("steps", [2, 8])
+@pytest.mark.parametrize("prefetching", [False, True])
+def test_k_steps_per_pass_give_the_same_bits(steps: int, prefetching: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tall tiles run several k-steps a pass (``Blocking.k_steps``, ``gemm._tile``): forced on
+    every tile, with depths that leave steps over (5 channels a tap, 83 deep), through the loops
+    that prefetch (forced as above), every output is the same float as with one step a pass;
+    the channel-strided path (a Gemm with transA, one step a pass whatever) is unchanged."""
+    import dataclasses
+
+    from codegraft.backends.c._blocking import Blocking
+    from codegraft.backends.c.ops import conv, gemm
+
+    if prefetching:
+        real = gemm.host_blocking
+        monkeypatch.setattr(gemm, "FILL_BUFFERS", 0)
+        tiny_l2 = lambda vector: dataclasses.replace(real(vector), l2=256)  # noqa: E731
+        monkeypatch.setattr(gemm, "host_blocking", tiny_l2)
+        monkeypatch.setattr(conv, "host_blocking", tiny_l2)
+    rng = np.random.default_rng(3)
+    cases = [
+        (_model(5, 40, 9, 9, 3), {"x": rng.standard_normal((1, 5, 9, 9)), "r": rng.standard_normal((1, 40, 9, 9))}),
+        (_model(83, 16, 7, 5, 1), {"x": rng.standard_normal((1, 83, 7, 5)), "r": rng.standard_normal((1, 16, 7, 5))}),
+        (_gemm_trans_a(45, 37, 24), {"a": rng.standard_normal((45, 37))}),
+    ]
+    for model, feeds in cases:
+        feeds = {name: value.astype(np.float32) for name, value in feeds.items()}
+        results = []
+        for forced in (1, steps):
+            monkeypatch.setattr(Blocking, "k_steps", lambda self, nv, p, forced=forced: forced)
+            source = generate(ir.from_proto(model), host_target(), 1).source
+            assert (f"c += {steps}" in source) == (forced > 1)
+            results.append(cg.compile(model, targets=["c"]).run(feeds)["y"])
+        assert np.array_equal(results[0], results[1])
+        np.testing.assert_allclose(results[1], run_onnxruntime(model, feeds)["y"], rtol=1e-4, atol=1e-4)

@@ -80,6 +80,9 @@ def weights_outweigh(weight_floats: int, input_floats: int) -> bool:
 # The L2 is shared by this many ranges' weights where the next is prefetched beside the
 # current (Blocking.blocks_per_task): two, each in a quarter, the other half for the rows.
 FETCHING_SHARE = 4
+# General registers a tile's k-loop takes beside its row pointers (Blocking.k_steps): the weights,
+# the step, its bound, the channel stride, the stack or frame pointer, and one spare.
+LOOP_POINTERS = 6
 TASK_NS = 5000.0  # a task's least work: claiming it (one contended atomic) and warming up stay small
 
 
@@ -126,6 +129,7 @@ class Blocking:
     l1d: int
     l2: int
     macs_per_ns: float  # one core's FMA rate as the thread cost model estimates it
+    general_registers: int = 16  # x86-64's; AArch64 has 31
 
     @staticmethod
     def for_cpu(cpu: CpuDescription) -> Blocking:
@@ -137,11 +141,35 @@ class Blocking:
         """The rules for code compiled with ``width`` floats per register on ``cpu``."""
         wide = width >= 16 or cpu.arch in ("aarch64", "arm64")
         rate = Machine.for_cpu(width, cpu.caches.l2, cpu.caches.l3).gemm_flops_per_ns / 2  # the cost model's
-        return Blocking(width, 32 if wide else 16, cpu.caches.l1d, cpu.caches.l2, rate)
+        general = 31 if cpu.arch in ("aarch64", "arm64") else 16
+        return Blocking(width, 32 if wide else 16, cpu.caches.l1d, cpu.caches.l2, rate, general)
 
     def rows_per_tile(self, nv: int) -> int:
         """``P`` for tiles of ``nv`` vectors: ~3/4 of the registers as accumulators, at most half."""
         return max(1, min(self.registers // 2, (3 * self.registers // 4) // nv))
+
+    def k_steps(self, nv: int, p: int) -> int:
+        """The k-steps each pass of a ``P x NV`` tile's loop runs (``gemm.py``: ``_tile``).
+
+        One, unless the tile's ``P`` row pointers and the loop's own (``LOOP_POINTERS``)
+        outnumber the general registers by more than one per 8 of a step's ``P x NV``
+        multiply-adds: the compiler then keeps the pointers beyond the registers on the stack
+        or in vector registers and moves them back at every step, and the moves take the FMA
+        ports (an AVX-512 16 x 1 tile: 6 moves per 16 multiply-adds, 84-93 GFLOP/s on a Sapphire
+        Rapids core).  Then the most steps (8, 4 or 2) whose weight vectors fit in the vector
+        registers beside the accumulators and a spare, so the moves come once per pass: 113-117
+        GFLOP/s with 8 (a loop of one tile, caches warm); squeezenet's 128 -> 16 and 64 -> 16
+        1x1 layers at 55x55 0.76-0.91x as long in the model.  A 12 x 2 tile's two moves per 24
+        gained nothing so::
+
+            >>> xeon = Blocking.for_cpu(CpuDescription.avx512_xeon())
+            >>> xeon.k_steps(1, 16), xeon.k_steps(1, 13), xeon.k_steps(2, 12), xeon.k_steps(4, 6)
+            (8, 8, 1, 1)
+        """
+        spilled = p + LOOP_POINTERS - self.general_registers
+        if 8 * spilled <= p * nv:
+            return 1
+        return next((steps for steps in (8, 4, 2) if (p + steps) * nv < self.registers), 1)
 
     def balanced_rows(self, nv: int, rows: int) -> int:
         """``P`` for ``rows`` rows in tiles of ``nv`` vectors: between half and all of

@@ -112,16 +112,18 @@ def gemm_function(
     floats = max(host_blocking(vector).l1d // 8, p * nv * vector)
     ahead = 4 * contiguous_input > host_blocking(vector).l2
     x = variant(ahead, fetch_next)
-    ctx.define_once(f"cg_mk_{nv}_{p}{x}", lambda: microkernel(nv, p, ahead, fetch_next))
+    steps = host_blocking(vector).k_steps(nv, p)
+    ctx.define_once(f"cg_mk_{nv}_{p}{x}", lambda: microkernel(nv, p, ahead, fetch_next, steps))
     if fused is None:
         name = f"{nv}_{p}{x}"
         return ctx.define_once(f"cg_gemm_{name}", lambda: driver(nv, p, floats, name=name, ahead=ahead,
-                                                                  fetch_next=fetch_next))
+                                                                  fetch_next=fetch_next, steps=steps))
     # per-channel operands (row stride 0: a bias) stay in L1; the output is a stream too
     streams = 1 + sum(1 for kind, rs in zip(fused.operands, fused.row_strides, strict=True) if kind == "c" and rs)
     spread = spread_prefetch(streams, nv, p, vector, depth)
     name = f"{nv}_{p}{x}_f{fused.key}{'_s' if spread else ''}"
-    return ctx.define_once(f"cg_gemm_{name}", lambda: driver(nv, p, floats, fused, name, ahead, spread, fetch_next))
+    return ctx.define_once(f"cg_gemm_{name}", lambda: driver(nv, p, floats, fused, name, ahead, spread, fetch_next,
+                                                              steps))
 
 
 def write_over_residual(ctx: Context, kernel: Kernel) -> None:
@@ -154,7 +156,7 @@ def c_longs(values: list[int]) -> str:
 
 def driver(
     nv: int, p: int, buffer_floats: int, fused: VectorEpilogue | None = None, name: str = "", ahead: bool = False,
-    spread: bool = False, fetch_next: bool = False,
+    spread: bool = False, fetch_next: bool = False, steps: int = 1,
 ) -> str:
     """The parallel driver ``cg_gemm_<name>`` of the ``P x NV`` tile (``buffer_floats``: room for
     a tile's results over its range of channel blocks); with ``fused``, its register-epilogue
@@ -226,7 +228,7 @@ def driver(
     if spread:
         # per-channel operands (row stride 0, a bias) are in L1 anyway
         streams = sum(1 for kind in fused.operands if kind == "c") + 1
-        head += f"\n  const float* pf[{streams * p * nv}]; long npf = 0, pfi = 0;"
+        head += f"\n  const float* pf[{streams * p * nv + steps - 1}]; long npf = 0, pfi = 0;"
     head += f"\n  for (long o = 0; o < {nv} * VW; o += 16) {{"
     for i in range(p):
         for o, kind in enumerate(fused.operands):
@@ -240,7 +242,9 @@ def driver(
         else:
             head += f"\n    __builtin_prefetch({out}, 1);"
     head += "\n  }"
-    kernel = _tile(nv, p, head, store, spread=spread, ahead=ahead, fetch_next=fetch_next)
+    if spread and steps > 1:  # a prefetching pass of the k-loop may ask for steps - 1 more
+        head += f"\n  for (long q = 0; q < {steps - 1}; q++) pf[npf + q] = y;"
+    kernel = _tile(nv, p, head, store, spread=spread, ahead=ahead, fetch_next=fetch_next, steps=steps)
     return kernel + "\n" + filled("ops/gemm_driver.c", NAME=name, FUSED=tile, **template)
 
 
@@ -280,7 +284,7 @@ AHEAD_SETUP = """    const long next = cg_min(${P}, R - r0 - ${P});  /* rows of 
 """
 
 
-def microkernel(nv: int, p: int, ahead: bool = False, fetch_next: bool = False) -> str:
+def microkernel(nv: int, p: int, ahead: bool = False, fetch_next: bool = False, steps: int = 1) -> str:
     """The ``P x NV`` register-blocked tile ``cg_mk_<nv>_<p>``, storing to a buffer (with
     ``ahead``: ``cg_mk_<nv>_<p>_x``, prefetching ``lines`` cache lines from ``ahead`` on; with
     ``fetch_next``: ``..._w``, then ``wlines`` lines from ``wnext`` on into the L2)."""
@@ -290,7 +294,7 @@ def microkernel(nv: int, p: int, ahead: bool = False, fetch_next: bool = False) 
         f"{AHEAD_ARGS if ahead else ''}{FETCH_ARGS if fetch_next else ''}) {{"
     )
     store = [f"  *(vf*)(tile + {i} * ldt + {j} * VW) = a{i}_{j};" for i in range(p) for j in range(nv)]
-    return _tile(nv, p, head, store, ahead=ahead, fetch_next=fetch_next)
+    return _tile(nv, p, head, store, ahead=ahead, fetch_next=fetch_next, steps=steps)
 
 
 # The next range's weights are not read before this range's tiles are done: into the L2
@@ -317,6 +321,7 @@ FETCH_SETUP = """    const long wfirst = grp * k->nmb + mb1;  /* the next range'
 
 def _tile(
     nv: int, p: int, head: str, store: list[str], spread: bool = False, ahead: bool = False, fetch_next: bool = False,
+    steps: int = 1,
 ) -> str:
     """A tile's function: ``head``, the k-loop, then ``store`` (the accumulators are ``a<i>_<j>``).
 
@@ -329,6 +334,15 @@ def _tile(
     that prefetch run in loops of their own, so no loop body branches: a branch in it cost
     AVX2 cores (16 vector registers) an accumulator spilled to the stack.  With ``fetch_next``,
     each of the next ``wlines`` steps the next line from ``wnext`` on (into the L2).
+
+    With ``steps`` above 1 (:meth:`Blocking.k_steps`: tall tiles, whose row pointers outnumber
+    the general registers), each pass of the loop runs that many k-steps, their weight vectors
+    loaded first and then each row's multiply-adds in turn, and the last ``cg % steps`` steps
+    one by one (channels a stride apart, a Gemm's transposed A, all one by one): the row
+    pointers the compiler keeps on the stack or in vector registers are then fetched once per
+    ``steps`` steps, not once per step.  Each accumulator adds the same products in the same
+    order, so the results are the same bits.  A prefetching pass asks for ``steps`` lines; the
+    last one's may run past its list (``pf`` has room for it).
     """
     accs = [f"a{i}_{j}" for i in range(p) for j in range(nv)]
     lines = [
@@ -357,18 +371,22 @@ def _tile(
     if fetch_next:
         lines.append(f"    const long cw = cg_min(cg, {first} + wlines - s > 0 ? {first} + wlines - s : 0);")
     for stride in ("1", "cs"):
-        index = "c" if stride == "1" else "c * cs"
         lines.append("    if (cs == 1) {" if stride == "1" else "    } else {")
         lines.append("      long c = 0;")
+        # the channel-strided path (a Gemm's transposed A, rare) one step a pass, in less code
+        run = steps if stride == "1" else 1
         for bound, prefetch in loops:
-            lines.append(f"      for (; c < {bound}; c++, w += {nv} * VW) {{")
-            lines += [f"        const vf w{j} = *(const vf*)(w + {j} * VW);" for j in range(nv)]
-            if prefetch:
-                lines.append(f"        {prefetch}")
-            for i in range(p):
-                lines.append(f"        {{ const float x = r{i}[{index}];")
-                lines += [f"          a{i}_{j} += x * w{j};" for j in range(nv)]
-                lines.append("        }")
+            if run == 1:
+                lines.append(f"      for (; c < {bound}; c++, w += {nv} * VW) {{")
+            elif bound == "cg":
+                lines.append(f"      for (; c + {run} <= cg; c += {run}, w += {run * nv} * VW) {{")
+            else:
+                lines.append(f"      for (; c < {bound} && c + {run} <= cg; c += {run}, w += {run * nv} * VW) {{")
+            lines += _steps(nv, p, run, stride, prefetch)
+            lines.append("      }")
+        if run > 1:
+            lines.append(f"      for (; c < cg; c++, w += {nv} * VW) {{")
+            lines += _steps(nv, p, 1, stride, "")
             lines.append("      }")
     lines.append("    }")
     if spread or ahead or fetch_next:
@@ -377,3 +395,26 @@ def _tile(
     lines += store
     lines.append("}")
     return "\n".join(lines)
+
+
+def _steps(nv: int, p: int, steps: int, stride: str, prefetch: str) -> list[str]:
+    """One pass of a tile's k-loop: ``steps`` k-steps from ``c`` on (the channel stride
+    ``stride``: ``1`` or ``cs``), their weights ``w<q>_<j>``, each step asking for ``prefetch``."""
+    def index(q: int) -> str:
+        if stride == "1":
+            return f"c + {q}" if q else "c"
+        return f"(c + {q}) * cs" if q else "c * cs"
+
+    names = [[f"w{j}" if steps == 1 else f"w{q}_{j}" for j in range(nv)] for q in range(steps)]
+    lines = [f"        const vf {names[q][j]} = *(const vf*)(w + {q * nv + j} * VW);"
+             for q in range(steps) for j in range(nv)]
+    lines += [f"        {prefetch}"] * (steps if prefetch else 0)
+    for i in range(p):
+        lines.append("        {" if steps > 1 else f"        {{ const float x = r{i}[{index(0)}];")
+        for q in range(steps):
+            if steps > 1:
+                lines.append(f"          const float x{q} = r{i}[{index(q)}];")
+            x = "x" if steps == 1 else f"x{q}"
+            lines += [f"          a{i}_{j} += {x} * {names[q][j]};" for j in range(nv)]
+        lines.append("        }")
+    return lines
