@@ -45,7 +45,7 @@ def _graph(
 def _check(model: onnx.ModelProto, threads: int = 1, convs: int = 1) -> None:
     """``model`` on ``c`` against onnxruntime, ``convs`` of its Convs as Winograd ones."""
     source = generate(ir.from_proto(model), host_target(), threads).source
-    assert source.count("if (cg_wino_in(") == convs
+    assert source.count("if (cg_wino_in(") + source.count(", cg_wino_chunk_task, &") == convs
     rng = np.random.default_rng(7)
     feeds = {i.name: rng.standard_normal([d.dim_value for d in i.type.tensor_type.shape.dim]).astype(np.float32)
              for i in model.graph.input}
@@ -199,7 +199,8 @@ def test_a_winograd_conv_run_in_chunks_of_tile_rows_gives_onnxruntimes_result(
 ) -> None:
     """Chunks of tile rows (``chunk_rows``) across two images, a ragged last one, into the
     next Conv's zero border; an Inf in a later chunk than the first still gives the direct
-    Conv's result everywhere."""
+    Conv's result everywhere.  On several threads the chunks are shared out, each run whole by
+    one thread (``thread_chunk_rows``, ``cg_wino_chunk_task``): the same bits as one thread."""
     import dataclasses
 
     from codegraft.backends.c.ops import winograd
@@ -208,7 +209,8 @@ def test_a_winograd_conv_run_in_chunks_of_tile_rows_gives_onnxruntimes_result(
     small_l2 = lambda vector: dataclasses.replace(real(vector), l2=512 << 10)  # noqa: E731
     monkeypatch.setattr(winograd, "host_blocking", small_l2)
     assert winograd.chunk_rows(38, 6, 64, 64, 1, 512 << 10) == 2  # of 6 tile columns, 64 + 64 channels
-    assert winograd.chunk_rows(38, 6, 64, 64, 3, 512 << 10) == 8  # 3 threads: 8 rows at most, 5 chunks
+    assert winograd.chunk_rows(38, 6, 64, 64, 3, 512 << 10) == 8  # 3 threads' L2s: 8 rows at most
+    assert winograd.thread_chunk_rows(38, 6, 64, 64, 3, 512 << 10) == 2  # one thread's L2 each: 19 chunks
     rng = np.random.default_rng(11)
     c = 64
     nodes = [
@@ -219,11 +221,16 @@ def test_a_winograd_conv_run_in_chunks_of_tile_rows_gives_onnxruntimes_result(
     weights = {"w1": _weight(rng, c, c), "b1": rng.standard_normal(c).astype(np.float32), "w2": _weight(rng, 8, c)}
     model = _graph(nodes, {"x": [2, c, 37, 11]}, weights)
     source = generate(ir.from_proto(model), host_target(), threads).source
-    assert "cg_zero_border(" in source and source.count("if (cg_wino_in(") == 1
-    loop = re.search(r"< 38; \w+ \+= (\d+)\) \{", source)  # over the 2 x 19 tile rows
-    assert loop and int(loop.group(1)) < 19
+    assert "cg_zero_border(" in source
+    if threads == 1:  # one chunk after the other, over the 2 x 19 tile rows
+        loop = re.search(r"< 38; \w+ \+= (\d+)\) \{", source)
+        assert source.count("if (cg_wino_in(") == 1 and loop and int(loop.group(1)) == 2
+    else:
+        assert source.count("cg_parallel(19, cg_wino_chunk_task, &") == 1
     _check(model, threads)
     x = rng.standard_normal((2, c, 37, 11)).astype(np.float32)
+    one_thread = cg.compile(model, targets=["c"], threads=1).run({"x": x})["y"]
+    assert np.array_equal(cg.compile(model, targets=["c"], threads=threads).run({"x": x})["y"], one_thread)
     x[1, 3, 30, 4] = np.inf  # image 1, tile row 15: a chunk after the first
     got = cg.compile(model, targets=["c"], threads=threads).run({"x": x})["y"]
     want = run_onnxruntime(model, {"x": x})["y"]

@@ -152,6 +152,46 @@ static void cg_wino_out(const float* m, float* y, long N, long OH, long OW, long
   cg_parallel(nrows * k.ncol, cg_wino_out_task, &k);
 }
 
+/* Chunks shared out among threads (ops/winograd.py: thread_chunk_rows): each task is a chunk of
+   tile rows whose three loops run inline on the thread that took it, in a pair of buffers (v,
+   m: slot s at v + s * vslot, m + s * mslot) it holds for the while, so the transformed values
+   stay in that core's L2 and the kernel is one parallel loop, not three per chunk.  busy: a
+   flag per slot, zero before the loop; a loop runs on at most that many threads. */
+typedef struct {
+  const float* x; long N, H, W, C, TH, TW, pt, pl, CT; const float* zeros;
+  const cg_gemm_t* gemm; void (*driver)(const cg_gemm_t*);
+  float* y; long OH, OW, K, ldy, yrow, yimg; cg_ep ep; const float* const* ops;
+  float* v; float* m; long vslot, mslot; int* busy; int slots; long rows, chunk; int* nonfinite;
+} cg_wino_chunks_t;
+static void cg_wino_chunk_task(const void* ctx, long task) {
+  const cg_wino_chunks_t* k = ctx;
+  const int outer = cg_op_threads;
+  cg_op_threads = 1;  /* the chunk's loops run here: nobody is woken */
+  int slot = 0;
+  for (;; slot = (slot + 1) % k->slots) {
+    int free_ = 0;
+    if (__atomic_compare_exchange_n(&k->busy[slot], &free_, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) break;
+  }
+  float* v = k->v + slot * k->vslot;
+  float* m = k->m + slot * k->mslot;
+  const long row0 = task * k->chunk, nr = cg_min(k->chunk, k->rows - row0);
+  const int nonfinite = cg_wino_in(k->x, v, k->N, k->H, k->W, k->C, k->TH, k->TW, k->pt, k->pl, k->CT, k->zeros,
+                                   row0, nr);
+  if (nonfinite) {
+    __atomic_store_n(k->nonfinite, 1, __ATOMIC_RELAXED);  /* the caller runs the direct Conv */
+  } else {
+    cg_gemm_t job = *k->gemm;
+    job.x = v;
+    job.y = m;
+    job.Hp = job.OH = nr;
+    k->driver(&job);
+    cg_wino_out(m, k->y, k->N, k->OH, k->OW, k->K, k->TH, k->TW, k->ldy, k->yrow, k->yimg, k->CT, k->ep, k->ops,
+                row0, nr);
+  }
+  __atomic_store_n(&k->busy[slot], 0, __ATOMIC_RELEASE);
+  cg_op_threads = outer;
+}
+
 /* The direct Conv's packed weights [nmb][9 C][NW] (zeros past K, OHWI order along 9 C) from
    the transformed ones u, packed [16][nmbu][C][UW]: the fallback's, built only when it runs,
    so the library carries one copy of the weights.  g = L u L^T with L = {{1, 0, 0, 0},
