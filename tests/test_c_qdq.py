@@ -11,7 +11,7 @@ import numpy as np
 import onnx
 import pytest
 from c_backend_util import backend, needs_compiler, typed_model
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 import codegraft as cg
 from codegraft.backends.c._toolchain import VNNI, cpu_features
@@ -333,13 +333,38 @@ def test_qdq_matmuls_on_8_bit_products_are_qlinear_matmuls_bit_for_bit(
         x_dtype: type, weight_dtype: type, per_column: bool, op: str, shape: list[int], cols: int, bias: bool) -> None:
     """onnxruntime's optimizer fuses each unit into a QLinearMatMul (a Gemm into QGemm): the exact
     int32 sums (plus the bias), times (a scale * b scale) / y scale, rounded; ``c`` computes the
-    same on 8-bit products (QuantMatMul)."""
+    same on 8-bit products (QuantMatMul).  With int8 activations onnxruntime 1.32 keeps the float
+    MatMul between the Q/DQ pairs instead: its float sums can land on the other side of a
+    half-way point than the exact one, so there (and only there) the two may be a step apart."""
     model = _qdq_linear(x_dtype, weight_dtype, per_column, op, shape, cols, bias)
     feeds = {"x": (RNG.standard_normal(shape) * 2).astype(np.float32)}
     assert _kernels(model, feeds).count("QuantMatMul") == 1
     got, want = _on_c(model, feeds), _optimized_onnxruntime(model, feeds, ["yq", "y"])
-    np.testing.assert_array_equal(got["yq"], want["yq"])
-    np.testing.assert_array_equal(got["y"], want["y"])
+    near_half = _near_half_way(model, feeds["x"], op)
+    steps = got["yq"].astype(np.int32) - want["yq"].astype(np.int32)
+    assert not steps[~near_half].any(), np.argwhere((steps != 0) & ~near_half)[:5]
+    assert np.abs(steps).max(initial=0) <= 1
+    if x_dtype == np.uint8:  # onnxruntime's QLinearMatMul / QGemm: exact, so bit for bit everywhere
+        np.testing.assert_array_equal(got["yq"], want["yq"])
+    same = steps == 0
+    np.testing.assert_array_equal(got["y"][same], want["y"][same])
+
+
+def _near_half_way(model: onnx.ModelProto, x: np.ndarray, op: str) -> np.ndarray:
+    """Where the exact requantized value (the int32 sums, plus the bias, times the scales, in
+    float64) is within float32 summation error of half-way between two integers."""
+    inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    xs, xz = np.float64(inits["xs"]), int(inits["xz"])
+    info = np.iinfo(inits["xz"].dtype)
+    xq = np.clip(np.rint(x / inits["xs"]) + xz, info.min, info.max)
+    w = inits["w"].T if op == "Gemm" else inits["w"]  # [depth, cols], zero points per column
+    w = w.astype(np.int64) - inits["wz"].astype(np.int64).reshape(1, -1)
+    sums = (xq.astype(np.int64) - xz) @ w
+    scale = xs * inits["ws"].astype(np.float64)
+    exact = sums * scale / np.float64(inits["ys"])
+    if "b" in inits:
+        exact = exact + inits["b"].astype(np.float64) * inits["bs"].astype(np.float64) / np.float64(inits["ys"])
+    return np.abs(np.abs(exact - np.floor(exact)) - 0.5) < 1e-5 * np.maximum(1.0, np.abs(exact))
 
 
 @pytest.mark.skipif(VNNI not in cpu_features(), reason="8-bit products need AVX-512 VNNI")
