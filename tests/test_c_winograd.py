@@ -203,6 +203,7 @@ def test_a_winograd_conv_run_in_chunks_of_tile_rows_gives_onnxruntimes_result(
     one thread (``thread_chunk_rows``, ``cg_wino_chunk_task``): the same bits as one thread."""
     import dataclasses
 
+    from codegraft.backends.c import _codegen as codegen
     from codegraft.backends.c.ops import winograd
 
     real = winograd.host_blocking
@@ -227,6 +228,11 @@ def test_a_winograd_conv_run_in_chunks_of_tile_rows_gives_onnxruntimes_result(
         assert source.count("if (cg_wino_in(") == 1 and loop and int(loop.group(1)) == 2
     else:
         assert source.count("cg_parallel(19, cg_wino_chunk_task, &") == 1
+    # in chunks on 2 and 3 threads (5 and 8 rows of 38), whole from 4: the cost model counts
+    # one loop (one join) on 2 and 3, the three loops from 4 on
+    monkeypatch.setattr(codegen, "host_blocking", small_l2)
+    work = next(k.work for k in generate(ir.from_proto(model), host_target(), threads).threads if k.work.loops == 3)
+    assert work.one_loop_below == 4
     _check(model, threads)
     x = rng.standard_normal((2, c, 37, 11)).astype(np.float32)
     one_thread = cg.compile(model, targets=["c"], threads=1).run({"x": x})["y"]

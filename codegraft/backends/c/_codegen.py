@@ -43,7 +43,7 @@ from codegraft.backends.c.ops.pool import GlobalAveragePool, Pool
 from codegraft.backends.c.ops.quantize import QGEMM_COLS, QGEMM_ROWS, QGEMM_RUN, QuantMatMul
 from codegraft.backends.c.ops.resize import CubicResize, Resize, row_runs
 from codegraft.backends.c.ops.rnn import QuantRecurrence, Recurrence, quant_recurrence_flops, recurrence_flops
-from codegraft.backends.c.ops.winograd import runs_as_winograd, winograd_work
+from codegraft.backends.c.ops.winograd import one_loop_below, runs_as_winograd, winograd_work
 
 # The C every partition carries: math helpers the expressions call, the GEMM job and its
 # packing, and the pool, LRN, softmax and layer-norm kernels (their emitters call them).
@@ -284,7 +284,8 @@ def kernel_work(kernel: Kernel, vector: int, winograd: bool = True) -> Work:
     moved = 4.0 * (out.size + sum(t.size for t in inputs))
     if winograd and isinstance(core, g.Conv) and runs_as_winograd(core, host_blocking(vector).l2):
         flops, extra, tiles = winograd_work(core, vector)
-        return Work(flops, moved + extra, tiles, gemm=True, loops=3)
+        return Work(flops, moved + extra, tiles, gemm=True, loops=3,
+                    one_loop_below=one_loop_below(core, host_blocking(vector).l2))
     if isinstance(core, g.Conv):
         phys = out.physical_shape
         rows, m = math.prod(phys[:-1]), phys[-1]

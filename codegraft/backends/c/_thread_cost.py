@@ -83,6 +83,9 @@ class Work:
     units: int
     gemm: bool  # runs on the register-blocked micro-kernel
     loops: int = 1  # parallel loops, each woken and joined (a Winograd Conv's transforms and GEMM: 3)
+    # On 2 up to (not including) this many threads the kernel is one parallel loop whatever
+    # ``loops`` says: a Winograd Conv in chunks, each run whole by one thread (ops/winograd.py)
+    one_loop_below: int = 0
 
 
 @dataclass(frozen=True)
@@ -95,7 +98,17 @@ class Choice:
 
 
 def estimate_ns(work: Work, threads: int, machine: Machine) -> float:
-    """Estimated time of ``work`` on ``threads`` threads (see the module note)."""
+    """Estimated time of ``work`` on ``threads`` threads (see the module note).
+
+    A Winograd Conv's three loops are joined three times, except on the thread counts where it
+    runs in chunks, each whole on one thread: one loop, one join::
+
+        >>> m = Machine.for_cpu(vector_floats=16, l2_bytes=1 << 20, l3_bytes=32 << 20)
+        >>> three = Work(1e8, 1e6, 4096, gemm=True, loops=3)
+        >>> chunked = Work(1e8, 1e6, 4096, gemm=True, loops=3, one_loop_below=8)
+        >>> [round(estimate_ns(three, t, m) - estimate_ns(chunked, t, m)) for t in (1, 4, 8)]
+        [0, 17000, 0]
+    """
     rate = machine.gemm_flops_per_ns if work.gemm else machine.other_flops_per_ns
     compute = work.flops / (threads * rate)
     bandwidth = threads * machine.cache_bytes_per_ns
@@ -103,7 +116,8 @@ def estimate_ns(work: Work, threads: int, machine: Machine) -> float:
         bandwidth = min(bandwidth, machine.memory_bytes_per_ns)
     units = max(1, work.units)
     imbalance = math.ceil(units / threads) * threads / units
-    sync = 0.0 if threads == 1 else (SYNC_NS + WAKE_NS * (threads - 1)) * work.loops
+    loops = 1 if threads < work.one_loop_below else work.loops
+    sync = 0.0 if threads == 1 else (SYNC_NS + WAKE_NS * (threads - 1)) * loops
     return max(compute, work.bytes / bandwidth) * imbalance + sync
 
 

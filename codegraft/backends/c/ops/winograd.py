@@ -119,6 +119,24 @@ def runs_as_winograd(conv: g.Conv, l2_bytes: int) -> bool:
     ) and bool(np.isfinite(conv.weight).all())
 
 
+def one_loop_below(conv: g.Conv, l2_bytes: int) -> int:
+    """The least thread count above one at which a Conv that :func:`runs_as_winograd` is no
+    longer in chunks (:func:`chunk_rows`): below it, on two threads or more, its chunks run
+    whole on one thread each, one parallel loop (``Work.one_loop_below``); 0 where it never is.
+    """
+    phys_out = conv.out.physical_shape
+    n, (out_h, out_w, k) = math.prod(phys_out[:-3]), phys_out[-3:]
+    c = conv.inputs[0].physical_shape[-1]
+    th, tw = winograd_geometry(out_h, out_w)
+    rows = n * th
+    if chunk_rows(rows, tw, c, k, 2, l2_bytes) == rows:
+        return 0
+    threads = 2
+    while chunk_rows(rows, tw, c, k, threads, l2_bytes) < rows:
+        threads += 1
+    return threads
+
+
 def winograd_work(conv: g.Conv, vector: int) -> tuple[float, float, int]:
     """The flops (GEMM and transforms), the bytes moved beyond the input and output (the
     transformed weights, values written and read again) and the GEMM's tiles of a Conv that
