@@ -119,33 +119,32 @@ def runs_as_winograd(conv: g.Conv, l2_bytes: int) -> bool:
     ) and bool(np.isfinite(conv.weight).all())
 
 
+def _tile_rows(conv: g.Conv) -> tuple[int, int, int, int]:
+    """A Winograd Conv's tile rows (images x tile rows of each), tile columns, input and output channels."""
+    phys_out = conv.out.physical_shape
+    n, (out_h, out_w, k) = math.prod(phys_out[:-3]), phys_out[-3:]
+    th, tw = winograd_geometry(out_h, out_w)
+    return n * th, tw, conv.inputs[0].physical_shape[-1], k
+
+
 def one_loop_below(conv: g.Conv, l2_bytes: int) -> int:
     """The least thread count above one at which a Conv that :func:`runs_as_winograd` is no
     longer in chunks (:func:`chunk_rows`): below it, on two threads or more, its chunks run
     whole on one thread each, one parallel loop (``Work.one_loop_below``); 0 where it never is.
     """
-    phys_out = conv.out.physical_shape
-    n, (out_h, out_w, k) = math.prod(phys_out[:-3]), phys_out[-3:]
-    c = conv.inputs[0].physical_shape[-1]
-    th, tw = winograd_geometry(out_h, out_w)
-    rows = n * th
-    if chunk_rows(rows, tw, c, k, 2, l2_bytes) == rows:
-        return 0
+    rows, tw, c, k = _tile_rows(conv)
     threads = 2
     while chunk_rows(rows, tw, c, k, threads, l2_bytes) < rows:
         threads += 1
-    return threads
+    return threads if threads > 2 else 0
 
 
 def winograd_work(conv: g.Conv, vector: int) -> tuple[float, float, int]:
     """The flops (GEMM and transforms), the bytes moved beyond the input and output (the
     transformed weights, values written and read again) and the GEMM's tiles of a Conv that
     :func:`runs_as_winograd`, for the thread cost model."""
-    phys_out = conv.out.physical_shape
-    n, (out_h, out_w, k) = math.prod(phys_out[:-3]), phys_out[-3:]
-    c = conv.inputs[0].physical_shape[-1]
-    th, tw = winograd_geometry(out_h, out_w)
-    tiles = n * th * tw
+    rows, tw, c, k = _tile_rows(conv)
+    tiles = rows * tw
     flops = 2.0 * POINTS * tiles * c * k + 32.0 * tiles * (c + k)
     moved = 4.0 * (POINTS * c * k + 2 * POINTS * tiles * (c + k))
     nv, p = choose_tile(k, tiles, vector, c)
