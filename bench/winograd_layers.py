@@ -29,8 +29,9 @@ from codegraft.testing import light_model
 MODELS = "resnet50,vgg19,inception_v1,squeezenet,densenet121"
 
 
-def winograd_layers(model: onnx.ModelProto, l2_bytes: int) -> dict[str, str]:
-    """Conv node name -> ``C->K @HxW`` for the Convs run as Winograd where the L2 has ``l2_bytes``."""
+def winograd_layers(model: onnx.ModelProto, l2_bytes: int, vector_floats: int) -> dict[str, str]:
+    """Conv node name -> ``C->K @HxW`` for the Convs run as Winograd where the L2 has ``l2_bytes``
+    and the code ``vector_floats`` floats per register."""
     inferred = shape_inference.infer_shapes(model)
     shapes = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim]
               for v in [*inferred.graph.value_info, *inferred.graph.output]}
@@ -44,7 +45,7 @@ def winograd_layers(model: onnx.ModelProto, l2_bytes: int) -> dict[str, str]:
         ints = {name: tuple(attributes[name].ints) for name in ("strides", "dilations") if name in attributes}
         group = attributes["group"].i if "group" in attributes else 1
         if winograd_pays((weight[2], weight[3]), ints.get("strides", (1, 1)), ints.get("dilations", (1, 1)), group,
-                         weight[1] * group, weight[0], out[2], out[3], l2_bytes):
+                         weight[1] * group, weight[0], out[2], out[3], l2_bytes, vector_floats):
             found[node.name] = f"{weight[1] * group}->{weight[0]} @{out[2]}x{out[3]}"
     return found
 
@@ -60,7 +61,8 @@ def compare(name: str, threads: int, repeat: int) -> list[str]:
             for op in runnable.profile_ops(inputs, 1, warm_up=call == 0):
                 times[side][op.name].append(op.ms)
     medians = [{node: statistics.median(ms) for node, ms in side.items()} for side in times]
-    layers = winograd_layers(model, host_blocking(host_target().vector_floats).l2)
+    vector = host_target().vector_floats
+    layers = winograd_layers(model, host_blocking(vector).l2, vector)
     kinds: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
     for node, kind in layers.items():
         entry = kinds[kind]

@@ -1,8 +1,9 @@
 """The c backend's thread cost model: how many threads each resnet50 kernel gets at 4 and 16 threads.
 
 Run with ``-s`` to see the decisions (kernel, MFLOP, MB, parallel units, estimated us on one
-thread -> on the chosen count).  The machine is fixed (AVX-512, 1 MiB L2, 32 MiB L3) so the
-decisions do not depend on the CPU running the test.
+thread -> on the chosen count).  The machine is fixed (AVX-512, 1 MiB L2, 32 MiB L3: the cost
+model's ``Machine`` and the blocking, ``xeon_blocking``) so the decisions do not depend on the
+CPU running the test.
 """
 
 from __future__ import annotations
@@ -23,8 +24,11 @@ AVX512 = target_for(frozenset({"avx2", "fma", "avx512f", "avx512dq", "avx512bw",
 MACHINE = Machine.for_cpu(16, l2_bytes=1 << 20, l3_bytes=32 << 20)
 
 
+pytestmark = pytest.mark.usefixtures("xeon_blocking")
+
+
 @pytest.fixture(scope="module")
-def resnet50() -> dict[int, tuple[tuple[KernelThreads, ...], str, tuple[Stage, ...]]]:
+def resnet50(xeon_blocking: None) -> dict[int, tuple[tuple[KernelThreads, ...], str, tuple[Stage, ...]]]:
     model = ir.from_proto(light_model("resnet50"))
     plans = {}
     for threads in (4, 16):

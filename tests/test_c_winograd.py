@@ -153,6 +153,26 @@ def test_which_convs_take_winograd(layer: tuple[int, int, int], taken: bool) -> 
     assert winograd_pays((3, 3), (1, 1), (1, 1), 1, c, m, size, size, l2_bytes=2 << 20) is taken
 
 
+@pytest.mark.parametrize(
+    ("layer", "taken"),
+    [
+        ((128, 32, 56), True),  # densenet121's growth layers: 0.68-0.90x on a Zen 3
+        ((128, 32, 7), True),
+        ((32, 128, 27), True),  # squeezenet's
+        ((256, 256, 56), True),  # vgg19's: 25.7 MB of transformed values, 50 L2s
+        ((128, 128, 112), True),
+        ((16, 64, 55), False),  # squeezenet's first: a saving of 12.8, nothing gained
+        ((3, 64, 224), False),  # vgg19's first
+        ((512, 512, 7), False),  # 16 tiles for 512 channels, as with 16-wide vectors
+    ],
+)
+def test_which_convs_take_winograd_with_8_wide_vectors(layer: tuple[int, int, int], taken: bool) -> None:
+    """With AVX2's 8-wide vectors a multiply-add saved is worth twice the time: a saving of
+    ``NARROW_LEAST_SAVING`` pays whatever the transformed values' traffic (a 512 KB L2)."""
+    c, m, size = layer
+    assert winograd_pays((3, 3), (1, 1), (1, 1), 1, c, m, size, size, l2_bytes=512 << 10, vector_floats=8) is taken
+
+
 def test_winograd_can_be_turned_off() -> None:
     """``CBackend(winograd=False)`` (``c:no-winograd``) runs every Conv directly, and the
     compiled-partition cache tells the two builds apart."""
@@ -164,7 +184,7 @@ def test_winograd_can_be_turned_off() -> None:
 
 
 def test_the_winograd_bench_finds_resnet50s_winograd_layers() -> None:
-    layers = winograd_layers(light_model("resnet50"), l2_bytes=2 << 20)
+    layers = winograd_layers(light_model("resnet50"), l2_bytes=2 << 20, vector_floats=16)
     assert sorted(Counter(layers.values()).items()) == [
         ("128->128 @28x28", 3), ("256->256 @14x14", 5), ("64->64 @56x56", 3),
     ]

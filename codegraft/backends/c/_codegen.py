@@ -282,7 +282,7 @@ def kernel_work(kernel: Kernel, vector: int, winograd: bool = True) -> Work:
     core, out = kernel.core, kernel.out
     inputs = [*(core.inputs if core is not None else []), *kernel.operands]
     moved = 4.0 * (out.size + sum(t.size for t in inputs))
-    if winograd and isinstance(core, g.Conv) and runs_as_winograd(core, host_blocking(vector).l2):
+    if winograd and isinstance(core, g.Conv) and runs_as_winograd(core, vector):
         flops, extra, tiles = winograd_work(core, vector)
         return Work(flops, moved + extra, tiles, gemm=True, loops=3,
                     one_loop_below=one_loop_below(core, host_blocking(vector).l2))

@@ -207,7 +207,7 @@ def emit_conv(ctx: Context, kernel: Kernel) -> None:
     ep = emit_epilogue(ctx, kernel)
     src = ctx.ptr(x)
     weight = conv.weight.reshape(m, -1)  # OHWI: row m is (kh, kw, c) in tap order
-    winograd = ctx.winograd and runs_as_winograd(conv, host_blocking(ctx.target.vector_floats).l2)
+    winograd = ctx.winograd and runs_as_winograd(conv, ctx.target.vector_floats)
     yrow = yimg = 0
     if kernel.border is not None:  # inside the next Conv's zero border (_fuse.py)
         y, ldy = ctx.bordered_output(kernel.out, kernel.border), m

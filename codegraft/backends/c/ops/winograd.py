@@ -25,8 +25,9 @@ float64: the direct sum 2.1e-7 of the largest output at most, F(2x2, 3x3) 3.6e-7
 F(4x4, 3x3) (coefficients up to 8, 4x fewer multiply-adds) 5.5e-6, 26 times the direct
 error on one layer, against the 1e-4 the backend is held to over whole deep networks.
 
-Where it pays (:func:`winograd_pays`) was measured on a Sapphire Rapids core (AVX-512) with
-the transforms included; ``bench/MANY_CORES.md`` has the figures.
+Where it pays (:func:`winograd_pays`) was measured with the transforms included, inside the
+models, on a Sapphire Rapids core (AVX-512) and on a Zen 3 core (AVX2), where it pays on far
+more layers; ``bench/MANY_CORES.md`` has the figures.
 
 Example: vgg19's 256 -> 256 3x3 at 56x56 is 28 x 28 tiles, 16 GEMMs of 784 x 256 x 256.
 """
@@ -65,20 +66,34 @@ POINTS = 16  # 4 x 4 values per tile: the GEMM's groups
 LEAST_SAVING = 60
 SMALL_SAVING = 32
 SAVING_PER_L2 = 4  # above 32, each 4 of saving pays for the transformed values of one more L2
+# The rules above are 16-wide vectors' (AVX-512).  With 8-wide ones (AVX2) a core does half the
+# multiply-adds a cycle, so each one saved is worth twice the time against the same traffic:
+# on a Zen 3 core (AVX2, 512 KB of L2, 32 MB of L3), every 3x3 layer of the six models forced
+# to Winograd and timed in its model (1 thread; bench.winograd_layers) paid from a saving of
+# 25.6 on, whatever its transformed values' size - densenet121's 128 -> 32 0.68-0.90x,
+# squeezenet's 32 -> 128 at 27x27 0.83x and 48 -> 192, 64 -> 256 at 13x13 0.71-0.72x,
+# inception_v1's 96 -> 128 at 27x27 0.71x, vgg19's 128 -> 128 at 112x112 (51 MB of values)
+# 0.80x and 256 -> 256 at 56x56 0.57x - where the rules above kept them all direct (a 512 KB
+# L2 holds little); squeezenet's 16 -> 64 at 55x55 (12.8) gained nothing (1.00x).  At 2
+# threads the same (0.68-0.90x), but densenet121's 128 -> 32 at 14x14 0.98x and at 7x7 1.18x
+# (16 layers of 0.04 ms).  Narrower vectors take this rule too (4-wide SSE and NEON: unmeasured).
+NARROW_LEAST_SAVING = 20
 # Tiles per transform task: a 14 x 14 map has only 7 tile rows to share out, and a task's
 # values are then written (read) as one run of 2 x 16 x C floats
 TILES_PER_TASK = 2
 
 
 def winograd_pays(kernel: tuple[int, int], strides: tuple[int, int], dilations: tuple[int, int], group: int,
-                  channels_in: int, channels_out: int, out_h: int, out_w: int, l2_bytes: int = 2 << 20) -> bool:
+                  channels_in: int, channels_out: int, out_h: int, out_w: int, l2_bytes: int = 2 << 20,
+                  vector_floats: int = 16) -> bool:
     """Whether a Conv runs as Winograd F(2x2, 3x3): a 3x3 kernel, stride and dilation 1, no
     groups; enough channels in and out for the products saved to pay for the transformed
     values' traffic (``LEAST_SAVING``, ``SAVING_PER_L2``, ``SMALL_SAVING``), or for the
     transforms alone where the weights are small enough for it to run in chunks of tile
     rows whose values stay in the L2 (:func:`chunk_rows`); and enough tiles that the
     transformed weights, 16/9 of the Conv's, are not what the time goes on (at least one
-    tile per 16 output channels: resnet50's 512 -> 512 at 7 x 7 has 16).
+    tile per 16 output channels: resnet50's 512 -> 512 at 7 x 7 has 16).  With vectors narrower
+    than 16 floats (AVX2), a saving of ``NARROW_LEAST_SAVING`` whatever the traffic.
 
     >>> winograd_pays((3, 3), (1, 1), (1, 1), 1, 256, 256, 56, 56)
     True
@@ -92,22 +107,30 @@ def winograd_pays(kernel: tuple[int, int], strides: tuple[int, int], dilations: 
     True
     >>> winograd_pays((3, 3), (1, 1), (1, 1), 1, 512, 512, 7, 7)  # 16 tiles for 512 channels
     False
+    >>> avx2 = dict(l2_bytes=512 << 10, vector_floats=8)  # a Zen 3 core
+    >>> winograd_pays((3, 3), (1, 1), (1, 1), 1, 128, 32, 56, 56, **avx2), winograd_pays(
+    ...     (3, 3), (1, 1), (1, 1), 1, 16, 64, 55, 55, **avx2)
+    (True, False)
     """
     if kernel != (3, 3) or strides != (1, 1) or dilations != (1, 1) or group != 1 or min(out_h, out_w) < 2:
         return False
     th, tw = winograd_geometry(out_h, out_w)
     tiles = th * tw
     saving = channels_in * channels_out / (channels_in + channels_out)
-    transformed = 4 * POINTS * tiles * (channels_in + channels_out)
-    room = (saving - 32) / SAVING_PER_L2 * l2_bytes
-    small = 2 * transformed <= l2_bytes or chunkable(channels_in, channels_out, l2_bytes)
-    pays = saving >= LEAST_SAVING and transformed <= room or saving >= SMALL_SAVING and small
+    if vector_floats < 16:
+        pays = saving >= NARROW_LEAST_SAVING
+    else:
+        transformed = 4 * POINTS * tiles * (channels_in + channels_out)
+        room = (saving - 32) / SAVING_PER_L2 * l2_bytes
+        small = 2 * transformed <= l2_bytes or chunkable(channels_in, channels_out, l2_bytes)
+        pays = saving >= LEAST_SAVING and transformed <= room or saving >= SMALL_SAVING and small
     return pays and POINTS * tiles >= channels_out
 
 
-def runs_as_winograd(conv: g.Conv, l2_bytes: int) -> bool:
-    """Whether ``conv`` (2-D, or 3-D of kernel depth 1) is emitted as Winograd F(2x2, 3x3): where
-    it pays, and its weights are finite (an Inf one would reach outputs it does not touch)."""
+def runs_as_winograd(conv: g.Conv, vector_floats: int) -> bool:
+    """Whether ``conv`` (2-D, or 3-D of kernel depth 1) is emitted as Winograd F(2x2, 3x3) in code
+    of ``vector_floats`` floats per register: where it pays on this machine, and its weights are
+    finite (an Inf one would reach outputs it does not touch)."""
     window = conv.window
     if window is None or len(window.kernel) < 2:
         return False
@@ -115,7 +138,7 @@ def runs_as_winograd(conv: g.Conv, l2_bytes: int) -> bool:
     return winograd_pays(
         (window.kernel[-2], window.kernel[-1]), (window.strides[-2], window.strides[-1]),
         (window.dilations[-2], window.dilations[-1]), conv.group, conv.inputs[0].physical_shape[-1],
-        phys_out[-1], phys_out[-3], phys_out[-2], l2_bytes,
+        phys_out[-1], phys_out[-3], phys_out[-2], host_blocking(vector_floats).l2, vector_floats,
     ) and bool(np.isfinite(conv.weight).all())
 
 
