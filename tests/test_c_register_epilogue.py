@@ -18,13 +18,13 @@ from codegraft.testing import run_onnxruntime
 pytestmark = needs_compiler
 
 
-def _model(c: int, m: int, h: int, w: int, kernel: int):  # type: ignore[no-untyped-def]
+def _model(c: int, m: int, h: int, w: int, kernel: int, group: int = 1):  # type: ignore[no-untyped-def]
     rng = np.random.default_rng(m * 100 + h)
-    weight = rng.standard_normal((m, c, kernel, kernel)).astype(np.float32)
+    weight = rng.standard_normal((m, c // group, kernel, kernel)).astype(np.float32)
     bias = rng.standard_normal(m).astype(np.float32)
     pad = kernel // 2
     nodes = [
-        helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[pad] * 4),
+        helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[pad] * 4, group=group),
         helper.make_node("Add", ["c", "r"], ["s"]),
         helper.make_node("Relu", ["s"], ["y"]),
     ]
@@ -42,10 +42,15 @@ def _model(c: int, m: int, h: int, w: int, kernel: int):  # type: ignore[no-unty
 SHAPES = [(16, 64, 7, 5, 1), (16, 40, 7, 5, 1), (8, 72, 11, 3, 3), (24, 256, 6, 7, 1)]
 
 
-@pytest.mark.parametrize(("c", "m", "h", "w", "kernel"), SHAPES)
+@pytest.mark.parametrize(("c", "m", "h", "w", "kernel", "group"),
+                         [(*shape, 1) for shape in SHAPES] + [(136, 136, 7, 9, 1, 4), (12, 60, 5, 5, 3, 3)])
 @pytest.mark.parametrize("special", [False, True])
-def test_conv_bias_residual_relu_on_registers(c: int, m: int, h: int, w: int, kernel: int, special: bool) -> None:
-    model = _model(c, m, h, w, kernel)
+def test_conv_bias_residual_relu_on_registers(
+    c: int, m: int, h: int, w: int, kernel: int, group: int, special: bool,
+) -> None:
+    """Groups of 34 and 20 channels too (shufflenet's 136 -> 136 in 4 groups): each group's last
+    block is ragged, and beyond its valid lanes lie the next group's channels or the next pixel's."""
+    model = _model(c, m, h, w, kernel, group)
     source = generate(ir.from_proto(model), host_target(), 1).source
     assert "static void cg_mkf_" in source  # the register epilogue is taken
     rng = np.random.default_rng(1)
