@@ -17,8 +17,9 @@
 # (bench.c_kernels: every kernel of squeezenet, shufflenet and inception_v1 at each count, the
 # ones slower with more threads flagged, then the cost model's estimates against the clock per
 # kind of kernel: the check of SYNC_NS, WAKE_NS and the Machine rates in _thread_cost.py) and
-# winograd.md (bench.winograd_layers: each Winograd layer against the same layer run directly,
-# in the model, beyond one thread).
+# winograd.md (bench.winograd_layers --every-3x3: each layer that can run as Winograd against
+# the same layer run directly, in the model, beyond one thread; those winograd_pays leaves direct
+# marked forced).
 # About 10-11 minutes on 16 cores, most of it compiling (the measured steps about 3 of them;
 # MEASURED=0 leaves them out, about 8, where a run must stay under the device's 10 minutes;
 # winograd.md about 1).
@@ -57,8 +58,9 @@ for model in resnet50 squeezenet shufflenet; do
     "$py" -m bench.c_layers --in-model --model "$model" --threads "$most" --repeat 21 2>&1 | tee -a "$out/layers_T$most.md"
 done
 # Winograd layers against the same layers run directly, in the models, beyond one thread:
-# whether winograd_pays (set at 1 thread on 2 cores) holds at the counts measured
-"$py" -m bench.winograd_layers --threads "${threads#1,}" --repeat 9 \
+# whether winograd_pays (set at 1 thread on 2 cores) holds at the counts measured, the layers it
+# leaves direct included (forced)
+"$py" -m bench.winograd_layers --threads "${threads#1,}" --repeat 9 --every-3x3 \
     --models resnet50,vgg19,inception_v1,squeezenet 2>&1 | tee "$out/winograd.md"
 # every kernel of the small models at each count: which ones do not scale
 for model in squeezenet shufflenet inception_v1; do

@@ -190,6 +190,14 @@ def test_the_winograd_bench_finds_resnet50s_winograd_layers() -> None:
     ]
 
 
+def test_the_winograd_bench_marks_the_layers_the_rule_leaves_direct() -> None:
+    """``--every-3x3`` times every Conv that fits Winograd; those the rule leaves are marked."""
+    layers = winograd_layers(light_model("squeezenet"), l2_bytes=2 << 20, vector_floats=16, every=True)
+    assert sorted(Counter(layers.values()).items()) == [
+        ("16->64 @55x55 forced", 2), ("32->128 @27x27 forced", 2), ("48->192 @13x13", 2), ("64->256 @13x13", 2),
+    ]
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 def test_an_inf_or_nan_input_reaches_the_outputs_it_would_reach_directly(threads: int) -> None:
     """A patch's transform mixes its 16 pixels (Inf - Inf, 0 * Inf), so an Inf or a NaN would

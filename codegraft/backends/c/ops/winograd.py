@@ -112,7 +112,7 @@ def winograd_pays(kernel: tuple[int, int], strides: tuple[int, int], dilations: 
     ...     (3, 3), (1, 1), (1, 1), 1, 16, 64, 55, 55, **avx2)
     (True, False)
     """
-    if kernel != (3, 3) or strides != (1, 1) or dilations != (1, 1) or group != 1 or min(out_h, out_w) < 2:
+    if not winograd_fits(kernel, strides, dilations, group, channels_out, out_h, out_w):
         return False
     th, tw = winograd_geometry(out_h, out_w)
     tiles = th * tw
@@ -124,7 +124,22 @@ def winograd_pays(kernel: tuple[int, int], strides: tuple[int, int], dilations: 
         room = (saving - 32) / SAVING_PER_L2 * l2_bytes
         small = 2 * transformed <= l2_bytes or chunkable(channels_in, channels_out, l2_bytes)
         pays = saving >= LEAST_SAVING and transformed <= room or saving >= SMALL_SAVING and small
-    return pays and POINTS * tiles >= channels_out
+    return pays
+
+
+def winograd_fits(kernel: tuple[int, int], strides: tuple[int, int], dilations: tuple[int, int], group: int,
+                  channels_out: int, out_h: int, out_w: int) -> bool:
+    """Whether a Conv can run as Winograd F(2x2, 3x3) at all - a 3x3 kernel, stride and dilation
+    1, no groups - with at least one tile per 16 output channels (:func:`winograd_pays` asks
+    this, then whether it pays; ``bench.winograd_layers --every-3x3`` only this).
+
+    >>> winograd_fits((3, 3), (1, 1), (1, 1), 1, 64, 56, 56), winograd_fits((3, 3), (2, 2), (1, 1), 1, 64, 28, 28)
+    (True, False)
+    """
+    if kernel != (3, 3) or strides != (1, 1) or dilations != (1, 1) or group != 1 or min(out_h, out_w) < 2:
+        return False
+    th, tw = winograd_geometry(out_h, out_w)
+    return POINTS * th * tw >= channels_out
 
 
 def runs_as_winograd(conv: g.Conv, vector_floats: int) -> bool:
