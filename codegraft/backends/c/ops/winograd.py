@@ -114,17 +114,14 @@ def winograd_pays(kernel: tuple[int, int], strides: tuple[int, int], dilations: 
     """
     if not winograd_fits(kernel, strides, dilations, group, channels_out, out_h, out_w):
         return False
-    th, tw = winograd_geometry(out_h, out_w)
-    tiles = th * tw
     saving = channels_in * channels_out / (channels_in + channels_out)
     if vector_floats < 16:
-        pays = saving >= NARROW_LEAST_SAVING
-    else:
-        transformed = 4 * POINTS * tiles * (channels_in + channels_out)
-        room = (saving - 32) / SAVING_PER_L2 * l2_bytes
-        small = 2 * transformed <= l2_bytes or chunkable(channels_in, channels_out, l2_bytes)
-        pays = saving >= LEAST_SAVING and transformed <= room or saving >= SMALL_SAVING and small
-    return pays
+        return saving >= NARROW_LEAST_SAVING
+    th, tw = winograd_geometry(out_h, out_w)
+    transformed = 4 * POINTS * th * tw * (channels_in + channels_out)
+    room = (saving - 32) / SAVING_PER_L2 * l2_bytes
+    small = 2 * transformed <= l2_bytes or chunkable(channels_in, channels_out, l2_bytes)
+    return saving >= LEAST_SAVING and transformed <= room or saving >= SMALL_SAVING and small
 
 
 def winograd_fits(kernel: tuple[int, int], strides: tuple[int, int], dilations: tuple[int, int], group: int,
