@@ -143,7 +143,8 @@ def test_empty_tensor_is_declined_with_the_reason() -> None:
 
 def test_exp_and_softmax_underflow_as_onnxruntime() -> None:
     """exp below the normals: subnormal values, then exactly 0 under -103.97, as onnxruntime's
-    Exp and Softmax give; a Softmax over masked logits (x - max ~ -1e4) is 0 there, not
+    Exp gives, and its Softmax on an AVX-512 core (on an AVX2 core its Softmax gives 0 for all
+    below the normals: either is taken); a Softmax over masked logits (x - max ~ -1e4) is 0 there, not
     exp(-87) = 1.6e-38 (atspm's attention head: those tiny weights made subnormal products
     downstream, which an Intel core pays a microcode assist each for), and exp(-87.2) is its
     own value, not exp(-87)'s (39% off before)."""
@@ -158,9 +159,16 @@ def test_exp_and_softmax_underflow_as_onnxruntime() -> None:
         {"x": list(x.shape)}, ["y", "e", "v"],
     )
     got, want = run_c(model, {"x": x}), run_onnxruntime(model, {"x": x})
-    subnormal_step = np.float32(2.0**-149)
+    subnormal_step, tiny = np.float32(2.0**-149), np.finfo(np.float32).tiny
+    below = np.stack([np.zeros_like(gaps, bool), gaps < -103.97], 1)  # exp under half the least subnormal
     for name in ("y", "e", "v"):
-        assert np.array_equal(got[name] == 0, want[name] == 0), name  # exactly zero where onnxruntime's is
-        normal = np.abs(want[name]) >= np.finfo(np.float32).tiny
+        assert (got[name][below] == 0).all(), name  # the masked logits' weights: exactly zero
+        if name == "e":  # zero exactly where onnxruntime's Exp is, on any core
+            assert np.array_equal(got[name] == 0, want[name] == 0), name
+        normal = np.abs(want[name]) >= tiny
         np.testing.assert_allclose(got[name][normal], want[name][normal], rtol=1e-6, err_msg=name)
-        assert np.abs(got[name][~normal] - want[name][~normal]).max(initial=0) <= subnormal_step, name
+        off = np.abs(got[name][~normal] - want[name][~normal])
+        # onnxruntime's Softmax on an AVX2 core gives 0 for the subnormal ones (its AVX-512 one,
+        # and its Exp, the subnormal values): either, within a step of a subnormal or below the normals
+        flushed = (want[name][~normal] == 0) & (np.abs(got[name][~normal]) < tiny) & (name != "e")
+        assert (off[~flushed] <= subnormal_step).all(), name
