@@ -237,6 +237,31 @@ static void cg_pool_row(const void* ctx, long task) {
       *(vfu*)(yp + c) = m0; *(vfu*)(yp + c + VW) = m1;
       *(vfu*)(yp + c + 2 * VW) = m2; *(vfu*)(yp + c + 3 * VW) = m3;
     }
+    /* Two or three vectors left: each tap read once for all of them (per vector, the taps'
+       bounds and addresses cost more than the loads: a 24-channel max pool on AVX2 took twice
+       as long); the last vector ends at the last channel (it may overlap the one before it). */
+    if (C - c > 2 * VW) {
+      const long c2 = C - VW;
+      vf m0 = vinit, m1 = vinit, m2 = vinit;
+      CG_POOL_TAPS(
+        const vf x0 = *(const vfu*)xp, x1 = *(const vfu*)(xp + VW), x2 = *(const vfu*)(xp + (c2 - c));
+        if (largest) {
+          m0 = cg_vpick(x0 > m0, x0, m0); m1 = cg_vpick(x1 > m1, x1, m1); m2 = cg_vpick(x2 > m2, x2, m2);
+        } else { m0 += x0; m1 += x1; m2 += x2; })
+      if (!largest) { m0 = m0 / vdiv; m1 = m1 / vdiv; m2 = m2 / vdiv; }
+      *(vfu*)(yp + c) = m0; *(vfu*)(yp + c + VW) = m1; *(vfu*)(yp + c2) = m2;
+      c = C;
+    } else if (C - c > VW) {
+      const long c1 = C - VW;
+      vf m0 = vinit, m1 = vinit;
+      CG_POOL_TAPS(
+        const vf x0 = *(const vfu*)xp, x1 = *(const vfu*)(xp + (c1 - c));
+        if (largest) { m0 = cg_vpick(x0 > m0, x0, m0); m1 = cg_vpick(x1 > m1, x1, m1); }
+        else { m0 += x0; m1 += x1; })
+      if (!largest) { m0 = m0 / vdiv; m1 = m1 / vdiv; }
+      *(vfu*)(yp + c) = m0; *(vfu*)(yp + c1) = m1;
+      c = C;
+    }
     /* Single vectors, the last one ending at the last channel where the channels are not a
        whole number of vectors (it overlaps channels done already: the same values again). */
     for (; c < C && C >= VW; c += VW) {
