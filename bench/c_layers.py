@@ -186,7 +186,8 @@ def time_layer(model: onnx.ModelProto, threads: int, repeat: int, flush: np.ndar
             session.run(None, {"x": x})
         events = json.loads(pathlib.Path(session.end_profiling()).read_text())
     ort_ms = [e["dur"] / 1e3 for e in events
-              if e.get("cat") == "Node" and e["name"].endswith("_kernel_time") and e["args"].get("op_name") == "Conv"]
+              if e.get("cat") == "Node" and e["name"].endswith("_kernel_time")
+              and e["args"].get("op_name") in ("Conv", "FusedConv")]  # FusedConv: a grouped Conv + Relu
     return statistics.median(c_ms), statistics.median(ort_ms[-repeat:])
 
 

@@ -158,3 +158,19 @@ def test_gemm_tasks_go_rows_first_where_every_groups_weights_fit_in_half_the_l2(
     # group by group, the runs are as the task length gives them
     split = xeon.split(4, 1, 523, 2304, 64, 6, 2, weights_outweigh_input=False)
     assert split.runs == -(-523 // split.tiles_per_task)
+
+
+def test_one_thread_goes_rows_first_where_a_grouped_gemms_input_outgrows_half_the_l2() -> None:
+    """Group by group, each group's pass reads every input row from beyond the L2 again (and
+    the groups' channels share cache lines); rows first reads each row once.  On one thread
+    that pays only where the input outgrows half the L2 (shufflenet's 136 -> 136 in 4 groups
+    at 28x28 on a 512 KiB-L2 Zen: 426 KB), not where it stays (272 -> 272 at 14x14: 213 KB)."""
+    zen2 = Blocking.for_cpu(ZEN2)
+    assert zen2.split(2, 4, 196, 34, 24, 4, 1, False, input_floats=28 * 28 * 136).rows_outer
+    assert not zen2.split(3, 4, 49, 68, 24, 4, 1, False, input_floats=14 * 14 * 272).rows_outer
+    assert not zen2.split(2, 4, 196, 34, 24, 4, 1, False).rows_outer  # input size not given
+    # one group and one range: nothing to order, the flag stays as before
+    assert not zen2.split(2, 1, 1046, 64, 32, 3, 1, False, input_floats=56 * 56 * 64).rows_outer
+    # on a 1 MiB-L2 Xeon the same 426 KB stays in the L2: group by group
+    xeon = Blocking.for_cpu(XEON)
+    assert not xeon.split(1, 4, 98, 34, 48, 8, 1, False, input_floats=28 * 28 * 136).rows_outer

@@ -270,7 +270,7 @@ class Blocking:
         return max(1, min(nmb, by_l2, by_l1))
 
     def split(self, nmb: int, groups: int, ntiles: int, depth: int, width: int, rows: int, threads: int,
-              weights_outweigh_input: bool) -> GemmSplit:
+              weights_outweigh_input: bool, input_floats: int = 0) -> GemmSplit:
         """How a GEMM over ``groups x nmb`` channel blocks (``width`` floats, ``depth`` deep)
         and ``ntiles`` row tiles of ``rows`` is cut into tasks for ``threads``.
 
@@ -303,9 +303,25 @@ class Blocking:
 
             >>> xeon.split(1, 3, 131, 80, 80, 6, 2, weights_outweigh_input=False).rows_outer  # 240 -> 240, 3 groups
             True
+
+        On one thread too where the input (``input_floats``, 0: not known) outgrows half the
+        L2: group by group, each group's pass reads every row from beyond the L2 again, and
+        a group's channels share their cache lines with the next group's.  Shufflenet's
+        grouped 1x1 layers on a 512 KiB-L2 Zen 3, in the model: 136 -> 136 at 28x28 (426 KB
+        in) 0.91-0.97x as long rows first, 24 -> 112 at 56x56 0.82-0.95x, 112 -> 112 at 28x28
+        0.89-0.91x; its 272 -> 272 at 14x14 (213 KB) and 544 -> 544 at 7x7, whose inputs stay
+        in the L2, 1.00-1.02x alone and up to 1.2x in the model, so they stay group by group::
+
+            >>> zen3 = Blocking.for_cpu(CpuDescription(frozenset({"avx2", "fma"}), CacheSizes(32 << 10, 512 << 10, 0)))
+            >>> zen3.split(2, 4, 196, 34, 24, 4, 1, False, input_floats=28 * 28 * 136).rows_outer
+            True
+            >>> zen3.split(3, 4, 49, 68, 24, 4, 1, False, input_floats=14 * 14 * 272).rows_outer
+            False
         """
         bpt = self.blocks_per_task(nmb, depth, width, rows, ntiles, groups)
-        rows_outer = threads > 1 and not self.beyond_half_l2(groups, nmb, depth, width)
+        several = groups * -(-nmb // bpt) > 1  # groups or ranges to order
+        streams = threads > 1 or (several and 4 * input_floats > self.l2 // 2)
+        rows_outer = streams and not self.beyond_half_l2(groups, nmb, depth, width)
         if threads > 1 and weights_outweigh_input and groups * nmb >= 2 * threads:
             while bpt > 1 and groups * -(-nmb // bpt) < 2 * threads:
                 bpt -= 1

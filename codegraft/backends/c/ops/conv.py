@@ -266,7 +266,8 @@ def emit_conv(ctx: Context, kernel: Kernel) -> None:
     blocking = host_blocking(ctx.target.vector_floats)
     width = nv * ctx.target.vector_floats
     split = blocking.split(nmb, group, -(-rows // p), len(taps) * run, width, p, ctx.op_threads,
-                           weights_outweigh_input=weights_outweigh(weight.size, n * h * w_ * c))
+                           weights_outweigh_input=weights_outweigh(weight.size, n * h * w_ * c),
+                           input_floats=n * h * w_ * c)
     driver = gemm_function(ctx, nv, p, fused, contiguous_input=n * h * w_ * c if contiguous else 0,
                            depth=len(taps) * run, fetch_next=split.fetch_next)
     rs_arg = ""
