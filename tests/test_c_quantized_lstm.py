@@ -17,7 +17,7 @@ from c_backend_util import backend, needs_compiler, run_c
 from onnx import TensorProto, helper, numpy_helper
 
 import codegraft as cg
-from codegraft.backends.c._toolchain import VNNI, Target, cpu_features
+from codegraft.backends.c._toolchain import VNNI, Target, cpu_features, target_for
 from codegraft.testing import run_onnxruntime
 
 pytestmark = needs_compiler
@@ -158,6 +158,25 @@ def test_the_plain_c_sums_without_vnni_agree() -> None:
     got = run_c(model, feeds, backend(target=Target(frozenset(), (), 4)))
     for name, value in run_onnxruntime(model, feeds).items():
         np.testing.assert_array_equal(got[name], value, err_msg=name)
+
+
+@pytest.mark.skipif("avx2" not in cpu_features(), reason="the AVX2 8-bit sums need an AVX2 CPU")
+@pytest.mark.parametrize(("hidden", "width", "batch"), [(256, 128, 1), (20, 9, 1), (36, 130, 1), (260, 6, 2)])
+def test_the_avx2_sums_without_vnni_are_the_plain_c_ones(hidden: int, width: int, batch: int) -> None:
+    # ops/q8.c: vpmaddwd on bytes widened to int16, exact where onnxruntime's AVX2 kernel
+    # saturates; full-range int8 weights (text2tashkeel's), the projection's rows ragged
+    # against the 4-row tile (7 or 14 of them), 16-17 blocks of 64 columns or a ragged one
+    # (hidden 20 and 36: 80 and 144 columns), the recurrence's 32-column halves
+    model = quantized_lstm(seq=7, hidden=hidden, width=width, direction="bidirectional", weights="int8 full",
+                           h0="input", batch=batch)
+    avx2 = backend(target=target_for(cpu_features() - {VNNI}))
+    assert avx2.target is not None and "avx2" in avx2.target.features and VNNI not in avx2.target.features
+    plain = backend(target=Target(frozenset(), (), 4))
+    for seed in range(2):
+        feeds = _feeds(model, seed)
+        got, want = run_c(model, feeds, avx2), run_c(model, feeds, plain)
+        for name, value in want.items():
+            np.testing.assert_array_equal(got[name], value, err_msg=f"{name}, draw {seed}")
 
 
 def test_what_stays_on_the_host() -> None:

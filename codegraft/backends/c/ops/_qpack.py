@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from codegraft.backends.c._c_files import c_file
 from codegraft.backends.c._emit import Context
 
 EIGHT_BIT_SPAN = 255  # the largest |x - zero point| of two 8-bit values of one type
@@ -40,10 +41,17 @@ def vnni_packed(weight: np.ndarray) -> np.ndarray:
     return padded.reshape(k4 // 4, 4, blocks, QGEMM_COLS).transpose(2, 0, 3, 1)
 
 
+def define_qgemm(ctx: Context) -> str:
+    """The name of the 8-bit GEMM (``qgemm.c``), its C and that of the AVX2 helpers it shares
+    with the quantized LSTM (``q8.c``) added to ``ctx`` the first time."""
+    ctx.define_once("cg_q8", lambda: c_file("ops/q8.c"))
+    return ctx.define_once("cg_qgemm", lambda: c_file("ops/qgemm.c"))
+
+
 def as_weight_bytes(ctx: Context, array: np.ndarray) -> str:
     """The symbol of an int8 or int32 constant placed in the (float) weight arena byte for byte."""
     return ctx.weight(np.ascontiguousarray(array).reshape(-1).view(np.float32))
 
 
-__all__ = ["EIGHT_BIT_SPAN", "QGEMM_COLS", "QGEMM_DEPTH", "QGEMM_ROWS", "QGEMM_RUN", "as_weight_bytes", "int8_columns",
-           "vnni_packed"]
+__all__ = ["EIGHT_BIT_SPAN", "QGEMM_COLS", "QGEMM_DEPTH", "QGEMM_ROWS", "QGEMM_RUN", "as_weight_bytes", "define_qgemm",
+           "int8_columns", "vnni_packed"]

@@ -14,13 +14,19 @@ import numpy as np
 import onnx_ir as ir
 
 from codegraft.backends.c import _graph as g
-from codegraft.backends.c._c_files import c_file
 from codegraft.backends.c._emit import Context
 from codegraft.backends.c._fuse import Kernel
 from codegraft.backends.c._lowerer import Lowerer
 from codegraft.backends.c._node import NHWC_DOMAIN, attr_float, attr_int, present
 from codegraft.backends.c._toolchain import VNNI
-from codegraft.backends.c.ops._qpack import EIGHT_BIT_SPAN, QGEMM_DEPTH, as_weight_bytes, int8_columns, vnni_packed
+from codegraft.backends.c.ops._qpack import (
+    EIGHT_BIT_SPAN,
+    QGEMM_DEPTH,
+    as_weight_bytes,
+    define_qgemm,
+    int8_columns,
+    vnni_packed,
+)
 from codegraft.backends.c.ops._spec import KernelOp, Layout, core_of
 from codegraft.backends.c.ops._window import join_layout, split_layout, window_of
 from codegraft.backends.c.ops.elementwise import emit_epilogue
@@ -334,7 +340,7 @@ def emit_quant_conv(ctx: Context, kernel: Kernel) -> None:
     ep = emit_epilogue(ctx, kernel, hoist=True)
     byte_floats = -(-rows * k4 // 4)
     scratch = ctx.temp(byte_floats + rows)
-    fn = ctx.define_once("cg_qgemm", lambda: c_file("ops/qgemm.c"))
+    fn = define_qgemm(ctx)
     bias = "0" if op.bias is None or not op.bias.any() else as_weight_bytes(ctx, op.bias.astype(np.int32))
     geom, zero = ctx.name("qconv"), ctx.name("qzero")
     values = [n, h, w, c, oh, ow, *kernel_dims, *strides, *dilations, *pads]

@@ -6,7 +6,8 @@
    consecutive k of one column in one 32-bit lane), colsum its column sums, d an offset per
    column or none (a uint8 weight less its zero point spans up to 510 values: less d, int8).  With AVX-512 VNNI one vpdpbusd multiplies and adds 64
    byte pairs, four times a float FMA's products, from a quarter of the weight bytes; without
-   it (a library rebuilt for another CPU) the same sums in plain C. */
+   it, on AVX2, exactly as ops/q8.c says (a quarter of VNNI's products an instruction); else (a
+   library rebuilt for another CPU) the same sums in plain C. */
 #include <stdint.h>
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512F__)
 #include <immintrin.h>
@@ -197,6 +198,31 @@ static void cg_qgemm_tile(const cg_qgemm_t* q, long r0, long block) {
   _mm512_store_si512((void*)(sums[2] + 32), c22); _mm512_store_si512((void*)(sums[2] + 48), c23);
   _mm512_store_si512((void*)(sums[3]), c30); _mm512_store_si512((void*)(sums[3] + 16), c31);
   _mm512_store_si512((void*)(sums[3] + 32), c32); _mm512_store_si512((void*)(sums[3] + 48), c33);
+#elif defined(CG_Q8_AVX2)
+  /* eight columns at a time (ops/q8.c), each row's pair sums in two accumulators: 8 of them,
+     the two columns' weights and a row's step in 11 of the 16 vector registers */
+  const uint8_t *x0 = rows[0], *x1 = rows[1], *x2 = rows[2], *x3 = rows[3];
+  for (long cb = 0; cb < nc; cb += 8) {
+    __m256i p00 = _mm256_setzero_si256(), p01 = p00, p10 = p00, p11 = p00, p20 = p00, p21 = p00, p30 = p00,
+            p31 = p00;
+    for (long s = 0; s < steps; s++) {
+      const int8_t* ws = w + s * 4 * CG_QGEMM_COLS + cb * 4;
+      const __m256i w0 = cg_q8_columns4(ws), w1 = cg_q8_columns4(ws + 16);
+      __m256i x = cg_q8_step(x0 + 4 * s);
+      p00 = cg_q8_madd(p00, x, w0); p01 = cg_q8_madd(p01, x, w1);
+      x = cg_q8_step(x1 + 4 * s);
+      p10 = cg_q8_madd(p10, x, w0); p11 = cg_q8_madd(p11, x, w1);
+      x = cg_q8_step(x2 + 4 * s);
+      p20 = cg_q8_madd(p20, x, w0); p21 = cg_q8_madd(p21, x, w1);
+      x = cg_q8_step(x3 + 4 * s);
+      p30 = cg_q8_madd(p30, x, w0); p31 = cg_q8_madd(p31, x, w1);
+      CG_Q8_KEEP8(p00, p01, p10, p11, p20, p21, p30, p31);
+    }
+    _mm256_store_si256((__m256i*)(sums[0] + cb), cg_q8_sums8(p00, p01));
+    _mm256_store_si256((__m256i*)(sums[1] + cb), cg_q8_sums8(p10, p11));
+    _mm256_store_si256((__m256i*)(sums[2] + cb), cg_q8_sums8(p20, p21));
+    _mm256_store_si256((__m256i*)(sums[3] + cb), cg_q8_sums8(p30, p31));
+  }
 #else
   for (int r = 0; r < CG_QGEMM_ROWS; r++)
     for (int c = 0; c < CG_QGEMM_COLS; c++) sums[r][c] = 0;

@@ -9,7 +9,8 @@
    sigmoid and tanh are MLAS's rational approximations as its FMA3 kernels compute them
    (bit for bit, hence fp-contract off here and fmaf where MLAS fuses).  r is R less its zero
    point as int8 (plus an int32 offset per column where a uint8 R spans more than int8),
-   packed [d][N / 64][K4 / 4][64][4] as ops/qgemm.c packs it; colsum its column sums.
+   packed [d][N / 64][K4 / 4][64][4] as ops/qgemm.c packs it (vpdpbusd's order; on AVX2 without
+   VNNI read as ops/q8.c reads it); colsum its column sums.
    y[row][d][b][H]: rows 0..seq-1 are Y (0 past len), then Y_h (row ${h_row}, -1: not written)
    and Y_c (row ${c_row}).  One task per direction. */
 #include <stdint.h>
@@ -57,6 +58,29 @@ static inline void ${name}_gemv(const uint8_t* hq, const int8_t* r, int32_t* acc
     _mm512_storeu_si512((void*)(acc + b * 64 + 16), a1);
     _mm512_storeu_si512((void*)(acc + b * 64 + 32), a2);
     _mm512_storeu_si512((void*)(acc + b * 64 + 48), a3);
+  }
+#elif defined(CG_Q8_AVX2)
+  /* half a block, 32 columns, at a time (ops/q8.c): 8 accumulators of pair sums */
+  for (long b = 0; b < 2 * ${blocks}; b++) {
+    const int8_t* w = r + (b / 2) * ${K4} * 64 + (b % 2) * 128;
+    __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+    for (long s = 0; s < ${K4} / 4; s++) {
+      const __m256i x = cg_q8_step(hq + 4 * s);
+      const int8_t* ws = w + s * 256;
+      a0 = cg_q8_madd(a0, x, cg_q8_columns4(ws));
+      a1 = cg_q8_madd(a1, x, cg_q8_columns4(ws + 16));
+      a2 = cg_q8_madd(a2, x, cg_q8_columns4(ws + 32));
+      a3 = cg_q8_madd(a3, x, cg_q8_columns4(ws + 48));
+      a4 = cg_q8_madd(a4, x, cg_q8_columns4(ws + 64));
+      a5 = cg_q8_madd(a5, x, cg_q8_columns4(ws + 80));
+      a6 = cg_q8_madd(a6, x, cg_q8_columns4(ws + 96));
+      a7 = cg_q8_madd(a7, x, cg_q8_columns4(ws + 112));
+      CG_Q8_KEEP8(a0, a1, a2, a3, a4, a5, a6, a7);
+    }
+    _mm256_storeu_si256((__m256i*)(acc + b * 32), cg_q8_sums8(a0, a1));
+    _mm256_storeu_si256((__m256i*)(acc + b * 32 + 8), cg_q8_sums8(a2, a3));
+    _mm256_storeu_si256((__m256i*)(acc + b * 32 + 16), cg_q8_sums8(a4, a5));
+    _mm256_storeu_si256((__m256i*)(acc + b * 32 + 24), cg_q8_sums8(a6, a7));
   }
 #else
   for (long b = 0; b < ${blocks}; b++) {

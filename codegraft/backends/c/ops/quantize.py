@@ -39,6 +39,7 @@ from codegraft.backends.c.ops._qpack import (
     QGEMM_ROWS,
     QGEMM_RUN,
     as_weight_bytes,
+    define_qgemm,
     int8_columns,
     vnni_packed,
 )
@@ -339,7 +340,7 @@ def emit_quant_matmul(ctx: Context, kernel: Kernel) -> None:
     ep = emit_epilogue(ctx, kernel, hoist=True)
     byte_floats = -(-rows * k4 // 4)  # the input as bytes, in floats of scratch
     scratch = ctx.temp(byte_floats + rows)  # the bytes, then each row's sum
-    fn = ctx.define_once("cg_qgemm", lambda: c_file("ops/qgemm.c"))
+    fn = define_qgemm(ctx)
     a0 = ctx.ptr(op.inputs[1]) if len(op.inputs) > 1 else "0"
     # a QDQ MatMul's (qconv.quantized_matmul): int8 data shifted to uint8, QGemm's int32 bias
     bias = "0" if op.bias is None or not op.bias.any() else as_weight_bytes(ctx, op.bias.astype(np.int32))

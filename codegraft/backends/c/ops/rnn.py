@@ -459,6 +459,7 @@ def emit_quant_rnn(ctx: Context, kernel: Kernel) -> None:
     # bytes of h (K4 each), 64-byte apart
     scratch = 2 * hp + ghp + blocks * QGEMM_COLS + -(-op.batch * k4 // 64) * 16
     ctx.define_once("cg_quant_range", lambda: c_file("ops/quantize.c"))
+    ctx.define_once("cg_q8", lambda: c_file("ops/q8.c"))
     name = ctx.name("qlstm")
     ctx.functions.append(filled(
         "ops/qlstm.c", name=name, dirs=dirs, seq=op.seq, len=op.steps, B=op.batch, H=hidden, GH=gh, Hp=hp,
