@@ -21,7 +21,7 @@ import codegraft as cg
 from codegraft.backend import Partition
 from codegraft.backends.c._blob import Blob
 from codegraft.backends.c._runtime import CRunnable
-from codegraft.backends.c._toolchain import VNNI, Target, Toolchain, cpu_features
+from codegraft.backends.c._toolchain import Target, Toolchain, cpu_features, eight_bit_products
 from codegraft.testing import run_onnxruntime
 
 pytestmark = needs_compiler
@@ -220,13 +220,13 @@ def test_a_wide_conv_integer_read_through_an_integer_bias_add_is_taken() -> None
     assert not verdict and "read as an integer" in verdict.reason
 
 
-_VNNI_HOST = VNNI in cpu_features()
+_EIGHT_BIT_HOST = eight_bit_products(cpu_features())  # VNNI or AVX2
 
 
 @pytest.mark.parametrize(("x_shape", "columns"), [([1, 37], 70), ([5, 130], 64), ([2, 9, 64], 130), ([300], 3)])
 @pytest.mark.parametrize("weights", ["int8", "uint8 about 128", "uint8 about 126", "int8 per column"])
 def test_matmul_integer_on_8_bit_products_sums_exactly(x_shape: list[int], columns: int, weights: str) -> None:
-    # With VNNI the products run four to a lane (ops/qgemm.c): depths not a multiple of 4,
+    # With VNNI (or AVX2) the products run four to a lane (ops/qgemm.c): depths not a multiple of 4,
     # rows not a multiple of the 4-row tile, columns not a multiple of 64; weights less their
     # zero point that fit int8 (uint8 about 128, int8 with a zero point per column) or not (126)
     depth = x_shape[-1]
@@ -247,7 +247,7 @@ def test_matmul_integer_on_8_bit_products_sums_exactly(x_shape: list[int], colum
     exact = ((q - z) @ (weight.astype(np.int64) - zero.astype(np.int64))).astype(np.float32)
     np.testing.assert_array_equal(got["y"], exact * (got["s"] * np.float32(0.02)))
     source = backend().generate(Partition("p", ir.from_proto(model))).source
-    assert ("cg_qgemm(&q)" in source) == _VNNI_HOST
+    assert ("cg_qgemm(&q)" in source) == _EIGHT_BIT_HOST
 
 
 def test_the_8_bit_products_rebuilt_for_a_cpu_without_vnni_sum_alike() -> None:

@@ -8,7 +8,9 @@ scales.  Here the uint8 and int8 values are held as exact floats, as every integ
 
 - DynamicQuantizeLinear is a :class:`QuantRange` (one pass for the range: onnxruntime's scale
   and zero point) and an elementwise ``quantize_u8`` (onnxruntime's rounding and clamping).
-- MatMulInteger and ConvInteger subtract the zero points (the weight's at compile time) and
+- MatMulInteger of a constant 8-bit weight runs on 8-bit products, its sums in int32, where
+  the target has AVX-512 VNNI or AVX2 (:class:`QuantMatMul`, below).  Elsewhere MatMulInteger,
+  and ConvInteger, subtract the zero points (the weight's at compile time) and
   run on the float GEMM engine.  A product of two 8-bit values is exact in float32, and so is
   every partial sum below 2**24.  Where ``K * |a - a0| * |b - b0|`` can reach 2**24 the sum is
   rounded once it gets there, as a float MatMul rounds it (relative 6e-8), so the op is then
@@ -31,7 +33,7 @@ from codegraft.backends.c._emit import Context
 from codegraft.backends.c._fuse import Kernel
 from codegraft.backends.c._lowerer import Lowerer
 from codegraft.backends.c._node import attr_int, is_constant, present, rank_of
-from codegraft.backends.c._toolchain import VNNI
+from codegraft.backends.c._toolchain import eight_bit_products
 from codegraft.backends.c.ops._qpack import (
     EIGHT_BIT_SPAN,
     QGEMM_COLS,
@@ -277,10 +279,13 @@ def _less_zero_point(lw: Lowerer, node: ir.Node, data: int, zero: int) -> g.Tens
     return lw.values[key]
 
 
-# -- MatMulInteger on 8-bit products (AVX-512 VNNI) ------------------------------------------------
+# -- MatMulInteger on 8-bit products (AVX-512 VNNI or AVX2) ----------------------------------------
 # With VNNI one instruction multiplies and adds 64 byte pairs into 16 int32 sums, four times a
 # float FMA's products, from a quarter of the weight bytes: onnxruntime's u8 x s8 kernels run
 # so, and the float GEMM above ran dynamic-int8 models 1.5-2.3x their time on such a Xeon.
+# With AVX2 alone (ops/q8.c) about a float FMA's products an instruction, from a quarter of the
+# bytes: T5's int8 encoder and decoder 0.60-0.74x as long as through the float GEMM, pnm's
+# decoder 0.78-0.81x (Zen 3, 1 and 2 threads, bench.corpus_revisions).
 
 
 
@@ -304,11 +309,14 @@ def _int8_weight(node: ir.Node) -> tuple[np.ndarray, np.ndarray] | None:
 
 
 def _quant_matmul(lw: Lowerer, node: ir.Node) -> bool:
-    """Lower ``node`` on 8-bit products where the target has VNNI and the operands allow:
+    """Lower ``node`` on 8-bit products where the target sums them fast (AVX-512 VNNI or AVX2:
+    ``eight_bit_products``) and the operands allow:
     ``a`` uint8 computed at run time, its zero point one value, the weight a constant 8-bit
     matrix, at most 2**14 deep (every int32 sum exact).  False where not."""
     a_value, zero = node.inputs[0], present(node, 2)
-    if VNNI not in lw.features or a_value is None or a_value.dtype != ir.DataType.UINT8 or is_constant(a_value):
+    if not eight_bit_products(lw.features) or a_value is None or a_value.dtype != ir.DataType.UINT8:
+        return False
+    if is_constant(a_value):
         return False
     found = _int8_weight(node)
     a = lw.tensor(a_value)
