@@ -47,7 +47,8 @@ def main() -> None:
     for model in chosen:
         proto = model.load()
         feeds = model.feeds(proto)
-        shapes = {name: array.shape for name, array in feeds.items()} if args.fixed_shapes else None
+        fixed = args.fixed_shapes or model.shapes_given  # rvm's states reuse a name for sizes that differ
+        shapes = {name: array.shape for name, array in feeds.items()} if fixed else None
         values = {name: feeds[name] for name in args.bind.split(",") if name in feeds}
         exe = cg.compile(proto, targets=targets, threads=args.threads, input_shapes=shapes, input_values=values)
         session = ort_session(proto, args.threads)
