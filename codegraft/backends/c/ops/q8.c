@@ -26,15 +26,14 @@ static inline __m256i cg_q8_columns4(const int8_t* w) {
   return _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)w));
 }
 
-/* acc += the step's products x * w, two lanes a column */
+/* acc += the step's products x * w, two lanes a column.  The add is written as asm on acc in
+   place: from intrinsics gcc 12 gave each step's sums new registers and moved all eight back
+   at the loop's end (9 moves for 8 multiplies a step), or kept some on the stack. */
 static inline __m256i cg_q8_madd(__m256i acc, __m256i x, __m256i w) {
-  return _mm256_add_epi32(acc, _mm256_madd_epi16(x, w));
+  const __m256i products = _mm256_madd_epi16(x, w);
+  __asm__("vpaddd %1, %0, %0" : "+x"(acc) : "x"(products));
+  return acc;
 }
-
-/* The eight accumulators stay in registers: without this, gcc 12 moved them between registers
-   and the stack at every step (9 moves a step for 8 multiplies) */
-#define CG_Q8_KEEP8(a, b, c, d, e, f, g, h) \
-  __asm__("" : "+x"(a), "+x"(b), "+x"(c), "+x"(d), "+x"(e), "+x"(f), "+x"(g), "+x"(h))
 
 /* eight columns' sums in order from the pair lanes of columns 0-3 (lo) and 4-7 (hi):
    hadd gives [0 1 4 5 | 2 3 6 7] */

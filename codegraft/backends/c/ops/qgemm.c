@@ -216,7 +216,6 @@ static void cg_qgemm_tile(const cg_qgemm_t* q, long r0, long block) {
       p20 = cg_q8_madd(p20, x, w0); p21 = cg_q8_madd(p21, x, w1);
       x = cg_q8_step(x3 + 4 * s);
       p30 = cg_q8_madd(p30, x, w0); p31 = cg_q8_madd(p31, x, w1);
-      CG_Q8_KEEP8(p00, p01, p10, p11, p20, p21, p30, p31);
     }
     _mm256_store_si256((__m256i*)(sums[0] + cb), cg_q8_sums8(p00, p01));
     _mm256_store_si256((__m256i*)(sums[1] + cb), cg_q8_sums8(p10, p11));

@@ -75,7 +75,6 @@ static inline void ${name}_gemv(const uint8_t* hq, const int8_t* r, int32_t* acc
       a5 = cg_q8_madd(a5, x, cg_q8_columns4(ws + 80));
       a6 = cg_q8_madd(a6, x, cg_q8_columns4(ws + 96));
       a7 = cg_q8_madd(a7, x, cg_q8_columns4(ws + 112));
-      CG_Q8_KEEP8(a0, a1, a2, a3, a4, a5, a6, a7);
     }
     _mm256_storeu_si256((__m256i*)(acc + b * 32), cg_q8_sums8(a0, a1));
     _mm256_storeu_si256((__m256i*)(acc + b * 32 + 8), cg_q8_sums8(a2, a3));
