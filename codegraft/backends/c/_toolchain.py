@@ -24,18 +24,6 @@ from codegraft.errors import CodegraftError
 
 # Feature sets we compile for, best first: (features the CPU must have, gcc flags).
 VNNI = "avx512_vnni"  # the CPU flag of AVX-512's 8-bit dot products
-
-
-def eight_bit_products(features: frozenset[str]) -> bool:
-    """Whether code for a CPU with ``features`` sums 8-bit products in int32 faster than the float
-    GEMM does: with AVX-512 VNNI (``ops/qgemm.c``), or AVX2 (``ops/q8.c``: vpmaddwd on widened
-    bytes; dynamic-int8 T5 and pnm 0.60-0.81x as long as through the float GEMM on a Zen 3).
-
-    >>> eight_bit_products(frozenset({"avx2", "fma"})), eight_bit_products(frozenset({"sse4_2"}))
-    (True, False)
-    """
-    return VNNI in features or "avx2" in features
-
 _X86_TARGETS: tuple[tuple[frozenset[str], tuple[str, ...]], ...] = (
     (  # VNNI: MatMulInteger's 8-bit products four to a float FMA's one (ops/qgemm.c)
         frozenset({"avx2", "fma", "avx512f", "avx512dq", "avx512bw", "avx512vl", VNNI}),
@@ -49,6 +37,17 @@ _X86_TARGETS: tuple[tuple[frozenset[str], tuple[str, ...]], ...] = (
     (frozenset({"avx2", "fma"}), ("-mavx2", "-mfma")),
     (frozenset(), ()),
 )
+
+
+def eight_bit_products(features: frozenset[str]) -> bool:
+    """Whether code for a CPU with ``features`` sums 8-bit products in int32 faster than the float
+    GEMM does: with AVX-512 VNNI (``ops/qgemm.c``), or AVX2 (``ops/q8.c``: vpmaddwd on widened
+    bytes; dynamic-int8 T5 and pnm 0.60-0.81x as long as through the float GEMM on a Zen 3).
+
+    >>> eight_bit_products(frozenset({"avx2", "fma"})), eight_bit_products(frozenset({"sse4_2"}))
+    (True, False)
+    """
+    return VNNI in features or "avx2" in features
 
 
 class CompilerNotFoundError(CodegraftError):

@@ -6,9 +6,14 @@
    int32 lanes, two per column (k 0-1 and k 2-3): at most 255 * 128 * 2 a step, over at most 2**12
    steps (QGEMM_DEPTH / 4) below 2**31: no overflow, the same int32 sums as vpdpbusd.  Not
    vpmaddubsw, which onnxruntime's AVX2 kernel uses: its int16 pair sums saturate (255 * 127 * 2
-   > 32767), 96 steps off on full-range weights.  About 4.6 products an instruction. */
+   > 32767), 96 steps off on full-range weights.  About 4.6 products an instruction.
+   Which path qgemm.c and qlstm.c take is decided here, once: CG_Q8_VNNI, CG_Q8_AVX2 or neither
+   (plain C: a library rebuilt for a CPU with neither). */
 #include <stdint.h>
-#if defined(__AVX2__) && !(defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512F__))
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512F__)
+#include <immintrin.h>
+#define CG_Q8_VNNI 1
+#elif defined(__AVX2__)
 #include <immintrin.h>
 #define CG_Q8_AVX2 1
 

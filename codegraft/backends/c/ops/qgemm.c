@@ -8,11 +8,7 @@
    byte pairs, four times a float FMA's products, from a quarter of the weight bytes; without
    it, on AVX2, exactly as ops/q8.c says (a quarter of VNNI's products an instruction); else (a
    library rebuilt for another CPU) the same sums in plain C. */
-#include <stdint.h>
-#if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512F__)
-#include <immintrin.h>
-#define CG_QGEMM_VNNI 1
-#endif
+/* after ops/q8.c (_qpack.define_qgemm), which sets CG_Q8_VNNI or CG_Q8_AVX2 */
 
 #define CG_QGEMM_ROWS 4
 #define CG_QGEMM_COLS 64
@@ -33,7 +29,7 @@ typedef struct {
 /* n values (8-bit integers as exact floats, plus shift) as bytes, their sum added to *acc
    (lanes of int32 partial sums, reduced once a row) and *tail.  One pass on vectors: the
    packing read each row three times (0.03 of a 0.08 ms 64-channel 1x1 Conv). */
-#ifdef CG_QGEMM_VNNI
+#ifdef CG_Q8_VNNI
 typedef __m512i cg_qsum;
 #define CG_QSUM_ZERO _mm512_setzero_si512()
 #define CG_QSUM_TOTAL(s) _mm512_reduce_add_epi32(s)
@@ -44,7 +40,7 @@ typedef int32_t cg_qsum;
 #endif
 static inline void cg_qbytes(const float* a, uint8_t* to, long n, float shift, cg_qsum* acc, int32_t* tail) {
   long i = 0;
-#ifdef CG_QGEMM_VNNI
+#ifdef CG_Q8_VNNI
   const __m512 sh = _mm512_set1_ps(shift);
   __m512i sum = *acc;
   for (; i + 16 <= n; i += 16) {
@@ -123,7 +119,7 @@ static void cg_qgemm_tile(const cg_qgemm_t* q, long r0, long block) {
   const uint8_t* rows[CG_QGEMM_ROWS];
   for (long r = 0; r < CG_QGEMM_ROWS; r++) rows[r] = q->au8 + (r0 + (r < nr ? r : nr - 1)) * q->K4;
   int32_t sums[CG_QGEMM_ROWS][CG_QGEMM_COLS] __attribute__((aligned(64)));
-#ifdef CG_QGEMM_VNNI
+#ifdef CG_Q8_VNNI
   /* 16 accumulators named, not an array: GCC keeps an indexed array of vectors in memory */
   __m512i c00 = _mm512_setzero_si512(), c01 = c00, c02 = c00, c03 = c00, c10 = c00, c11 = c00, c12 = c00,
           c13 = c00, c20 = c00, c21 = c00, c22 = c00, c23 = c00, c30 = c00, c31 = c00, c32 = c00, c33 = c00;

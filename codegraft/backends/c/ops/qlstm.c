@@ -13,10 +13,7 @@
    VNNI read as ops/q8.c reads it); colsum its column sums.
    y[row][d][b][H]: rows 0..seq-1 are Y (0 past len), then Y_h (row ${h_row}, -1: not written)
    and Y_c (row ${c_row}).  One task per direction. */
-#include <stdint.h>
-#if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512F__)
-#include <immintrin.h>
-#endif
+/* after ops/q8.c (ops/rnn.py), which sets CG_Q8_VNNI or CG_Q8_AVX2 */
 /* no multiply and add contracted into an FMA (gcc: the pragma; clang: CG_NO_CONTRACT in each function) */
 #pragma GCC push_options
 #pragma GCC optimize("fp-contract=off")
@@ -40,7 +37,7 @@ static inline float ${name}_pre(float x, const float* bias, long i) {
 
 /* acc[n] = sum_k hq[k] * r[k][n] over the packed blocks (K4 bytes of hq, zero past H) */
 static inline void ${name}_gemv(const uint8_t* hq, const int8_t* r, int32_t* acc) {
-#if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512F__)
+#if defined(CG_Q8_VNNI)
   for (long b = 0; b < ${blocks}; b++) {
     const int8_t* w = r + b * ${K4} * 64;
     __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
