@@ -17,6 +17,7 @@ from c_backend_util import backend, needs_compiler, run_c
 from onnx import TensorProto, helper, numpy_helper
 
 import codegraft as cg
+from codegraft.backends.c._codegen import KernelThreads, generate
 from codegraft.backends.c._toolchain import VNNI, Target, cpu_features, target_for
 from codegraft.testing import run_onnxruntime
 
@@ -177,6 +178,39 @@ def test_the_avx2_sums_without_vnni_are_the_plain_c_ones(hidden: int, width: int
         got, want = run_c(model, feeds, avx2), run_c(model, feeds, plain)
         for name, value in want.items():
             np.testing.assert_array_equal(got[name], value, err_msg=f"{name}, draw {seed}")
+
+
+def _recurrence_threads(model: onnx.ModelProto, threads: int) -> KernelThreads:
+    plan = generate(ir.from_proto(model), target_for(cpu_features()), threads).threads
+    (recurrence,) = [k for k in plan if k.kernel.startswith("QuantRecurrence")]
+    return recurrence
+
+
+def test_each_step_is_shared_out_among_threads_with_the_same_outputs() -> None:
+    # a task per direction and 16 hidden units, every step: 260 units are 17 blocks, the last
+    # one ragged; two rows, peepholes and clip.  Built for 4 threads (on any core count), the
+    # cost model gives the recurrence more than one, and the outputs are onnxruntime's bit for bit.
+    model = quantized_lstm(seq=6, hidden=260, width=12, direction="bidirectional", batch=2, h0="input", c0="input",
+                           peepholes=True, clip=2.5)
+    recurrence = _recurrence_threads(model, 4)
+    assert (recurrence.work.units, recurrence.work.loops) == (2 * 17, 6)
+    assert recurrence.choice.threads > 1
+    threaded = backend(num_threads=4)
+    for seed in range(2):
+        feeds = _feeds(model, seed)
+        got = run_c(model, feeds, threaded)
+        for name, value in run_onnxruntime(model, feeds).items():
+            np.testing.assert_array_equal(got[name], value, err_msg=f"{name}, draw {seed}")
+
+
+def test_threads_for_the_recurrence_follow_its_size() -> None:
+    # voicefilter_embedder's layers (hidden 768, 80 steps) take most of 16 threads (a wake-up
+    # and a join every step: 12 at this host's vector width, 16 at AVX-512's); a small LSTM (a
+    # step of a few hundred nanoseconds) stays on one, as a loop per step would cost more
+    large = _recurrence_threads(quantized_lstm(seq=80, hidden=768, width=40, outputs=("Y",)), 16)
+    small = _recurrence_threads(quantized_lstm(seq=80, hidden=16, width=40, outputs=("Y",)), 16)
+    assert large.work.units == 48 and large.choice.threads >= 8
+    assert (small.work.units, small.choice.threads) == (1, 1)
 
 
 def test_what_stays_on_the_host() -> None:

@@ -42,7 +42,13 @@ from codegraft.backends.c.ops.norm import Lrn, MlRows
 from codegraft.backends.c.ops.pool import GlobalAveragePool, Pool
 from codegraft.backends.c.ops.quantize import QGEMM_COLS, QGEMM_ROWS, QGEMM_RUN, QuantMatMul
 from codegraft.backends.c.ops.resize import CubicResize, Resize, row_runs
-from codegraft.backends.c.ops.rnn import QuantRecurrence, Recurrence, quant_recurrence_flops, recurrence_flops
+from codegraft.backends.c.ops.rnn import (
+    QuantRecurrence,
+    Recurrence,
+    quant_recurrence_flops,
+    recurrence_flops,
+    unit_blocks,
+)
 from codegraft.backends.c.ops.winograd import one_loop_below, runs_as_winograd, winograd_work
 
 # The C every partition carries: math helpers the expressions call, the GEMM job and its
@@ -328,9 +334,10 @@ def kernel_work(kernel: Kernel, vector: int, winograd: bool = True) -> Work:
         return Work(float(out.size * per_value), moved, max(1, outer), gemm=False)
     if isinstance(core, Recurrence):  # sequential in time: one unit per direction and batch row
         return Work(recurrence_flops(core), moved + 4.0 * core.rt.size, len(core.reverse) * core.batch, gemm=False)
-    if isinstance(core, QuantRecurrence):  # sequential in time: one unit per direction (batch 1)
+    if isinstance(core, QuantRecurrence):  # a parallel loop per step: a task per direction and 16 hidden units
         weights = sum(r.size for r in core.r)
-        return Work(quant_recurrence_flops(core), moved + weights, len(core.reverse), gemm=False)
+        units = len(core.reverse) * unit_blocks(core.hidden)
+        return Work(quant_recurrence_flops(core), moved + weights, units, gemm=False, loops=core.steps)
     # Elementwise chains, reductions: a few flops per element, split in 4096-element blocks.
     return Work(float(out.size * (1 + len(kernel.steps))), moved, max(1, out.size // 4096), gemm=False)
 

@@ -8,19 +8,23 @@
    follow onnxruntime's order of roundings: peephole product, then the bias Wb + Rb, then clip;
    sigmoid and tanh are MLAS's rational approximations as its FMA3 kernels compute them
    (bit for bit, hence fp-contract off here and fmaf where MLAS fuses).  r is R less its zero
-   point as int8 (plus an int32 offset per column where a uint8 R spans more than int8),
-   packed [d][N / 64][K4 / 4][64][4] as ops/qgemm.c packs it (vpdpbusd's order; on AVX2 without
-   VNNI read as ops/q8.c reads it); colsum its column sums.
-   y[row][d][b][H]: rows 0..seq-1 are Y (0 past len), then Y_h (row ${h_row}, -1: not written)
-   and Y_c (row ${c_row}).  One task per direction. */
+   point as int8 (plus an int32 offset per column where a uint8 R spans more than int8), its
+   columns in blocks of 16 hidden units (block j: gates i, o, f, c of units 16j..16j+15, zero
+   past H), packed [d][block][K4 / 4][64][4] as ops/qgemm.c packs its 64-column blocks
+   (vpdpbusd's order; on AVX2 without VNNI read as ops/q8.c reads it); colsum its column sums in
+   ONNX's order.  y[row][d][b][H]: rows 0..seq-1 are Y (0 past len), then Y_h (row ${h_row}, -1:
+   not written) and Y_c (row ${c_row}).  Each step quantizes h_prev on the calling thread, then
+   one parallel loop of a task per (direction, block of units): a block's sums need only its own
+   columns, so its gates follow in the same task, and the only wait is the loop's end.  Forward
+   LSTMs of batch 1 (most) were one task per direction: a single thread for the recurrence. */
 /* after ops/q8.c (ops/rnn.py), which sets CG_Q8_VNNI or CG_Q8_AVX2 */
 /* no multiply and add contracted into an FMA (gcc: the pragma; clang: CG_NO_CONTRACT in each function) */
 #pragma GCC push_options
 #pragma GCC optimize("fp-contract=off")
 
-typedef struct { const float* xp; const float* h0; const float* c0; const int8_t* r; const int32_t* colsum;
-                 const int32_t* offset; const float* rscale; const float* bias; const float* peep; float* y;
-                 float* scratch; } ${name}_t;
+typedef struct { const float* xp; const int8_t* r; const int32_t* colsum; const int32_t* offset; const float* rscale;
+                 const float* bias; const float* peep; float* y; float* scratch;
+                 long s; float scale[${dirs}]; int32_t zp[${dirs}]; int32_t rest[${dirs} * ${B}]; } ${name}_t;
 
 /* onnxruntime's clip_add_bias / clip_ignore_bias: the bias first, then min(clip, x), max(-clip, x) */
 static inline float ${name}_pre(float x, const float* bias, long i) {
@@ -35,35 +39,32 @@ static inline float ${name}_pre(float x, const float* bias, long i) {
   return x;
 }
 
-/* acc[n] = sum_k hq[k] * r[k][n] over the packed blocks (K4 bytes of hq, zero past H) */
-static inline void ${name}_gemv(const uint8_t* hq, const int8_t* r, int32_t* acc) {
+/* acc[n] = sum_k hq[k] * r[k][n] for one packed block of 64 columns (K4 bytes of hq, zero past H) */
+static inline void ${name}_block(const uint8_t* hq, const int8_t* w, int32_t* acc) {
 #if defined(CG_Q8_VNNI)
-  for (long b = 0; b < ${blocks}; b++) {
-    const int8_t* w = r + b * ${K4} * 64;
-    __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
-    for (long s = 0; s < ${K4} / 4; s++) {
-      int32_t f;
-      memcpy(&f, hq + 4 * s, 4);
-      const __m512i x = _mm512_set1_epi32(f);
-      const int8_t* ws = w + s * 256;
-      a0 = _mm512_dpbusd_epi32(a0, x, _mm512_load_si512((const void*)ws));
-      a1 = _mm512_dpbusd_epi32(a1, x, _mm512_load_si512((const void*)(ws + 64)));
-      a2 = _mm512_dpbusd_epi32(a2, x, _mm512_load_si512((const void*)(ws + 128)));
-      a3 = _mm512_dpbusd_epi32(a3, x, _mm512_load_si512((const void*)(ws + 192)));
-    }
-    _mm512_storeu_si512((void*)(acc + b * 64), a0);
-    _mm512_storeu_si512((void*)(acc + b * 64 + 16), a1);
-    _mm512_storeu_si512((void*)(acc + b * 64 + 32), a2);
-    _mm512_storeu_si512((void*)(acc + b * 64 + 48), a3);
+  __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
+  for (long s = 0; s < ${K4} / 4; s++) {
+    int32_t f;
+    memcpy(&f, hq + 4 * s, 4);
+    const __m512i x = _mm512_set1_epi32(f);
+    const int8_t* ws = w + s * 256;
+    a0 = _mm512_dpbusd_epi32(a0, x, _mm512_load_si512((const void*)ws));
+    a1 = _mm512_dpbusd_epi32(a1, x, _mm512_load_si512((const void*)(ws + 64)));
+    a2 = _mm512_dpbusd_epi32(a2, x, _mm512_load_si512((const void*)(ws + 128)));
+    a3 = _mm512_dpbusd_epi32(a3, x, _mm512_load_si512((const void*)(ws + 192)));
   }
+  _mm512_storeu_si512((void*)acc, a0);
+  _mm512_storeu_si512((void*)(acc + 16), a1);
+  _mm512_storeu_si512((void*)(acc + 32), a2);
+  _mm512_storeu_si512((void*)(acc + 48), a3);
 #elif defined(CG_Q8_AVX2)
   /* half a block, 32 columns, at a time (ops/q8.c): 8 accumulators of pair sums */
-  for (long b = 0; b < 2 * ${blocks}; b++) {
-    const int8_t* w = r + (b / 2) * ${K4} * 64 + (b % 2) * 128;
+  for (int half = 0; half < 2; half++) {
+    const int8_t* wh = w + half * 128;
     __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
     for (long s = 0; s < ${K4} / 4; s++) {
       const __m256i x = cg_q8_step(hq + 4 * s);
-      const int8_t* ws = w + s * 256;
+      const int8_t* ws = wh + s * 256;
       a0 = cg_q8_madd(a0, x, cg_q8_columns4(ws));
       a1 = cg_q8_madd(a1, x, cg_q8_columns4(ws + 16));
       a2 = cg_q8_madd(a2, x, cg_q8_columns4(ws + 32));
@@ -73,107 +74,148 @@ static inline void ${name}_gemv(const uint8_t* hq, const int8_t* r, int32_t* acc
       a6 = cg_q8_madd(a6, x, cg_q8_columns4(ws + 96));
       a7 = cg_q8_madd(a7, x, cg_q8_columns4(ws + 112));
     }
-    _mm256_storeu_si256((__m256i*)(acc + b * 32), cg_q8_sums8(a0, a1));
-    _mm256_storeu_si256((__m256i*)(acc + b * 32 + 8), cg_q8_sums8(a2, a3));
-    _mm256_storeu_si256((__m256i*)(acc + b * 32 + 16), cg_q8_sums8(a4, a5));
-    _mm256_storeu_si256((__m256i*)(acc + b * 32 + 24), cg_q8_sums8(a6, a7));
+    int32_t* out = acc + half * 32;
+    _mm256_storeu_si256((__m256i*)out, cg_q8_sums8(a0, a1));
+    _mm256_storeu_si256((__m256i*)(out + 8), cg_q8_sums8(a2, a3));
+    _mm256_storeu_si256((__m256i*)(out + 16), cg_q8_sums8(a4, a5));
+    _mm256_storeu_si256((__m256i*)(out + 24), cg_q8_sums8(a6, a7));
   }
 #else
-  for (long b = 0; b < ${blocks}; b++) {
-    const int8_t* w = r + b * ${K4} * 64;
-    int32_t* out = acc + b * 64;
-    for (int c = 0; c < 64; c++) out[c] = 0;
-    for (long s = 0; s < ${K4} / 4; s++) {
-      const uint8_t* x = hq + 4 * s;
-      const int8_t* ws = w + s * 256;
-      for (int c = 0; c < 64; c++)
-        out[c] += x[0] * ws[4 * c] + x[1] * ws[4 * c + 1] + x[2] * ws[4 * c + 2] + x[3] * ws[4 * c + 3];
-    }
+  for (int c = 0; c < 64; c++) acc[c] = 0;
+  for (long s = 0; s < ${K4} / 4; s++) {
+    const uint8_t* x = hq + 4 * s;
+    const int8_t* ws = w + s * 256;
+    for (int c = 0; c < 64; c++)
+      acc[c] += x[0] * ws[4 * c] + x[1] * ws[4 * c + 1] + x[2] * ws[4 * c + 2] + x[3] * ws[4 * c + 3];
   }
 #endif
 }
 
-static void ${name}_task(const void* ctx, long d) {
+/* The gates of `units` hidden units from u0 of one row, from their 64 columns' sums (inlined
+   twice: 16 units, a count the compiler can vectorize for, and the last block's rest) */
+static inline __attribute__((always_inline)) void ${name}_gates(const ${name}_t* k, long d, long b, long t, long u0,
+                                                                long units, const int32_t* acc) {
   CG_NO_CONTRACT
-  const ${name}_t* k = ctx;
-  const int reverse = (${reverse_mask} >> d) & 1;
   float* restrict h = k->scratch + d * ${scratch};  /* [B][H] */
   float* restrict c = h + ${Hp};                     /* [B][H] */
-  float* restrict g = c + ${Hp};                     /* one row's gates */
-  int32_t* restrict acc = (int32_t*)(g + ${GHp});    /* one row's sums */
-  uint8_t* restrict hq = (uint8_t*)(acc + ${blocks} * 64);  /* [B][K4] */
-  const int8_t* r = k->r + d * ${blocks} * ${K4} * 64;
   const int32_t* colsum = k->colsum + d * ${GH};
   const int32_t* offset = k->offset ? k->offset + d * ${GH} : 0;
   const float* rscale = k->rscale + d * ${GH};
   const float* bias = k->bias ? k->bias + d * ${GH} : 0;
   const float* p = k->peep ? k->peep + d * 3 * ${H} : 0;
-  const long rows = ${B} * ${H};
-  if (k->h0) memcpy(h, k->h0 + d * rows, rows * sizeof(float)); else memset(h, 0, rows * sizeof(float));
-  if (k->c0) memcpy(c, k->c0 + d * rows, rows * sizeof(float)); else memset(c, 0, rows * sizeof(float));
-  memset(hq, 0, ${B} * ${K4});
-  for (long t = ${len}; t < ${seq}; t++) memset(k->y + (t * ${dirs} + d) * rows, 0, rows * sizeof(float));
-  for (long s = 0; s < ${len}; s++) {
-    const long t = reverse ? ${len} - 1 - s : s;
-    /* every row's h_prev quantized on their one range, as onnxruntime's quantized ComputeGemm does */
-    float qp[2];
-    cg_quant_range(h, rows, qp);
-    const float scale = qp[0], zero = qp[1];
-    const int32_t zp = (int32_t)zero;
-    for (long b = 0; b < ${B}; b++)
-      for (long i = 0; i < ${H}; i++) {
-        const float v = h[b * ${H} + i] / scale;
-        hq[b * ${K4} + i] = (uint8_t)(rintf(v < -zero ? -zero : v > 255.0f - zero ? 255.0f - zero : v) + zero);
-      }
-    for (long b = 0; b < ${B}; b++) {
-      const uint8_t* restrict q = hq + b * ${K4};
-      int32_t rowsum = 0;
-      for (long i = 0; i < ${H}; i++) rowsum += q[i];
-      ${name}_gemv(q, r, acc);
-      const int32_t rest = rowsum - zp * ${H};
-      const float* restrict xp = k->xp + ((t * ${B} + b) * ${dirs} + d) * ${GH};
-      for (long n = 0; n < ${GH}; n++) {
-        const int32_t sum = acc[n] - zp * colsum[n] + (offset ? offset[n] * rest : 0);
-        const float product = (float)sum * (scale * rscale[n]);
-        g[n] = xp[n] + product;
-      }
-      /* gates i, o, f, c */
-      float* restrict hb = h + b * ${H};
-      float* restrict cb = c + b * ${H};
-      float* restrict y = k->y + ((t * ${dirs} + d) * ${B} + b) * ${H};
-      for (long i = 0; i < ${H}; i++) {
-        float gi = g[i], gf = g[2 * ${H} + i], go = g[${H} + i];
-#if ${peep}
-        gi = gi + cb[i] * p[i];
-        gf = gf + cb[i] * p[2 * ${H} + i];
-#endif
-        const float it = cg_mlas_logistic(${name}_pre(gi, bias, i));
-        const float ft = cg_mlas_logistic(${name}_pre(gf, bias, 2 * ${H} + i));
-        const float ct = cg_mlas_tanh(${name}_pre(g[3 * ${H} + i], bias, 3 * ${H} + i));
-        const float first = cb[i] * ft, second = it * ct;
-        const float cn = first + second;
-#if ${peep}
-        go = go + cn * p[${H} + i];
-#endif
-        const float ot = cg_mlas_logistic(${name}_pre(go, bias, ${H} + i));
-        cb[i] = cn;
-        hb[i] = cg_mlas_tanh(cn) * ot;
-        y[i] = hb[i];
-      }
+  const float scale = k->scale[d];
+  const int32_t zp = k->zp[d], rest = k->rest[d * ${B} + b];
+  const float* restrict xp = k->xp + ((t * ${B} + b) * ${dirs} + d) * ${GH};
+  float g[4][16];
+  for (int gate = 0; gate < 4; gate++)
+    for (long u = 0; u < units; u++) {
+      const long n = gate * ${H} + u0 + u;
+      const int32_t sum = acc[16 * gate + u] - zp * colsum[n] + (offset ? offset[n] * rest : 0);
+      const float product = (float)sum * (scale * rscale[n]);
+      g[gate][u] = xp[n] + product;
     }
+  /* gates i, o, f, c */
+  float* restrict hb = h + b * ${H};
+  float* restrict cb = c + b * ${H};
+  float* restrict y = k->y + ((t * ${dirs} + d) * ${B} + b) * ${H};
+  for (long u = 0; u < units; u++) {
+    const long i = u0 + u;
+    float gi = g[0][u], gf = g[2][u], go = g[1][u];
+#if ${peep}
+    gi = gi + cb[i] * p[i];
+    gf = gf + cb[i] * p[2 * ${H} + i];
+#endif
+    const float it = cg_mlas_logistic(${name}_pre(gi, bias, i));
+    const float ft = cg_mlas_logistic(${name}_pre(gf, bias, 2 * ${H} + i));
+    const float ct = cg_mlas_tanh(${name}_pre(g[3][u], bias, 3 * ${H} + i));
+    const float first = cb[i] * ft, second = it * ct;
+    const float cn = first + second;
+#if ${peep}
+    go = go + cn * p[${H} + i];
+#endif
+    const float ot = cg_mlas_logistic(${name}_pre(go, bias, ${H} + i));
+    cb[i] = cn;
+    hb[i] = cg_mlas_tanh(cn) * ot;
+    y[i] = hb[i];
   }
-#if ${h_row} >= 0
-  memcpy(k->y + (${h_row} * ${dirs} + d) * rows, h, rows * sizeof(float));
-#endif
-#if ${c_row} >= 0
-  memcpy(k->y + (${c_row} * ${dirs} + d) * rows, c, rows * sizeof(float));
-#endif
+}
+
+/* One step of 16 hidden units (block j) of direction d, every row: their 64 columns' sums (R is
+   packed a block per 16 units: columns i, o, f, c of units 16j..16j+15), then their gates.  It
+   writes only its units of h and c; every task reads h_prev as the bytes quantized before the loop. */
+static void ${name}_task(const void* ctx, long task) {
+  const ${name}_t* k = ctx;
+  const long d = task / ${blocks}, j = task % ${blocks};
+  const long t = (${reverse_mask} >> d) & 1 ? ${len} - 1 - k->s : k->s;
+  const uint8_t* hq = (const uint8_t*)(k->scratch + d * ${scratch} + 2 * ${Hp});  /* [B][K4] */
+  const int8_t* r = k->r + (d * ${blocks} + j) * ${K4} * 64;
+  const long u0 = 16 * j;
+  /* the gates' per-column values, 16 units of each gate (a line apiece, four spread lines an array
+     per task, gone from the caches while R streams through them), asked for before the sums */
+  for (long gate = 0; gate < 4; gate++) {
+    const long n = d * ${GH} + gate * ${H} + u0;
+    __builtin_prefetch(k->colsum + n);
+    __builtin_prefetch(k->rscale + n);
+    if (k->bias) __builtin_prefetch(k->bias + n);
+    for (long b = 0; b < ${B}; b++) __builtin_prefetch(k->xp + ((t * ${B} + b) * ${dirs} + d) * ${GH} + gate * ${H} + u0);
+  }
+  for (long b = 0; b < ${B}; b++) {
+    _Alignas(64) int32_t acc[64];
+    ${name}_block(hq + b * ${K4}, r, acc);
+    if (${H} - u0 >= 16) ${name}_gates(k, d, b, t, u0, 16, acc);
+    else ${name}_gates(k, d, b, t, u0, ${H} - u0, acc);
+  }
 }
 
 static void ${name}(const float* xp, const float* h0, const float* c0, const int8_t* r, const int32_t* colsum,
                     const int32_t* offset, const float* rscale, const float* bias, const float* peep, float* y,
                     float* scratch) {
-  const ${name}_t k = {xp, h0, c0, r, colsum, offset, rscale, bias, peep, y, scratch};
-  cg_parallel(${dirs}, ${name}_task, &k);
+  CG_NO_CONTRACT
+  ${name}_t k = {xp, r, colsum, offset, rscale, bias, peep, y, scratch, 0, {0}, {0}, {0}};
+  const long rows = ${B} * ${H};
+  for (long d = 0; d < ${dirs}; d++) {
+    float* h = scratch + d * ${scratch};
+    float* c = h + ${Hp};
+    if (h0) memcpy(h, h0 + d * rows, rows * sizeof(float)); else memset(h, 0, rows * sizeof(float));
+    if (c0) memcpy(c, c0 + d * rows, rows * sizeof(float)); else memset(c, 0, rows * sizeof(float));
+    memset(c + ${Hp}, 0, ${B} * ${K4});
+    for (long t = ${len}; t < ${seq}; t++) memset(y + (t * ${dirs} + d) * rows, 0, rows * sizeof(float));
+  }
+  for (long s = 0; s < ${len}; s++) {
+    /* every row's h_prev quantized on their one range, as onnxruntime's quantized ComputeGemm does */
+    for (long d = 0; d < ${dirs}; d++) {
+      const float* h = scratch + d * ${scratch};
+      uint8_t* hq = (uint8_t*)(h + 2 * ${Hp});
+      float qp[2];
+      cg_quant_range(h, rows, qp);
+      const float scale = qp[0], zero = qp[1];
+      const int32_t zp = (int32_t)zero;
+      for (long b = 0; b < ${B}; b++) {
+        int32_t rowsum = 0;
+        for (long i = 0; i < ${H}; i++) {
+          const float v = h[b * ${H} + i] / scale;
+          const uint8_t q = (uint8_t)(rintf(v < -zero ? -zero : v > 255.0f - zero ? 255.0f - zero : v) + zero);
+          hq[b * ${K4} + i] = q;
+          rowsum += q;
+        }
+        k.rest[d * ${B} + b] = rowsum - zp * ${H};
+      }
+      k.scale[d] = scale;
+      k.zp[d] = zp;
+    }
+    k.s = s;
+    /* the step's blocks of units shared out among the threads: each reads all of h_prev's bytes
+       and its own 64 columns of R (the same ones every step: a thread's share of R stays in its caches) */
+    cg_parallel(${dirs} * ${blocks}, ${name}_task, &k);
+  }
+  for (long d = 0; d < ${dirs}; d++) {
+    const float* h = scratch + d * ${scratch};
+#if ${h_row} >= 0
+    memcpy(y + (${h_row} * ${dirs} + d) * rows, h, rows * sizeof(float));
+#endif
+#if ${c_row} >= 0
+    memcpy(y + (${c_row} * ${dirs} + d) * rows, h + ${Hp}, rows * sizeof(float));
+#endif
+  }
 }
 #pragma GCC pop_options

@@ -449,15 +449,40 @@ def _dynamic_quantize_lstm(lw: Lowerer, node: ir.Node) -> None:
             lw.bind(node.outputs[index], lw.view(slice_op(lw, out, {0: (row, row + 1, 1)}), (dirs, batch, hidden)))
 
 
+UNITS_PER_BLOCK = QGEMM_COLS // 4  # hidden units a qlstm.c task takes: their four gates fill one block
+
+
+def unit_blocks(hidden: int) -> int:
+    """The quantized recurrence's parallel units per direction and step: blocks of 16 hidden units.
+
+    >>> unit_blocks(768), unit_blocks(20)
+    (48, 2)
+    """
+    return -(-hidden // UNITS_PER_BLOCK)
+
+
+def by_unit_blocks(r: np.ndarray, hidden: int) -> np.ndarray:
+    """One direction's R ``[K, 4 * hidden]`` (gates i, o, f, c side by side) with its columns in
+    blocks of 16 units: block ``j`` holds the four gates of units ``16j..16j+15`` (zero past
+    ``hidden``), so a task's 64 columns are all the sums its units' gates need.
+
+    >>> by_unit_blocks(np.arange(8, dtype=np.int8).reshape(1, 8), hidden=2)[0, [0, 1, 16, 17, 32, 48, 49]]
+    array([0, 1, 2, 3, 4, 6, 7], dtype=int8)
+    """
+    blocks, depth = unit_blocks(hidden), r.shape[0]
+    padded = np.zeros((depth, 4, blocks * UNITS_PER_BLOCK), r.dtype)
+    padded[:, :, :hidden] = r.reshape(depth, 4, hidden)
+    return padded.reshape(depth, 4, blocks, UNITS_PER_BLOCK).transpose(0, 2, 1, 3).reshape(depth, -1)
+
+
 def emit_quant_rnn(ctx: Context, kernel: Kernel) -> None:
     op = core_of(kernel, QuantRecurrence)
     hidden, dirs = op.hidden, len(op.reverse)
     gh = 4 * hidden
-    k4, blocks = -(-hidden // 4) * 4, -(-gh // QGEMM_COLS)
+    k4, blocks = -(-hidden // 4) * 4, unit_blocks(hidden)
     hp, ghp = -(-op.batch * hidden // 16) * 16, -(-gh // 16) * 16
-    # per task: h and c of every row, one row's gates and int32 sums (blocks * 64), every row's
-    # bytes of h (K4 each), 64-byte apart
-    scratch = 2 * hp + ghp + blocks * QGEMM_COLS + -(-op.batch * k4 // 64) * 16
+    # per direction: h and c of every row, then every row's bytes of h (K4 each), 64-byte apart
+    scratch = 2 * hp + -(-op.batch * k4 // 64) * 16
     ctx.define_once("cg_quant_range", lambda: c_file("ops/quantize.c"))
     ctx.define_once("cg_q8", lambda: c_file("ops/q8.c"))
     name = ctx.name("qlstm")
@@ -470,7 +495,7 @@ def emit_quant_rnn(ctx: Context, kernel: Kernel) -> None:
     states = iter(op.inputs[1:])
     h0 = ctx.ptr(next(states)) if op.has_h0 else "(const float*)0"
     c0 = ctx.ptr(next(states)) if op.has_c0 else "(const float*)0"
-    r = as_weight_bytes(ctx, np.stack([vnni_packed(m) for m in op.r]))
+    r = as_weight_bytes(ctx, np.stack([vnni_packed(by_unit_blocks(m, hidden)) for m in op.r]))
     colsum = as_weight_bytes(ctx, np.stack([m.sum(axis=0, dtype=np.int64).astype(np.int32) for m in op.r]))
     offset = f"(const int32_t*){as_weight_bytes(ctx, op.offset.astype(np.int32))}" if op.offset is not None else "0"
     bias = ctx.weight(op.bias) if op.bias is not None else "(const float*)0"
