@@ -19,6 +19,7 @@ from onnx import TensorProto, helper, numpy_helper
 import codegraft as cg
 from codegraft.backends.c._codegen import KernelThreads, generate
 from codegraft.backends.c._toolchain import VNNI, Target, cpu_features, target_for
+from codegraft.backends.c.ops.rnn import steps_shared_out
 from codegraft.testing import run_onnxruntime
 
 pytestmark = needs_compiler
@@ -189,18 +190,19 @@ def _recurrence_threads(model: onnx.ModelProto, threads: int) -> KernelThreads:
 def test_each_step_is_shared_out_among_threads_with_the_same_outputs() -> None:
     # a task per direction and 16 hidden units, every step: 260 units are 17 blocks, the last
     # one ragged; two rows, peepholes and clip.  Built for 4 threads (on any core count), the
-    # cost model gives the recurrence more than one, and the outputs are onnxruntime's bit for bit.
+    # cost model gives the recurrence more threads than directions, and the outputs are
+    # onnxruntime's bit for bit; on one thread, a task per direction walks its steps.
     model = quantized_lstm(seq=6, hidden=260, width=12, direction="bidirectional", batch=2, h0="input", c0="input",
                            peepholes=True, clip=2.5)
     recurrence = _recurrence_threads(model, 4)
     assert (recurrence.work.units, recurrence.work.loops) == (2 * 17, 6)
-    assert recurrence.choice.threads > 1
-    threaded = backend(num_threads=4)
-    for seed in range(2):
-        feeds = _feeds(model, seed)
-        got = run_c(model, feeds, threaded)
-        for name, value in run_onnxruntime(model, feeds).items():
-            np.testing.assert_array_equal(got[name], value, err_msg=f"{name}, draw {seed}")
+    assert steps_shared_out(2, recurrence.choice.threads)
+    for threads in (4, 1):  # a loop per step; a task per direction walking its steps
+        for seed in range(2):
+            feeds = _feeds(model, seed)
+            got = run_c(model, feeds, backend(num_threads=threads))
+            for name, value in run_onnxruntime(model, feeds).items():
+                np.testing.assert_array_equal(got[name], value, err_msg=f"{name}, draw {seed}, {threads} threads")
 
 
 def test_threads_for_the_recurrence_follow_its_size() -> None:

@@ -162,6 +162,37 @@ def test_gru_clip_only_y_h() -> None:
     check(rnn_model("GRU", 6, 2, 8, direction="bidirectional", outputs=("Y_h",), linear_before_reset=1, clip=0.5))
 
 
+@pytest.mark.parametrize(("cell", "attrs"), [("LSTM", {"peepholes": True, "clip": 3.0}), ("GRU", {}),
+                                             ("GRU", {"linear_before_reset": 1}), ("RNN", {})])
+def test_each_step_is_shared_out_among_threads(cell: str, attrs: dict) -> None:
+    # a parallel loop per step (two for a GRU without linear_before_reset), a task per direction
+    # and block of hidden units: 150 units leave a ragged last block; three rows walk their own
+    # lengths (one none); built for 4 threads (on any core count), six sequences; on one thread
+    # a task walks each sequence whole
+    from codegraft.backend import Partition
+    from codegraft.backends.c._codegen import generate
+    from codegraft.backends.c._toolchain import host_target
+    from codegraft.backends.c.ops.rnn import steps_shared_out
+    from codegraft.testing import run_onnxruntime
+    from tests.c_backend_util import assert_close, backend, run_c
+
+    model = rnn_model(cell, 6, 3, 150, width=9, direction="bidirectional", h0="input", c0="input", **attrs)
+    model.graph.node[0].input[4] = "lens"
+    model.graph.input.append(helper.make_tensor_value_info("lens", onnx.TensorProto.INT32, [3]))
+    model = onnx.shape_inference.infer_shapes(model)
+    plan = generate(Partition("p", ir.from_proto(model)).model, host_target(), 4).threads
+    (recurrence,) = [k for k in plan if k.kernel.startswith("Recurrence")]
+    assert recurrence.work.loops == (12 if cell == "GRU" and not attrs else 6)
+    assert recurrence.work.units >= 2 * 3 and steps_shared_out(2 * 3, recurrence.choice.threads)
+    rng = np.random.default_rng(3)
+    for threads in (4, 1):  # a loop per step; a task per sequence
+        for lens in ([6, 6, 6], [2, 0, 5]):
+            feeds = {v.name: rng.standard_normal([d.dim_value for d in v.type.tensor_type.shape.dim]).astype(np.float32)
+                     for v in model.graph.input if v.name != "lens"}
+            feeds["lens"] = np.array(lens, np.int32)
+            assert_close(run_c(model, feeds, backend(num_threads=threads)), run_onnxruntime(model, feeds), rtol=1e-4)
+
+
 def test_lstm_inside_a_model() -> None:
     """Initial states computed in the partition, Y and Y_h read by later ops (a Transpose, an Add)."""
     rng = np.random.default_rng(1)

@@ -45,8 +45,10 @@ from codegraft.backends.c.ops.resize import CubicResize, Resize, row_runs
 from codegraft.backends.c.ops.rnn import (
     QuantRecurrence,
     Recurrence,
+    float_units,
     quant_recurrence_flops,
     recurrence_flops,
+    recurrence_loops,
     unit_blocks,
 )
 from codegraft.backends.c.ops.winograd import one_loop_below, runs_as_winograd, winograd_work
@@ -332,8 +334,9 @@ def kernel_work(kernel: Kernel, vector: int, winograd: bool = True) -> Work:
         outer = math.prod(x.physical_shape[: x.perm.index(1)])
         per_value = 2 * core.size + (LRN_SQRT_FLOPS if core.beta == 0.75 else LRN_POW_FLOPS)
         return Work(float(out.size * per_value), moved, max(1, outer), gemm=False)
-    if isinstance(core, Recurrence):  # sequential in time: one unit per direction and batch row
-        return Work(recurrence_flops(core), moved + 4.0 * core.rt.size, len(core.reverse) * core.batch, gemm=False)
+    if isinstance(core, Recurrence):  # a parallel loop per step (GRU: or two): a task per direction and block of units
+        units = len(core.reverse) * unit_blocks(core.hidden, float_units(vector))
+        return Work(recurrence_flops(core), moved + 4.0 * core.r.size, units, gemm=False, loops=recurrence_loops(core))
     if isinstance(core, QuantRecurrence):  # a parallel loop per step: a task per direction and 16 hidden units
         weights = sum(r.size for r in core.r)
         units = len(core.reverse) * unit_blocks(core.hidden)

@@ -13,10 +13,11 @@
    past H), packed [d][block][K4 / 4][64][4] as ops/qgemm.c packs its 64-column blocks
    (vpdpbusd's order; on AVX2 without VNNI read as ops/q8.c reads it); colsum its column sums in
    ONNX's order.  y[row][d][b][H]: rows 0..seq-1 are Y (0 past len), then Y_h (row ${h_row}, -1:
-   not written) and Y_c (row ${c_row}).  Each step quantizes h_prev on the calling thread, then
-   one parallel loop of a task per (direction, block of units): a block's sums need only its own
-   columns, so its gates follow in the same task, and the only wait is the loop's end.  Forward
-   LSTMs of batch 1 (most) were one task per direction: a single thread for the recurrence. */
+   not written) and Y_c (row ${c_row}).  With fewer directions than threads (${per_step}), each
+   step quantizes h_prev on the calling thread, then one parallel loop of a task per (direction,
+   block of units): a block's sums need only its own columns, so its gates follow in the same
+   task, and the only wait is the loop's end.  Otherwise a task per direction walks its steps
+   (how every LSTM ran before: a forward one of batch 1, most, on a single thread). */
 /* after ops/q8.c (ops/rnn.py), which sets CG_Q8_VNNI or CG_Q8_AVX2 */
 /* no multiply and add contracted into an FMA (gcc: the pragma; clang: CG_NO_CONTRACT in each function) */
 #pragma GCC push_options
@@ -143,10 +144,9 @@ static inline __attribute__((always_inline)) void ${name}_gates(const ${name}_t*
 /* One step of 16 hidden units (block j) of direction d, every row: their 64 columns' sums (R is
    packed a block per 16 units: columns i, o, f, c of units 16j..16j+15), then their gates.  It
    writes only its units of h and c; every task reads h_prev as the bytes quantized before the loop. */
-static void ${name}_task(const void* ctx, long task) {
-  const ${name}_t* k = ctx;
-  const long d = task / ${blocks}, j = task % ${blocks};
-  const long t = (${reverse_mask} >> d) & 1 ? ${len} - 1 - k->s : k->s;
+/* step s of direction d for the 16 units of block j, every row */
+static void ${name}_units(const ${name}_t* k, long d, long j, long s) {
+  const long t = (${reverse_mask} >> d) & 1 ? ${len} - 1 - s : s;
   const uint8_t* hq = (const uint8_t*)(k->scratch + d * ${scratch} + 2 * ${Hp});  /* [B][K4] */
   const int8_t* r = k->r + (d * ${blocks} + j) * ${K4} * 64;
   const long u0 = 16 * j;
@@ -167,10 +167,64 @@ static void ${name}_task(const void* ctx, long task) {
   }
 }
 
+/* every row's h_prev of direction d quantized on their one range, as onnxruntime's quantized
+   ComputeGemm does: the bytes, and the scale, zero point and row sums the sums need */
+static void ${name}_quantize(${name}_t* k, long d) {
+  CG_NO_CONTRACT
+  const float* h = k->scratch + d * ${scratch};
+  uint8_t* hq = (uint8_t*)(h + 2 * ${Hp});
+  float qp[2];
+  cg_quant_range(h, ${B} * ${H}, qp);
+  const float scale = qp[0], zero = qp[1];
+  const int32_t zp = (int32_t)zero;
+  for (long b = 0; b < ${B}; b++) {
+    int32_t rowsum = 0;
+    for (long i = 0; i < ${H}; i++) {
+      const float v = h[b * ${H} + i] / scale;
+      const uint8_t q = (uint8_t)(rintf(v < -zero ? -zero : v > 255.0f - zero ? 255.0f - zero : v) + zero);
+      hq[b * ${K4} + i] = q;
+      rowsum += q;
+    }
+    k->rest[d * ${B} + b] = rowsum - zp * ${H};
+  }
+  k->scale[d] = scale;
+  k->zp[d] = zp;
+}
+
+/* per_step (ops/rnn.py steps_shared_out: fewer directions than threads): a task per (direction,
+   block), step k->s, its h_prev quantized before the loop.  Otherwise a task per direction
+   walking all its steps: no loop per step to wait for, and each thread's R is one direction's
+   (interleaving two directions' R every step made the bidirectional int8 LSTMs 4-16% slower). */
+static void ${name}_task(const void* ctx, long task) {
+#if ${per_step}
+  const ${name}_t* k = ctx;
+  ${name}_units(k, task / ${blocks}, task % ${blocks}, k->s);
+#else
+  /* every block's sums, then every unit's gates: R streams through without the gates' reads
+     between its blocks (a block at a time, sums then gates, ran 4-10% longer on one thread) */
+  ${name}_t* k = (${name}_t*)ctx;  /* its own direction's scale, zero point and row sums */
+  const long d = task;
+  const uint8_t* hq = (const uint8_t*)(k->scratch + d * ${scratch} + 2 * ${Hp});
+  int32_t* acc = (int32_t*)(k->scratch + d * ${scratch} + 2 * ${Hp} + ${hq_floats});  /* [B][blocks][64] */
+  for (long s = 0; s < ${len}; s++) {
+    const long t = (${reverse_mask} >> d) & 1 ? ${len} - 1 - s : s;
+    ${name}_quantize(k, d);
+    for (long j = 0; j < ${blocks}; j++)
+      for (long b = 0; b < ${B}; b++)
+        ${name}_block(hq + b * ${K4}, k->r + (d * ${blocks} + j) * ${K4} * 64, acc + (b * ${blocks} + j) * 64);
+    for (long b = 0; b < ${B}; b++)
+      for (long j = 0; j < ${blocks}; j++) {
+        const long u0 = 16 * j;
+        if (${H} - u0 >= 16) ${name}_gates(k, d, b, t, u0, 16, acc + (b * ${blocks} + j) * 64);
+        else ${name}_gates(k, d, b, t, u0, ${H} - u0, acc + (b * ${blocks} + j) * 64);
+      }
+  }
+#endif
+}
+
 static void ${name}(const float* xp, const float* h0, const float* c0, const int8_t* r, const int32_t* colsum,
                     const int32_t* offset, const float* rscale, const float* bias, const float* peep, float* y,
                     float* scratch) {
-  CG_NO_CONTRACT
   ${name}_t k = {xp, r, colsum, offset, rscale, bias, peep, y, scratch, 0, {0}, {0}, {0}};
   const long rows = ${B} * ${H};
   for (long d = 0; d < ${dirs}; d++) {
@@ -181,33 +235,17 @@ static void ${name}(const float* xp, const float* h0, const float* c0, const int
     memset(c + ${Hp}, 0, ${B} * ${K4});
     for (long t = ${len}; t < ${seq}; t++) memset(y + (t * ${dirs} + d) * rows, 0, rows * sizeof(float));
   }
+#if ${per_step}
   for (long s = 0; s < ${len}; s++) {
-    /* every row's h_prev quantized on their one range, as onnxruntime's quantized ComputeGemm does */
-    for (long d = 0; d < ${dirs}; d++) {
-      const float* h = scratch + d * ${scratch};
-      uint8_t* hq = (uint8_t*)(h + 2 * ${Hp});
-      float qp[2];
-      cg_quant_range(h, rows, qp);
-      const float scale = qp[0], zero = qp[1];
-      const int32_t zp = (int32_t)zero;
-      for (long b = 0; b < ${B}; b++) {
-        int32_t rowsum = 0;
-        for (long i = 0; i < ${H}; i++) {
-          const float v = h[b * ${H} + i] / scale;
-          const uint8_t q = (uint8_t)(rintf(v < -zero ? -zero : v > 255.0f - zero ? 255.0f - zero : v) + zero);
-          hq[b * ${K4} + i] = q;
-          rowsum += q;
-        }
-        k.rest[d * ${B} + b] = rowsum - zp * ${H};
-      }
-      k.scale[d] = scale;
-      k.zp[d] = zp;
-    }
+    for (long d = 0; d < ${dirs}; d++) ${name}_quantize(&k, d);
     k.s = s;
     /* the step's blocks of units shared out among the threads: each reads all of h_prev's bytes
        and its own 64 columns of R (the same ones every step: a thread's share of R stays in its caches) */
     cg_parallel(${dirs} * ${blocks}, ${name}_task, &k);
   }
+#else
+  cg_parallel(${dirs}, ${name}_task, &k);
+#endif
   for (long d = 0; d < ${dirs}; d++) {
     const float* h = scratch + d * ${scratch};
 #if ${h_row} >= 0

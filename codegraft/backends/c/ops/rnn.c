@@ -2,31 +2,27 @@
    xp[t][b][d][${GH}] holds every step's input projection X W^T plus the biases folded into
    it (one GEMM before this kernel); this kernel adds h_prev R^T per step and applies the
    gates.  LSTM: rbh holds the peepholes P[d][3H] (i, o, f) when ${peep}; GRU: Rb of the h gate.
-   R is packed at compile time as rt[d][k][j] = R[d][j][k], so h_prev R^T is an
-   axpy over contiguous rows of rt (vectorised).  GRU: the z and r gates' rows first
-   ([H][2H]), then the h gate's ([H][H]).  y[row][d][b][H]: rows 0..seq-1 are Y, then Y_h
-   (row ${h_row}, -1: not written) and Y_c (row ${c_row}).  One task per (direction, batch
-   row): they are independent, each walks its steps in order (backwards in reverse), the
-   first lens[b] of them where lens is given (Y is 0 past it). */
-typedef struct { const float* xp; const float* h0; const float* c0; const float* rt; const float* rbh;
-                 const float* lens; float* y; float* scratch; } ${name}_t;
+   R is packed at compile time in blocks of ${U} hidden units, rt[d][block][k][gate][u] =
+   R[d][gate * H + 16 * block + u][k] (zero past H; a GRU without linear_before_reset: the z
+   and r gates' [H][2][U] first, then the h gate's [H][U]), so a block's sums are ${NV}
+   vectors of registers over k and all its units' gates need.  y[row][d][b][H]: rows
+   0..seq-1 are Y, then Y_h (row ${h_row}, -1: not written) and Y_c (row ${c_row}).
+   With ${per_step} (ops/rnn.py steps_shared_out: fewer sequences than threads), each step is a
+   parallel loop of a task per (direction, block of units), every batch row in it (the block's
+   weights read once a step, by the same thread every step: a thread's share of R stays in its
+   caches); a GRU without linear_before_reset needs r * h_prev whole before its h gate: two
+   loops a step.  Otherwise a task per (direction, row) walks all its steps.  h is
+   double-buffered (a step reads h_prev whole and writes its units of the next).  Rows walk
+   their own lengths (lens), backwards within them in reverse; Y is 0 past a row's length.
+   The loops per step replaced one task per sequence always: a single thread for a forward
+   layer of batch 1. */
+typedef struct { const float* xp; const float* h0; const float* c0; const float* rt; const float* rbh; float* y;
+                 float* scratch; long s; long len[${batch}]; } ${name}_t;
 
-/* g[j] += sum_k h[k] * rt[k * n + j] for j < n (k < ${H}). */
-static inline void ${name}_gemv(const float* restrict h, const float* restrict rt, long n, float* restrict g) {
-  long k = 0;
-  for (; k + 4 <= ${H}; k += 4) {
-    const float h0 = h[k], h1 = h[k + 1], h2 = h[k + 2], h3 = h[k + 3];
-    const float* restrict r0 = rt + k * n;
-    const float* restrict r1 = r0 + n;
-    const float* restrict r2 = r1 + n;
-    const float* restrict r3 = r2 + n;
-    for (long j = 0; j < n; j++) g[j] += h0 * r0[j] + h1 * r1[j] + h2 * r2[j] + h3 * r3[j];
-  }
-  for (; k < ${H}; k++) {
-    const float hk = h[k];
-    const float* restrict r0 = rt + k * n;
-    for (long j = 0; j < n; j++) g[j] += hk * r0[j];
-  }
+/* this row's state: h twice (the step's parity picks the one read), then c (LSTM) or, for a GRU
+   without linear_before_reset, r * h_prev and z */
+static inline float* ${name}_h(const ${name}_t* k, long d, long b, long parity) {
+  return k->scratch + ((d * ${batch} + b) * 4 + parity) * ${Hp};
 }
 
 static inline float ${name}_clip(float x) {
@@ -37,113 +33,193 @@ static inline float ${name}_clip(float x) {
 #endif
 }
 
-static void ${name}_task(const void* ctx, long task) {
-  const ${name}_t* k = ctx;
-  const long d = task / ${batch}, b = task % ${batch};
-  const int reverse = (${reverse_mask} >> d) & 1;
-  const float* rt = k->rt + d * ${GH} * ${H};
-  float* restrict g = k->scratch + task * ${scratch};
-  float* restrict h = g + ${GH};
-  float* restrict c = h + ${H};  /* LSTM: the cell state; GRU: r * h_prev or h_prev R_h^T */
-  const long state = (d * ${batch} + b) * ${H};
-  if (k->h0) memcpy(h, k->h0 + state, ${H} * sizeof(float)); else memset(h, 0, ${H} * sizeof(float));
-#if ${lstm}
-  if (k->c0) memcpy(c, k->c0 + state, ${H} * sizeof(float)); else memset(c, 0, ${H} * sizeof(float));
-#endif
-  /* this row's length (lens: exact floats): its steps, backwards within it in reverse */
-  long len = ${seq};
-  if (k->lens) {
-    const float given = k->lens[b];
-    if (!(given >= 0.0f && given <= (float)${seq})) {
-#if ${check_lens}
-      cg_int_overflow = 1;  /* out of range: the host reports it */
-#endif
-      return;
-    }
-    len = (long)given;
+/* sums[v] = sum_k x[k] * w[k][v] for nv vectors of columns (k < H): nv chains of FMAs, kept in
+   registers (inlined with a constant nv) */
+static inline __attribute__((always_inline)) void ${name}_sums(const float* restrict x, const float* restrict w,
+                                                               const long nv, float* restrict sums) {
+  vf acc[${NV}];
+#pragma GCC unroll 16
+  for (long v = 0; v < nv; v++) acc[v] = (vf){0};
+  for (long k = 0; k < ${H}; k++) {
+    const vf xk = (vf){0} + x[k];
+    const vf* row = (const vf*)(w + k * nv * VW);
+#pragma GCC unroll 16
+    for (long v = 0; v < nv; v++) acc[v] += xk * row[v];
   }
-  for (long t = len; t < ${seq}; t++) memset(k->y + ((t * ${dirs} + d) * ${batch} + b) * ${H}, 0, ${H} * sizeof(float));
-  for (long s = 0; s < len; s++) {
+#pragma GCC unroll 16
+  for (long v = 0; v < nv; v++) memcpy(sums + v * VW, &acc[v], sizeof(vf));
+}
+
+/* Step s of row b, direction d, for its ${U} hidden units of block j (phase 1: a GRU's h gate). */
+static inline __attribute__((always_inline)) void ${name}_step(const ${name}_t* k, long d, long j, long b, long s,
+                                                               int phase) {
+  {
+    (void)phase;
+    const long len = k->len[b];
+    const int reverse = (${reverse_mask} >> d) & 1;
+    const long u0 = ${U} * j, units = ${H} - u0 < ${U} ? ${H} - u0 : ${U};
+    const float* rt = k->rt + (d * ${blocks} + j) * ${H} * ${GU};
     const long t = reverse ? len - 1 - s : s;
-    const float* restrict xp = k->xp + (t * ${batch} + b) * ${dirs} * ${GH} + d * ${GH};
-    float* restrict y = k->y + ((t * ${dirs} + d) * ${batch} + b) * ${H};
+    const float* restrict xp = k->xp + (t * ${batch} + b) * ${dirs} * ${GH} + d * ${GH} + u0;
+    const float* restrict h = ${name}_h(k, d, b, s & 1);  /* h_prev, whole */
+    float* restrict hn = ${name}_h(k, d, b, (s + 1) & 1);
+    float* restrict c = ${name}_h(k, d, b, 2);
+    float* restrict y = k->y + ((t * ${dirs} + d) * ${batch} + b) * ${H} + u0;
+    _Alignas(64) float g[${GU}];
 #if ${lstm}
     /* gates i, o, f, c */
-    memcpy(g, xp, ${GH} * sizeof(float));
-    ${name}_gemv(h, rt, ${GH}, g);
+    ${name}_sums(h, rt, ${NV}, g);
+    for (long u = 0; u < units; u++) {
+      const long i = u0 + u;
+      const float gi = xp[u] + g[u], go = xp[${H} + u] + g[${U} + u];
+      const float gf = xp[2 * ${H} + u] + g[2 * ${U} + u], gc = xp[3 * ${H} + u] + g[3 * ${U} + u];
 #if ${peep}
-    /* i and f see the cell state before the step, o the one after it */
-    const float* p = k->rbh + d * 3 * ${H};
-    for (long i = 0; i < ${H}; i++) {
-      const float it = cg_sigmoid(${name}_clip(g[i] + p[i] * c[i]));
-      const float ft = cg_sigmoid(${name}_clip(g[2 * ${H} + i] + p[2 * ${H} + i] * c[i]));
-      const float ct = cg_tanh(${name}_clip(g[3 * ${H} + i]));
+      /* i and f see the cell state before the step, o the one after it */
+      const float* p = k->rbh + d * 3 * ${H};
+      const float it = cg_sigmoid(${name}_clip(gi + p[i] * c[i]));
+      const float ft = cg_sigmoid(${name}_clip(gf + p[2 * ${H} + i] * c[i]));
+      const float ct = cg_tanh(${name}_clip(gc));
       const float cn = ft * c[i] + it * ct;
-      const float ot = cg_sigmoid(${name}_clip(g[${H} + i] + p[${H} + i] * cn));
-      c[i] = cn;
-      h[i] = ot * cg_tanh(cn);
-      y[i] = h[i];
-    }
+      const float ot = cg_sigmoid(${name}_clip(go + p[${H} + i] * cn));
 #else
-    for (long i = 0; i < ${H}; i++) {
-      const float it = cg_sigmoid(${name}_clip(g[i]));
-      const float ot = cg_sigmoid(${name}_clip(g[${H} + i]));
-      const float ft = cg_sigmoid(${name}_clip(g[2 * ${H} + i]));
-      const float ct = cg_tanh(${name}_clip(g[3 * ${H} + i]));
+      const float it = cg_sigmoid(${name}_clip(gi)), ot = cg_sigmoid(${name}_clip(go));
+      const float ft = cg_sigmoid(${name}_clip(gf)), ct = cg_tanh(${name}_clip(gc));
       const float cn = ft * c[i] + it * ct;
-      c[i] = cn;
-      h[i] = ot * cg_tanh(cn);
-      y[i] = h[i];
-    }
 #endif
+      c[i] = cn;
+      hn[i] = ot * cg_tanh(cn);
+      y[u] = hn[i];
+    }
 #elif ${rnn}
     /* h = tanh(x W^T + Wb + Rb + h_prev R^T) */
-    memcpy(g, xp, ${H} * sizeof(float));
-    ${name}_gemv(h, rt, ${H}, g);
-    for (long i = 0; i < ${H}; i++) {
-      h[i] = cg_tanh(${name}_clip(g[i]));
-      y[i] = h[i];
+    ${name}_sums(h, rt, ${NV}, g);
+    for (long u = 0; u < units; u++) {
+      hn[u0 + u] = cg_tanh(${name}_clip(xp[u] + g[u]));
+      y[u] = hn[u0 + u];
     }
-#else
-    /* gates z, r, h */
-    memcpy(g, xp, 2 * ${H} * sizeof(float));
-    ${name}_gemv(h, rt, 2 * ${H}, g);
-#if ${lbr}
-    /* h~ = tanh(x W_h^T + Wb_h + r * (h_prev R_h^T + Rb_h)) */
-    memset(c, 0, ${H} * sizeof(float));
-    ${name}_gemv(h, rt + 2 * ${H} * ${H}, ${H}, c);
+#elif ${lbr}
+    /* gates z, r, h; h~ = tanh(x W_h^T + Wb_h + r * (h_prev R_h^T + Rb_h)) */
+    ${name}_sums(h, rt, ${NV}, g);
     const float* rbh = k->rbh + d * ${H};
-    for (long i = 0; i < ${H}; i++) {
-      const float zt = cg_sigmoid(${name}_clip(g[i]));
-      const float rt_ = cg_sigmoid(${name}_clip(g[${H} + i]));
-      const float ht = cg_tanh(${name}_clip(xp[2 * ${H} + i] + rt_ * (c[i] + rbh[i])));
-      h[i] = (1.0f - zt) * ht + zt * h[i];
-      y[i] = h[i];
+    for (long u = 0; u < units; u++) {
+      const long i = u0 + u;
+      const float zt = cg_sigmoid(${name}_clip(xp[u] + g[u]));
+      const float rt_ = cg_sigmoid(${name}_clip(xp[${H} + u] + g[${U} + u]));
+      const float ht = cg_tanh(${name}_clip(xp[2 * ${H} + u] + rt_ * (g[2 * ${U} + u] + rbh[i])));
+      hn[i] = (1.0f - zt) * ht + zt * h[i];
+      y[u] = hn[i];
     }
 #else
-    /* h~ = tanh(x W_h^T + Wb_h + Rb_h + (r * h_prev) R_h^T) */
-    for (long i = 0; i < ${H}; i++) c[i] = cg_sigmoid(${name}_clip(g[${H} + i])) * h[i];
-    memcpy(g + 2 * ${H}, xp + 2 * ${H}, ${H} * sizeof(float));
-    ${name}_gemv(c, rt + 2 * ${H} * ${H}, ${H}, g + 2 * ${H});
-    for (long i = 0; i < ${H}; i++) {
-      const float zt = cg_sigmoid(${name}_clip(g[i]));
-      const float ht = cg_tanh(${name}_clip(g[2 * ${H} + i]));
-      h[i] = (1.0f - zt) * ht + zt * h[i];
-      y[i] = h[i];
+    /* gates z, r, h; h~ = tanh(x W_h^T + Wb_h + Rb_h + (r * h_prev) R_h^T): z and r first
+       (r * h_prev into c, z after it), then, once every block has its r, the h gate */
+    float* restrict z = c + ${Hp};
+    if (phase == 0) {
+      ${name}_sums(h, rt, ${NV} * 2 / 3, g);
+      for (long u = 0; u < units; u++) {
+        const long i = u0 + u;
+        z[i] = cg_sigmoid(${name}_clip(xp[u] + g[u]));
+        c[i] = cg_sigmoid(${name}_clip(xp[${H} + u] + g[${U} + u])) * h[i];
+      }
+    } else {
+      ${name}_sums(c, rt + ${H} * 2 * ${U}, ${NV} / 3, g);
+      for (long u = 0; u < units; u++) {
+        const long i = u0 + u;
+        const float ht = cg_tanh(${name}_clip(xp[2 * ${H} + u] + g[u]));
+        hn[i] = (1.0f - z[i]) * ht + z[i] * h[i];
+        y[u] = hn[i];
+      }
     }
-#endif
 #endif
   }
-#if ${h_row} >= 0
-  memcpy(k->y + ((${h_row} * ${dirs} + d) * ${batch} + b) * ${H}, h, ${H} * sizeof(float));
+}
+
+/* per_step: a task per (direction, block of units), every row that has not ended: a parallel
+   loop per step.  Otherwise a task per (direction, row) walking all its steps, every block:
+   where there are as many sequences as threads (a bidirectional layer on 2), no loop per step
+   to wait for, and each thread's R is one direction's (it may stay in its L2). */
+static void ${name}_task(const void* ctx, long task) {
+  const ${name}_t* k = ctx;
+#if ${per_step}
+  const long d = task / ${blocks}, j = task % ${blocks};
+  for (long b = 0; b < ${batch}; b++)
+    if (k->s < k->len[b]) ${name}_step(k, d, j, b, k->s, 0);
+#else
+  const long d = task / ${batch}, b = task % ${batch};
+  for (long s = 0; s < k->len[b]; s++) {
+    for (long j = 0; j < ${blocks}; j++) ${name}_step(k, d, j, b, s, 0);
+#if !${lstm} && !${rnn} && !${lbr}
+    for (long j = 0; j < ${blocks}; j++) ${name}_step(k, d, j, b, s, 1);
 #endif
-#if ${c_row} >= 0
-  memcpy(k->y + ((${c_row} * ${dirs} + d) * ${batch} + b) * ${H}, c, ${H} * sizeof(float));
+  }
 #endif
 }
 
+#if ${per_step} && !${lstm} && !${rnn} && !${lbr}
+static void ${name}_task_h(const void* ctx, long task) {
+  const ${name}_t* k = ctx;
+  const long d = task / ${blocks}, j = task % ${blocks};
+  for (long b = 0; b < ${batch}; b++)
+    if (k->s < k->len[b]) ${name}_step(k, d, j, b, k->s, 1);
+}
+#endif
+
 static void ${name}(const float* xp, const float* h0, const float* c0, const float* rt, const float* rbh,
                     const float* lens, float* y, float* scratch) {
-  const ${name}_t k = {xp, h0, c0, rt, rbh, lens, y, scratch};
-  cg_parallel(${tasks}, ${name}_task, &k);
+  ${name}_t k = {xp, h0, c0, rt, rbh, y, scratch, 0, {0}};
+  long most = 0;
+  for (long b = 0; b < ${batch}; b++) {
+    /* this row's length (lens: exact floats) */
+    long len = ${seq};
+    if (lens) {
+      const float given = lens[b];
+      if (!(given >= 0.0f && given <= (float)${seq})) {
+#if ${check_lens}
+        cg_int_overflow = 1;  /* out of range: the host reports it */
+#endif
+        return;
+      }
+      len = (long)given;
+    }
+    k.len[b] = len;
+    most = len > most ? len : most;
+  }
+  for (long d = 0; d < ${dirs}; d++)
+    for (long b = 0; b < ${batch}; b++) {
+      const long state = (d * ${batch} + b) * ${H};
+      float* h = ${name}_h(&k, d, b, 0);
+      if (h0) memcpy(h, h0 + state, ${H} * sizeof(float)); else memset(h, 0, ${H} * sizeof(float));
+#if ${lstm}
+      float* c = ${name}_h(&k, d, b, 2);
+      if (c0) memcpy(c, c0 + state, ${H} * sizeof(float)); else memset(c, 0, ${H} * sizeof(float));
+#endif
+      for (long t = k.len[b]; t < ${seq}; t++) memset(y + ((t * ${dirs} + d) * ${batch} + b) * ${H}, 0, ${H} * sizeof(float));
+    }
+#if ${per_step}
+  for (long s = 0; s < most; s++) {
+    k.s = s;
+    cg_parallel(${dirs} * ${blocks}, ${name}_task, &k);
+#if !${lstm} && !${rnn} && !${lbr}
+    cg_parallel(${dirs} * ${blocks}, ${name}_task_h, &k);
+#endif
+  }
+#else
+  (void)most;
+  cg_parallel(${dirs} * ${batch}, ${name}_task, &k);
+#endif
+  /* Y_h and Y_c: the state at the row's end; 0 for a row of no steps, as onnxruntime gives
+     (not the initial state) */
+  for (long d = 0; d < ${dirs}; d++)
+    for (long b = 0; b < ${batch}; b++) {
+      (void)d, (void)b;
+#if ${h_row} >= 0
+      float* yh = y + ((${h_row} * ${dirs} + d) * ${batch} + b) * ${H};
+      if (k.len[b]) memcpy(yh, ${name}_h(&k, d, b, k.len[b] & 1), ${H} * sizeof(float));
+      else memset(yh, 0, ${H} * sizeof(float));
+#endif
+#if ${c_row} >= 0
+      float* yc = y + ((${c_row} * ${dirs} + d) * ${batch} + b) * ${H};
+      if (k.len[b]) memcpy(yc, ${name}_h(&k, d, b, 2), ${H} * sizeof(float));
+      else memset(yc, 0, ${H} * sizeof(float));
+#endif
+    }
 }

@@ -88,12 +88,12 @@ class Recurrence(_Cells):
     ``h`` and (LSTM) ``c`` when given (``has_h0``/``has_c0``), then the computed sequence
     lengths ``[batch]`` (``has_lens``; constant ones are ``lens``).  ``out``: ``[rows, dirs, batch,
     hidden]``, Y in the first ``seq`` rows, Y_h in row ``h_row`` and Y_c in ``c_row`` (-1: not
-    written).  ``rt``: R per direction, transposed (GRU: z and r gates, then h).  ``peepholes``:
-    an LSTM's P, ``[dirs, 3 * hidden]`` (i, o, f).
+    written).  ``r``: R, ``[dirs, gates * hidden, hidden]`` (packed for the vector width when
+    emitted).  ``peepholes``: an LSTM's P, ``[dirs, 3 * hidden]`` (i, o, f).
     """
 
     cell: str = "LSTM"
-    rt: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float32))
+    r: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float32))
     rbh: np.ndarray | None = None  # GRU with linear_before_reset: Rb of the h gate, [dirs, hidden]
     has_lens: bool = False
     lens: np.ndarray | None = None  # constant sequence lengths, [batch]
@@ -202,10 +202,9 @@ def _rnn(lw: Lowerer, node: ir.Node) -> None:
     h_row = seq if want_h else -1
     c_row = seq + int(want_h) if want_c else -1
     rows = seq + int(want_h) + int(want_c)
-    rt = np.concatenate([_pack(r[d], cell, hidden) for d in range(dirs)])
     out = lw.new((rows, dirs, batch, hidden), "rnn")
     lw.ops.append(Recurrence(
-        inputs, out, cell=cell, seq=seq, batch=batch, hidden=hidden, reverse=reverse, rt=rt, rbh=rbh,
+        inputs, out, cell=cell, seq=seq, batch=batch, hidden=hidden, reverse=reverse, r=r, rbh=rbh,
         peepholes=peepholes,
         clip=attr_float(node, "clip", 0.0) if "clip" in attributes_of(node) else None,
         has_h0=h0 is not None, has_c0=c0 is not None, h_row=h_row, c_row=c_row, has_lens=computed_lens,
@@ -218,27 +217,64 @@ def _rnn(lw: Lowerer, node: ir.Node) -> None:
             lw.bind(node.outputs[index], lw.view(slice_op(lw, out, {0: (row, row + 1, 1)}), (dirs, batch, hidden)))
 
 
-def _pack(r: np.ndarray, cell: str, hidden: int) -> np.ndarray:
-    """One direction's R ``[gates * hidden, hidden]`` as the kernel reads it: transposed, so
-    row ``k`` holds what ``h_prev[k]`` multiplies (GRU: the z and r gates, then the h gate)."""
-    if cell != "GRU":
-        return np.ascontiguousarray(r.T).reshape(-1)
-    return np.concatenate([np.ascontiguousarray(r[: 2 * hidden].T).reshape(-1),
-                           np.ascontiguousarray(r[2 * hidden :].T).reshape(-1)])
+def float_units(vector_floats: int) -> int:
+    """Hidden units a float recurrence task (``rnn.c``) takes: two vectors of each gate's columns,
+    so an LSTM's sums are 8 chains of FMAs, at least 16 units.
+
+    >>> float_units(8), float_units(16), float_units(4)
+    (16, 32, 16)
+    """
+    return max(16, 2 * vector_floats)
+
+
+def steps_shared_out(sequences: int, threads: int) -> bool:
+    """Whether a float recurrence runs a parallel loop per step (tasks of hidden units) rather
+    than a task per sequence (direction and batch row) walking all its steps: where there are
+    fewer sequences than threads, or too few to share out evenly.  One thread walks each sequence
+    whole (its R read every step may stay in the L2; interleaving a bidirectional layer's two
+    directions every step made pyannote's LSTMs 5-13% slower).
+
+    >>> steps_shared_out(1, 2), steps_shared_out(2, 2), steps_shared_out(2, 1), steps_shared_out(3, 2)
+    (True, False, False, True)
+    """
+    return threads > 1 and sequences % threads != 0 and sequences < 4 * threads
+
+
+def _pack(r: np.ndarray, cell: str, hidden: int, units: int, linear_before_reset: bool) -> np.ndarray:
+    """One direction's R ``[gates * hidden, hidden]`` as ``rnn.c`` reads it: per block of
+    ``units`` hidden units, ``[k][gate][unit]`` = ``R[gate * hidden + unit][k]`` (zero past
+    ``hidden``); a GRU without ``linear_before_reset``: the z and r gates' ``[k][2][unit]``,
+    then the h gate's ``[k][unit]`` (its sums read r * h_prev, not h_prev).
+
+    >>> r = np.arange(4, dtype=np.float32).reshape(4, 1)  # an LSTM of one hidden unit: R[gate][k]
+    >>> _pack(r, "LSTM", 1, 2, False).tolist()  # one block of 2 units ([k][gate][unit]), the second past H
+    [0.0, 0.0, 1.0, 0.0, 2.0, 0.0, 3.0, 0.0]
+    """
+    gates, blocks = gate_count(cell), unit_blocks(hidden, units)
+    padded = np.zeros((gates, blocks * units, hidden), np.float32)
+    padded[:, :hidden] = r.reshape(gates, hidden, hidden)
+    per_block = padded.reshape(gates, blocks, units, hidden).transpose(1, 3, 0, 2)  # [block][k][gate][unit]
+    if cell == "GRU" and not linear_before_reset:
+        zr, h = per_block[:, :, :2].reshape(blocks, -1), per_block[:, :, 2:].reshape(blocks, -1)
+        return np.concatenate([zr, h], axis=1).reshape(-1)
+    return np.ascontiguousarray(per_block).reshape(-1)
 
 
 def emit_rnn(ctx: Context, kernel: Kernel) -> None:
     op = core_of(kernel, Recurrence)
-    gh = gate_count(op.cell) * op.hidden
+    gates = gate_count(op.cell)
+    gh = gates * op.hidden
     dirs = len(op.reverse)
-    tasks = dirs * op.batch
-    scratch = -(-(gh + 2 * op.hidden) // 16) * 16  # per task: gates, h, c (or GRU's h gate), 64-byte apart
+    units = float_units(ctx.target.vector_floats)
+    hp = -(-op.hidden // 16) * 16
     name = ctx.name("rnn")
     ctx.functions.append(filled(
         "ops/rnn.c", name=name, cell=op.cell, lstm=int(op.cell == "LSTM"), rnn=int(op.cell == "RNN"),
         lbr=int(op.rbh is not None), peep=int(op.peepholes is not None),
         dirs=dirs, batch=op.batch, seq=op.seq, H=op.hidden, GH=gh, h_row=op.h_row, c_row=op.c_row,
-        has_clip=int(op.clip is not None), clip=c_float(op.clip or 0.0), tasks=tasks, scratch=scratch,
+        has_clip=int(op.clip is not None), clip=c_float(op.clip or 0.0), U=units, GU=gates * units,
+        NV=gates * units // ctx.target.vector_floats, blocks=unit_blocks(op.hidden, units), Hp=hp,
+        per_step=int(steps_shared_out(dirs * op.batch, ctx.op_threads)),
         reverse_mask=sum(1 << d for d, back in enumerate(op.reverse) if back), check_lens=int(op.has_lens),
     ))  # fmt: skip
     states = iter(op.inputs[1:])
@@ -248,10 +284,16 @@ def emit_rnn(ctx: Context, kernel: Kernel) -> None:
     # GRU: Rb of the h gate; LSTM: the peepholes (one per cell: the kernel's "extra" weights)
     extra = op.rbh if op.rbh is not None else op.peepholes
     extra_ptr = ctx.weight(extra) if extra is not None else "(const float*)0"
+    rt = np.concatenate([_pack(op.r[d], op.cell, op.hidden, units, op.rbh is not None) for d in range(dirs)])
     ctx.body.append(
-        f"  {name}({ctx.ptr(op.inputs[0])}, {h0}, {c0}, {ctx.weight(op.rt)}, {extra_ptr}, {lens}, {ctx.ptr(op.out)}, "
-        f"{ctx.temp(tasks * scratch)});"
+        f"  {name}({ctx.ptr(op.inputs[0])}, {h0}, {c0}, {ctx.weight(rt)}, {extra_ptr}, {lens}, {ctx.ptr(op.out)}, "
+        f"{ctx.temp(dirs * op.batch * 4 * hp)});"
     )
+
+
+def recurrence_loops(op: Recurrence) -> int:
+    """Parallel loops the recurrence runs: one a step, two for a GRU without linear_before_reset."""
+    return op.seq * (2 if op.cell == "GRU" and op.rbh is None else 1)
 
 
 def recurrence_flops(op: Recurrence) -> float:
@@ -452,13 +494,14 @@ def _dynamic_quantize_lstm(lw: Lowerer, node: ir.Node) -> None:
 UNITS_PER_BLOCK = QGEMM_COLS // 4  # hidden units a qlstm.c task takes: their four gates fill one block
 
 
-def unit_blocks(hidden: int) -> int:
-    """The quantized recurrence's parallel units per direction and step: blocks of 16 hidden units.
+def unit_blocks(hidden: int, units: int = UNITS_PER_BLOCK) -> int:
+    """A recurrence's parallel units per direction and step: blocks of ``units`` hidden units
+    (the quantized one's: 16).
 
-    >>> unit_blocks(768), unit_blocks(20)
-    (48, 2)
+    >>> unit_blocks(768), unit_blocks(20), unit_blocks(400, 32)
+    (48, 2, 13)
     """
-    return -(-hidden // UNITS_PER_BLOCK)
+    return -(-hidden // units)
 
 
 def by_unit_blocks(r: np.ndarray, hidden: int) -> np.ndarray:
@@ -481,8 +524,10 @@ def emit_quant_rnn(ctx: Context, kernel: Kernel) -> None:
     gh = 4 * hidden
     k4, blocks = -(-hidden // 4) * 4, unit_blocks(hidden)
     hp, ghp = -(-op.batch * hidden // 16) * 16, -(-gh // 16) * 16
-    # per direction: h and c of every row, then every row's bytes of h (K4 each), 64-byte apart
-    scratch = 2 * hp + -(-op.batch * k4 // 64) * 16
+    # per direction: h and c of every row, every row's bytes of h (K4 each), then (a task per
+    # direction) every row's int32 sums, 64-byte apart
+    hq_floats = -(-op.batch * k4 // 64) * 16
+    scratch = 2 * hp + hq_floats + op.batch * blocks * QGEMM_COLS
     ctx.define_once("cg_quant_range", lambda: c_file("ops/quantize.c"))
     ctx.define_once("cg_q8", lambda: c_file("ops/q8.c"))
     name = ctx.name("qlstm")
@@ -490,7 +535,8 @@ def emit_quant_rnn(ctx: Context, kernel: Kernel) -> None:
         "ops/qlstm.c", name=name, dirs=dirs, seq=op.seq, len=op.steps, B=op.batch, H=hidden, GH=gh, Hp=hp,
         GHp=ghp, K4=k4, blocks=blocks, h_row=op.h_row, c_row=op.c_row, has_bias=int(op.bias is not None),
         has_clip=int(op.clip is not None), clip=c_float(op.clip or 0.0), peep=int(op.peepholes is not None),
-        scratch=scratch, reverse_mask=sum(1 << d for d, back in enumerate(op.reverse) if back),
+        scratch=scratch, hq_floats=hq_floats, reverse_mask=sum(1 << d for d, back in enumerate(op.reverse) if back),
+        per_step=int(steps_shared_out(dirs, ctx.op_threads)),  # the batch rows are quantized together
     ))  # fmt: skip
     states = iter(op.inputs[1:])
     h0 = ctx.ptr(next(states)) if op.has_h0 else "(const float*)0"
