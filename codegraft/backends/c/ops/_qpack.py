@@ -7,6 +7,7 @@ import numpy as np
 
 from codegraft.backends.c._c_files import c_file
 from codegraft.backends.c._emit import Context
+from codegraft.backends.c._toolchain import VNNI
 
 EIGHT_BIT_SPAN = 255  # the largest |x - zero point| of two 8-bit values of one type
 QGEMM_ROWS, QGEMM_COLS, QGEMM_RUN = 4, 64, 16  # a tile, and tiles to a task (CG_QGEMM_* in qgemm.c)
@@ -41,6 +42,33 @@ def vnni_packed(weight: np.ndarray) -> np.ndarray:
     return padded.reshape(k4 // 4, 4, blocks, QGEMM_COLS).transpose(2, 0, 3, 1)
 
 
+def vnni_build(features: frozenset[str]) -> bool:
+    """Whether a build for these CPU features takes ``q8.c``'s VNNI path (``CG_Q8_VNNI``), which
+    reads :func:`vnni_packed`'s layout; the others read :func:`column_groups`'."""
+    return {VNNI, "avx512bw", "avx512f"} <= features
+
+
+def column_groups(packed: np.ndarray) -> np.ndarray:
+    """Blocks of :func:`vnni_packed` ``[..., block, K4 / 4, 64, 4]`` as the AVX2 (and plain C)
+    8-bit sums read them, ``[..., block, 8, K4 / 4, 8, 4]``: each group of 8 columns whole, so a
+    pass over 8 columns streams contiguous bytes (read from the VNNI layout, a pass took 32 bytes
+    of every 256, and the next pass the next 32).
+
+    >>> groups = column_groups(np.arange(2 * 64 * 4).reshape(1, 2, 64, 4))  # one block, two k-steps
+    >>> groups[0, 1, 0, 0, 0], groups[0, 0, 1, 0, 0]  # column 8 at step 0; column 0 at step 1
+    (np.int64(32), np.int64(256))
+    """
+    lead, (blocks, steps) = packed.shape[:-4], packed.shape[-4:-2]
+    grouped = packed.reshape(*lead, blocks, steps, QGEMM_COLS // 8, 8, 4)
+    return np.ascontiguousarray(np.moveaxis(grouped, -3, -4))
+
+
+def qgemm_packed(weight: np.ndarray, features: frozenset[str]) -> np.ndarray:
+    """An int8 ``[K, N]`` weight in the layout a build for ``features`` reads (:func:`vnni_build`)."""
+    packed = vnni_packed(weight)
+    return packed if vnni_build(features) else column_groups(packed)
+
+
 def define_qgemm(ctx: Context) -> str:
     """The name of the 8-bit GEMM (``qgemm.c``), its C and that of the AVX2 helpers it shares
     with the quantized LSTM (``q8.c``) added to ``ctx`` the first time."""
@@ -54,4 +82,4 @@ def as_weight_bytes(ctx: Context, array: np.ndarray) -> str:
 
 
 __all__ = ["EIGHT_BIT_SPAN", "QGEMM_COLS", "QGEMM_DEPTH", "QGEMM_ROWS", "QGEMM_RUN", "as_weight_bytes", "define_qgemm",
-           "int8_columns", "vnni_packed"]
+           "column_groups", "int8_columns", "qgemm_packed", "vnni_build", "vnni_packed"]

@@ -40,6 +40,12 @@ static inline __m256i cg_q8_madd(__m256i acc, __m256i x, __m256i w) {
   return acc;
 }
 
+/* acc += x in int16 lanes, in place (as cg_q8_madd: gcc 12 otherwise moves the accumulators) */
+static inline __m256i cg_q8_add16(__m256i acc, __m256i x) {
+  __asm__("vpaddw %1, %0, %0" : "+x"(acc) : "x"(x));
+  return acc;
+}
+
 /* eight columns' sums in order from the pair lanes of columns 0-3 (lo) and 4-7 (hi):
    hadd gives [0 1 4 5 | 2 3 6 7] */
 static inline __m256i cg_q8_sums8(__m256i lo, __m256i hi) {

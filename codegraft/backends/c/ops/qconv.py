@@ -25,7 +25,7 @@ from codegraft.backends.c.ops._qpack import (
     as_weight_bytes,
     define_qgemm,
     int8_columns,
-    vnni_packed,
+    qgemm_packed,
 )
 from codegraft.backends.c.ops._spec import KernelOp, Layout, core_of
 from codegraft.backends.c.ops._window import join_layout, split_layout, window_of
@@ -335,7 +335,8 @@ def emit_quant_conv(ctx: Context, kernel: Kernel) -> None:
     oh, ow, m = phys_out[1:]
     rows, depth = n * oh * ow, op.weight.shape[0]
     k4 = -(-depth // 4) * 4
-    weights, colsum = as_weight_bytes(ctx, vnni_packed(op.weight)), as_weight_bytes(ctx, op.colsum.astype(np.int32))
+    weights = as_weight_bytes(ctx, qgemm_packed(op.weight, ctx.target.features))
+    colsum = as_weight_bytes(ctx, op.colsum.astype(np.int32))
     offset = as_weight_bytes(ctx, op.offset.astype(np.int32)) if op.offset.any() else "0"
     ep = emit_epilogue(ctx, kernel, hoist=True)
     byte_floats = -(-rows * k4 // 4)

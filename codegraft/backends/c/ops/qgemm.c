@@ -3,7 +3,8 @@
    sum(a * w) - a0 * colsum(w) + d * (rowsum(a) - a0 * K), in int32, exact; then float, and the
    fused epilogue.  a holds uint8 values as exact floats (DynamicQuantizeLinear's output), a0
    one float or none; w is a constant int8 matrix packed [N / 64][K4 / 4][64][4] (four
-   consecutive k of one column in one 32-bit lane), colsum its column sums, d an offset per
+   consecutive k of one column in one 32-bit lane) for VNNI, [N / 64][8][K4 / 4][8][4] (each
+   group of 8 columns whole: _qpack.column_groups) for AVX2 and plain C, colsum its column sums, d an offset per
    column or none (a uint8 weight less its zero point spans up to 510 values: less d, int8).  With AVX-512 VNNI one vpdpbusd multiplies and adds 64
    byte pairs, four times a float FMA's products, from a quarter of the weight bytes; without
    it, on AVX2, exactly as ops/q8.c says (a quarter of VNNI's products an instruction); else (a
@@ -201,8 +202,9 @@ static void cg_qgemm_tile(const cg_qgemm_t* q, long r0, long block) {
   for (long cb = 0; cb < nc; cb += 8) {
     __m256i p00 = _mm256_setzero_si256(), p01 = p00, p10 = p00, p11 = p00, p20 = p00, p21 = p00, p30 = p00,
             p31 = p00;
+    const int8_t* wg = w + cb * steps * 4;  /* the group's 8 columns, every step: contiguous */
     for (long s = 0; s < steps; s++) {
-      const int8_t* ws = w + s * 4 * CG_QGEMM_COLS + cb * 4;
+      const int8_t* ws = wg + s * 32;
       const __m256i w0 = cg_q8_columns4(ws), w1 = cg_q8_columns4(ws + 16);
       __m256i x = cg_q8_step(x0 + 4 * s);
       p00 = cg_q8_madd(p00, x, w0); p01 = cg_q8_madd(p01, x, w1);
@@ -221,14 +223,14 @@ static void cg_qgemm_tile(const cg_qgemm_t* q, long r0, long block) {
 #else
   for (int r = 0; r < CG_QGEMM_ROWS; r++)
     for (int c = 0; c < CG_QGEMM_COLS; c++) sums[r][c] = 0;
-  for (long s = 0; s < steps; s++) {
-    const int8_t* ws = w + s * 4 * CG_QGEMM_COLS;
+  for (long s = 0; s < steps; s++)
     for (int r = 0; r < CG_QGEMM_ROWS; r++) {
       const uint8_t* x = rows[r] + s * 4;
-      for (int c = 0; c < CG_QGEMM_COLS; c++)
-        sums[r][c] += x[0] * ws[4 * c] + x[1] * ws[4 * c + 1] + x[2] * ws[4 * c + 2] + x[3] * ws[4 * c + 3];
+      for (int c = 0; c < CG_QGEMM_COLS; c++) {
+        const int8_t* wc = w + (c / 8) * steps * 32 + s * 32 + (c % 8) * 4;  /* the AVX2 layout */
+        sums[r][c] += x[0] * wc[0] + x[1] * wc[1] + x[2] * wc[2] + x[3] * wc[3];
+      }
     }
-  }
 #endif
   /* in int32: |a0|, |d| <= 255, |colsum| <= 128 K, |rowsum| <= 255 K, K <= 2**14: no overflow */
   const int32_t a0 = q->a0 ? (int32_t)q->a0[0] : 0;

@@ -43,6 +43,7 @@ from codegraft.backends.c.ops._qpack import (
     as_weight_bytes,
     define_qgemm,
     int8_columns,
+    qgemm_packed,
     vnni_packed,
 )
 from codegraft.backends.c.ops._spec import KernelOp, Layout, OnnxOp, core_of
@@ -343,7 +344,8 @@ def emit_quant_matmul(ctx: Context, kernel: Kernel) -> None:
     rows, depth = a.shape
     cols = op.weight.shape[1]
     k4 = -(-depth // 4) * 4
-    weights, colsum = as_weight_bytes(ctx, vnni_packed(op.weight)), as_weight_bytes(ctx, op.colsum.astype(np.int32))
+    weights = as_weight_bytes(ctx, qgemm_packed(op.weight, ctx.target.features))
+    colsum = as_weight_bytes(ctx, op.colsum.astype(np.int32))
     offset = as_weight_bytes(ctx, op.offset.astype(np.int32)) if op.offset.any() else "0"
     ep = emit_epilogue(ctx, kernel, hoist=True)
     byte_floats = -(-rows * k4 // 4)  # the input as bytes, in floats of scratch
@@ -398,5 +400,5 @@ KERNELS = (
 
 __all__ = [
     "EXACT_SUMS", "KERNELS", "ONNX", "QGEMM_COLS", "QGEMM_ROWS", "QGEMM_RUN", "QuantMatMul", "QuantRange",
-    "as_weight_bytes", "int8_columns", "vnni_packed",
+    "as_weight_bytes", "int8_columns", "qgemm_packed", "vnni_packed",
 ]

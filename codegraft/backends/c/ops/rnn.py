@@ -42,6 +42,7 @@ from codegraft.backends.c._emit import Context
 from codegraft.backends.c._fuse import Kernel
 from codegraft.backends.c._lowerer import Lowerer, LoweringError
 from codegraft.backends.c._node import attr_float, attr_int, attr_str, is_constant, present, rank_of
+from codegraft.backends.c.ops._qpack import vnni_build
 from codegraft.backends.c.ops._spec import KernelOp, Layout, OnnxOp, core_of
 from codegraft.backends.c.ops.data import slice_op
 from codegraft.backends.c.ops.elementwise import c_float
@@ -51,7 +52,7 @@ from codegraft.backends.c.ops.quantize import (
     QuantRange,
     as_weight_bytes,
     int8_columns,
-    vnni_packed,
+    qgemm_packed,
 )
 from codegraft.core.attributes import attributes_of
 
@@ -524,9 +525,9 @@ def emit_quant_rnn(ctx: Context, kernel: Kernel) -> None:
     gh = 4 * hidden
     k4, blocks = -(-hidden // 4) * 4, unit_blocks(hidden)
     hp, ghp = -(-op.batch * hidden // 16) * 16, -(-gh // 16) * 16
-    # per direction: h and c of every row, every row's bytes of h (K4 each), then (a task per
-    # direction) every row's int32 sums, 64-byte apart
-    hq_floats = -(-op.batch * k4 // 64) * 16
+    # per direction: h and c of every row, every row's bytes of h (K4 each) and their nibbles
+    # (AVX2), then (a task per direction) every row's int32 sums, 64-byte apart
+    hq_floats = -(-3 * op.batch * k4 // 64) * 16
     scratch = 2 * hp + hq_floats + op.batch * blocks * QGEMM_COLS
     ctx.define_once("cg_quant_range", lambda: c_file("ops/quantize.c"))
     ctx.define_once("cg_q8", lambda: c_file("ops/q8.c"))
@@ -537,11 +538,12 @@ def emit_quant_rnn(ctx: Context, kernel: Kernel) -> None:
         has_clip=int(op.clip is not None), clip=c_float(op.clip or 0.0), peep=int(op.peepholes is not None),
         scratch=scratch, hq_floats=hq_floats, reverse_mask=sum(1 << d for d, back in enumerate(op.reverse) if back),
         per_step=int(steps_shared_out(dirs, ctx.op_threads)),  # the batch rows are quantized together
+        groups=int(not vnni_build(ctx.target.features)),
     ))  # fmt: skip
     states = iter(op.inputs[1:])
     h0 = ctx.ptr(next(states)) if op.has_h0 else "(const float*)0"
     c0 = ctx.ptr(next(states)) if op.has_c0 else "(const float*)0"
-    r = as_weight_bytes(ctx, np.stack([vnni_packed(by_unit_blocks(m, hidden)) for m in op.r]))
+    r = as_weight_bytes(ctx, np.stack([qgemm_packed(by_unit_blocks(m, hidden), ctx.target.features) for m in op.r]))
     colsum = as_weight_bytes(ctx, np.stack([m.sum(axis=0, dtype=np.int64).astype(np.int32) for m in op.r]))
     offset = f"(const int32_t*){as_weight_bytes(ctx, op.offset.astype(np.int32))}" if op.offset is not None else "0"
     bias = ctx.weight(op.bias) if op.bias is not None else "(const float*)0"
