@@ -1,12 +1,15 @@
 
-/* 8-bit products on AVX2 cores without VNNI (AMD Zen 2-3, Intel Haswell to Skylake), exact, from
-   the packing vpdpbusd reads (ops/_qpack.py: four consecutive k of one column in a 32-bit lane):
+/* 8-bit products on AVX2 cores without VNNI (AMD Zen 2-3, Intel Haswell to Skylake), exact, with
+   four consecutive k of one column in a 32-bit lane as vpdpbusd reads them (ops/_qpack.py):
    the int8 weights of four columns (16 bytes) widen to int16, the four uint8 activations of the
    step to int16 repeated, and one vpmaddwd multiplies the 16 pairs and adds them two by two into
    int32 lanes, two per column (k 0-1 and k 2-3): at most 255 * 128 * 2 a step, over at most 2**12
    steps (QGEMM_DEPTH / 4) below 2**31: no overflow, the same int32 sums as vpdpbusd.  Not
    vpmaddubsw, which onnxruntime's AVX2 kernel uses: its int16 pair sums saturate (255 * 127 * 2
-   > 32767), 96 steps off on full-range weights.  About 4.6 products an instruction.
+   > 32767), 96 steps off on full-range weights.  About 4.6 products an instruction.  The
+   quantized LSTM's recurrence (qlstm.c: a matrix-vector product, no rows to share a widened
+   weight) does use vpmaddubsw, on h's nibbles, where pairs cannot saturate.  Both read each
+   block's groups of 8 columns whole without VNNI (_qpack.column_groups).
    Which path qgemm.c and qlstm.c take is decided here, once: CG_Q8_VNNI, CG_Q8_AVX2 or neither
    (plain C: a library rebuilt for a CPU with neither). */
 #include <stdint.h>
