@@ -8,6 +8,7 @@ default suite; all of them under ``pytest -m heavy`` (``make bench``).
 
 from __future__ import annotations
 
+import pathlib
 import subprocess
 
 import numpy as np
@@ -192,6 +193,37 @@ def test_the_reference_sums_integer_convolutions_exactly() -> None:
     got = run_onnxruntime(exact, {"x": x})["y"]
     assert got.dtype == np.int32
     np.testing.assert_array_equal(got, want)
+
+
+def test_the_reference_sums_int8_lstm_weights_exactly() -> None:
+    # DynamicQuantizeLSTM's int8 W and R become uint8 less 128 (the same values), which
+    # onnxruntime sums exactly on any CPU (its u8 x u8 kernel widens to 16 bits; its AVX2
+    # u8 x s8 one saturates on full-range weights): the reference then agrees with the C
+    # backend's exact sums (tests/test_c_quantized_lstm.py checks those bit for bit)
+    import sys
+
+    import codegraft as cg
+    from codegraft.testing import assert_close, run_onnxruntime
+
+    sys.path.insert(0, str(pathlib.Path(__file__).parent))
+    from c_backend_util import compiler_available
+    from test_c_quantized_lstm import quantized_lstm
+
+    model = quantized_lstm(seq=9, hidden=40, width=24, direction="bidirectional", weights="int8 full", seed=2)
+    exact = corpus.exact_integer_matmuls(model)
+    assert exact is not None
+    (node,) = exact.graph.node
+    initializers = {t.name: onnx.numpy_helper.to_array(t) for t in exact.graph.initializer}
+    original = {t.name: onnx.numpy_helper.to_array(t) for t in model.graph.initializer}
+    for weight, zero in ((1, 9), (2, 11)):
+        values = initializers[node.input[weight]]
+        assert values.dtype == np.uint8 and np.all(initializers[node.input[zero]] == 128)
+        np.testing.assert_array_equal(values.astype(np.int32) - 128, original[model.graph.node[0].input[weight]])
+    feeds = {"X": np.random.default_rng(3).standard_normal((9, 1, 24)).astype(np.float32) * 2}
+    reference = run_onnxruntime(exact, feeds)
+    assert reference["Y"].shape == (9, 2, 1, 40)
+    if compiler_available():
+        assert_close(cg.compile(model, targets=["c"]).run(feeds), reference, rtol=1e-5)
 
 
 def test_a_model_computing_in_float16_inside_is_judged_at_float16s_tolerance() -> None:
