@@ -3,11 +3,13 @@
 NOTE: ``X W^T`` for every time step and both directions is one ``g.MatMul`` (X viewed as
 ``[seq * batch, input]``, the weights of all directions side by side, the biases folded into
 its epilogue); the recurrence (``rnn.c``) then adds ``h_prev R^T`` per step, against R
-packed transposed at compile time, and applies the gates with the backend's
-``cg_sigmoid``/``cg_tanh``.  One task per (direction, batch row): they are independent and
-each walks its steps in order.  The kernel writes one buffer ``[seq + states, dirs, batch,
-hidden]``: Y, then Y_h and Y_c when they are used, taken apart by slices (a graph op has one
-output).
+packed at compile time in blocks of hidden units (``_pack``: a block's columns are all its
+units' gates, summed in registers), and applies the gates with the backend's
+``cg_sigmoid``/``cg_tanh``.  Where the sequences (direction, batch row) are fewer than the
+kernel's threads (:func:`steps_shared_out`), each step is a parallel loop of a task per
+(direction, block); otherwise a task per sequence walks its steps in order (its R may stay in
+its core's L2).  The kernel writes one buffer ``[seq + states, dirs, batch, hidden]``: Y, then
+Y_h and Y_c when they are used, taken apart by slices (a graph op has one output).
 
 Taken: ``layout=0``, every direction, the default activations, ``clip``, ``sequence_lens``
 absent, constant or computed (each batch row walks its own length, backwards within it in
