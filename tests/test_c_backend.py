@@ -195,12 +195,14 @@ POOLS = [
 ]
 
 
-@pytest.mark.parametrize("channels", [5, 12, 24, 40, 83])
+@pytest.mark.parametrize("channels", [5, 12, 24, 40, 60, 83])
 @pytest.mark.parametrize(("op", "attrs"), POOLS)
 def test_pool(op: str, attrs: dict, channels: int) -> None:
     # 83 channels: a block of 4 vectors, then 2 (AVX-512: 64 + 16 + the 16 ending at 83) or 3
     # (AVX2: 64 + 8 + 8 + the 8 ending at 83) with the last overlapping; 12, 24, 40: two or three
-    # vectors, the last exact or overlapping, or a block of 4 and one (AVX2's 40); 5: fewer than a vector
+    # vectors, the last exact or overlapping, or a block of 4 and one (AVX2's 40); 5: fewer than a
+    # vector; 60: more than three vectors left after the blocks of 4 (AVX2: 32 + 28; AVX-512: all
+    # 60), the fourth ending at the last channel (pyannote's SincNet pools skipped 4 channels there)
     shape = (2, channels, 11, 10) if len(attrs["kernel_shape"]) == 2 else (2, channels, 13)
     one(op, {"x": shape}, attrs, opset=19)
 
