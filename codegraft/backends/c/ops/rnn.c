@@ -53,84 +53,82 @@ static inline __attribute__((always_inline)) void ${name}_sums(const float* rest
 /* Step s of row b, direction d, for its ${U} hidden units of block j (phase 1: a GRU's h gate). */
 static inline __attribute__((always_inline)) void ${name}_step(const ${name}_t* k, long d, long j, long b, long s,
                                                                int phase) {
-  {
-    (void)phase;
-    const long len = k->len[b];
-    const int reverse = (${reverse_mask} >> d) & 1;
-    const long u0 = ${U} * j, units = ${H} - u0 < ${U} ? ${H} - u0 : ${U};
-    const float* rt = k->rt + (d * ${blocks} + j) * ${H} * ${GU};
-    const long t = reverse ? len - 1 - s : s;
-    const float* restrict xp = k->xp + (t * ${batch} + b) * ${dirs} * ${GH} + d * ${GH} + u0;
-    const float* restrict h = ${name}_h(k, d, b, s & 1);  /* h_prev, whole */
-    float* restrict hn = ${name}_h(k, d, b, (s + 1) & 1);
-    float* restrict c = ${name}_h(k, d, b, 2);
-    float* restrict y = k->y + ((t * ${dirs} + d) * ${batch} + b) * ${H} + u0;
-    _Alignas(64) float g[${GU}];
+  (void)phase;
+  const long len = k->len[b];
+  const int reverse = (${reverse_mask} >> d) & 1;
+  const long u0 = ${U} * j, units = ${H} - u0 < ${U} ? ${H} - u0 : ${U};
+  const float* rt = k->rt + (d * ${blocks} + j) * ${H} * ${GU};
+  const long t = reverse ? len - 1 - s : s;
+  const float* restrict xp = k->xp + (t * ${batch} + b) * ${dirs} * ${GH} + d * ${GH} + u0;
+  const float* restrict h = ${name}_h(k, d, b, s & 1);  /* h_prev, whole */
+  float* restrict hn = ${name}_h(k, d, b, (s + 1) & 1);
+  float* restrict c = ${name}_h(k, d, b, 2);
+  float* restrict y = k->y + ((t * ${dirs} + d) * ${batch} + b) * ${H} + u0;
+  _Alignas(64) float g[${GU}];
 #if ${lstm}
-    /* gates i, o, f, c */
-    ${name}_sums(h, rt, ${NV}, g);
-    for (long u = 0; u < units; u++) {
-      const long i = u0 + u;
-      const float gi = xp[u] + g[u], go = xp[${H} + u] + g[${U} + u];
-      const float gf = xp[2 * ${H} + u] + g[2 * ${U} + u], gc = xp[3 * ${H} + u] + g[3 * ${U} + u];
+  /* gates i, o, f, c */
+  ${name}_sums(h, rt, ${NV}, g);
+  for (long u = 0; u < units; u++) {
+    const long i = u0 + u;
+    const float gi = xp[u] + g[u], go = xp[${H} + u] + g[${U} + u];
+    const float gf = xp[2 * ${H} + u] + g[2 * ${U} + u], gc = xp[3 * ${H} + u] + g[3 * ${U} + u];
 #if ${peep}
-      /* i and f see the cell state before the step, o the one after it */
-      const float* p = k->rbh + d * 3 * ${H};
-      const float it = cg_sigmoid(${name}_clip(gi + p[i] * c[i]));
-      const float ft = cg_sigmoid(${name}_clip(gf + p[2 * ${H} + i] * c[i]));
-      const float ct = cg_tanh(${name}_clip(gc));
-      const float cn = ft * c[i] + it * ct;
-      const float ot = cg_sigmoid(${name}_clip(go + p[${H} + i] * cn));
+    /* i and f see the cell state before the step, o the one after it */
+    const float* p = k->rbh + d * 3 * ${H};
+    const float it = cg_sigmoid(${name}_clip(gi + p[i] * c[i]));
+    const float ft = cg_sigmoid(${name}_clip(gf + p[2 * ${H} + i] * c[i]));
+    const float ct = cg_tanh(${name}_clip(gc));
+    const float cn = ft * c[i] + it * ct;
+    const float ot = cg_sigmoid(${name}_clip(go + p[${H} + i] * cn));
 #else
-      const float it = cg_sigmoid(${name}_clip(gi)), ot = cg_sigmoid(${name}_clip(go));
-      const float ft = cg_sigmoid(${name}_clip(gf)), ct = cg_tanh(${name}_clip(gc));
-      const float cn = ft * c[i] + it * ct;
+    const float it = cg_sigmoid(${name}_clip(gi)), ot = cg_sigmoid(${name}_clip(go));
+    const float ft = cg_sigmoid(${name}_clip(gf)), ct = cg_tanh(${name}_clip(gc));
+    const float cn = ft * c[i] + it * ct;
 #endif
-      c[i] = cn;
-      hn[i] = ot * cg_tanh(cn);
-      y[u] = hn[i];
-    }
+    c[i] = cn;
+    hn[i] = ot * cg_tanh(cn);
+    y[u] = hn[i];
+  }
 #elif ${rnn}
-    /* h = tanh(x W^T + Wb + Rb + h_prev R^T) */
-    ${name}_sums(h, rt, ${NV}, g);
-    for (long u = 0; u < units; u++) {
-      hn[u0 + u] = cg_tanh(${name}_clip(xp[u] + g[u]));
-      y[u] = hn[u0 + u];
-    }
+  /* h = tanh(x W^T + Wb + Rb + h_prev R^T) */
+  ${name}_sums(h, rt, ${NV}, g);
+  for (long u = 0; u < units; u++) {
+    hn[u0 + u] = cg_tanh(${name}_clip(xp[u] + g[u]));
+    y[u] = hn[u0 + u];
+  }
 #elif ${lbr}
-    /* gates z, r, h; h~ = tanh(x W_h^T + Wb_h + r * (h_prev R_h^T + Rb_h)) */
-    ${name}_sums(h, rt, ${NV}, g);
-    const float* rbh = k->rbh + d * ${H};
+  /* gates z, r, h; h~ = tanh(x W_h^T + Wb_h + r * (h_prev R_h^T + Rb_h)) */
+  ${name}_sums(h, rt, ${NV}, g);
+  const float* rbh = k->rbh + d * ${H};
+  for (long u = 0; u < units; u++) {
+    const long i = u0 + u;
+    const float zt = cg_sigmoid(${name}_clip(xp[u] + g[u]));
+    const float rt_ = cg_sigmoid(${name}_clip(xp[${H} + u] + g[${U} + u]));
+    const float ht = cg_tanh(${name}_clip(xp[2 * ${H} + u] + rt_ * (g[2 * ${U} + u] + rbh[i])));
+    hn[i] = (1.0f - zt) * ht + zt * h[i];
+    y[u] = hn[i];
+  }
+#else
+  /* gates z, r, h; h~ = tanh(x W_h^T + Wb_h + Rb_h + (r * h_prev) R_h^T): z and r first
+     (r * h_prev into c, z after it), then, once every block has its r, the h gate */
+  float* restrict z = c + ${Hp};
+  if (phase == 0) {
+    ${name}_sums(h, rt, ${NV} * 2 / 3, g);
     for (long u = 0; u < units; u++) {
       const long i = u0 + u;
-      const float zt = cg_sigmoid(${name}_clip(xp[u] + g[u]));
-      const float rt_ = cg_sigmoid(${name}_clip(xp[${H} + u] + g[${U} + u]));
-      const float ht = cg_tanh(${name}_clip(xp[2 * ${H} + u] + rt_ * (g[2 * ${U} + u] + rbh[i])));
-      hn[i] = (1.0f - zt) * ht + zt * h[i];
+      z[i] = cg_sigmoid(${name}_clip(xp[u] + g[u]));
+      c[i] = cg_sigmoid(${name}_clip(xp[${H} + u] + g[${U} + u])) * h[i];
+    }
+  } else {
+    ${name}_sums(c, rt + ${H} * 2 * ${U}, ${NV} / 3, g);
+    for (long u = 0; u < units; u++) {
+      const long i = u0 + u;
+      const float ht = cg_tanh(${name}_clip(xp[2 * ${H} + u] + g[u]));
+      hn[i] = (1.0f - z[i]) * ht + z[i] * h[i];
       y[u] = hn[i];
     }
-#else
-    /* gates z, r, h; h~ = tanh(x W_h^T + Wb_h + Rb_h + (r * h_prev) R_h^T): z and r first
-       (r * h_prev into c, z after it), then, once every block has its r, the h gate */
-    float* restrict z = c + ${Hp};
-    if (phase == 0) {
-      ${name}_sums(h, rt, ${NV} * 2 / 3, g);
-      for (long u = 0; u < units; u++) {
-        const long i = u0 + u;
-        z[i] = cg_sigmoid(${name}_clip(xp[u] + g[u]));
-        c[i] = cg_sigmoid(${name}_clip(xp[${H} + u] + g[${U} + u])) * h[i];
-      }
-    } else {
-      ${name}_sums(c, rt + ${H} * 2 * ${U}, ${NV} / 3, g);
-      for (long u = 0; u < units; u++) {
-        const long i = u0 + u;
-        const float ht = cg_tanh(${name}_clip(xp[2 * ${H} + u] + g[u]));
-        hn[i] = (1.0f - z[i]) * ht + z[i] * h[i];
-        y[u] = hn[i];
-      }
-    }
-#endif
   }
+#endif
 }
 
 /* per_step: a task per (direction, block of units), every row that has not ended: a parallel
