@@ -231,8 +231,9 @@ def float_units(vector_floats: int) -> int:
 
 
 def steps_shared_out(sequences: int, threads: int) -> bool:
-    """Whether a float recurrence runs a parallel loop per step (tasks of hidden units) rather
-    than a task per sequence (direction and batch row) walking all its steps: where there are
+    """Whether a recurrence runs a parallel loop per step (tasks of hidden units) rather than a
+    task per sequence walking all its steps (float: a direction and batch row; quantized: a
+    direction, its rows quantized together): where there are
     fewer sequences than threads, or too few to share out evenly.  One thread walks each sequence
     whole (its R read every step may stay in the L2; interleaving a bidirectional layer's two
     directions every step made pyannote's LSTMs 5-13% slower).
