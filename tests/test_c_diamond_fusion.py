@@ -14,7 +14,7 @@ from onnx import helper
 
 import codegraft as cg
 from codegraft.backends.c._codegen import generate
-from codegraft.backends.c._toolchain import host_target
+from codegraft.backends.c._toolchain import cpu_features, host_target
 from codegraft.testing import run_onnxruntime
 
 pytestmark = needs_compiler
@@ -33,6 +33,7 @@ def _conv_then(activation: list[onnx.NodeProto], m: int = 40, size: int = 9) -> 
 
 
 SILU = [helper.make_node("Sigmoid", ["c"], ["s"]), helper.make_node("Mul", ["c", "s"], ["y"])]
+SPECIAL = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 18.0, -18.0, 88.8, -88.8, 3e38], np.float32)
 HARDSWISH = [
     helper.make_node("Add", ["c", "three"], ["a"]),
     helper.make_node("Clip", ["a", "zero", "six"], ["k"]),
@@ -67,6 +68,30 @@ def test_nan_and_inf_through_a_fused_silu() -> None:
     assert np.array_equal(np.isnan(got), np.isnan(want))
     finite = np.isfinite(want)
     np.testing.assert_allclose(got[finite], want[finite], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.skipif("fma" not in cpu_features(), reason="MLAS's FMA3 logistic is what onnxruntime runs on FMA hosts")
+def test_sigmoid_and_silu_are_onnxruntimes_bit_for_bit() -> None:
+    # onnxruntime's Sigmoid (and QuickGelu, its fused SiLU) is MLAS's rational logistic; c's scalar
+    # and vector forms compute it step for step.  1003 values: whole vectors and a scalar tail.
+    x = np.concatenate([np.linspace(-20, 20, 993, dtype=np.float32), SPECIAL]).reshape(1, -1)
+    nodes = [helper.make_node("Sigmoid", ["x"], ["s"]), helper.make_node("Mul", ["x", "s"], ["y"])]
+    model = make_model(nodes, {"x": x.shape}, ["s", "y"])
+    exe = cg.compile(model, targets=["c"])
+    assert [s.backend for s in exe.steps] == ["c"]
+    got, want = exe.run({"x": x}), run_onnxruntime(model, {"x": x})
+    np.testing.assert_array_equal(got["s"], want["s"])
+    np.testing.assert_array_equal(got["y"], want["y"])
+
+
+def test_depthwise_conv_silu_is_one_kernel() -> None:
+    rng = np.random.default_rng(3)
+    inits = {"w": rng.standard_normal((20, 1, 3, 3)).astype(np.float32),
+             "b": rng.standard_normal(20).astype(np.float32)}
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1], group=20), *SILU]
+    model = make_model(nodes, {"x": (1, 20, 7, 9)}, ["y"], inits)
+    assert _kernels(model) == ["Conv -> add+sigmoid+mul"]
+    check(model)
 
 
 def test_gelu_spelled_out_after_a_matmul() -> None:
