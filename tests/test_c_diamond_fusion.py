@@ -33,7 +33,7 @@ def _conv_then(activation: list[onnx.NodeProto], m: int = 40, size: int = 9) -> 
 
 
 SILU = [helper.make_node("Sigmoid", ["c"], ["s"]), helper.make_node("Mul", ["c", "s"], ["y"])]
-SPECIAL = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 18.0, -18.0, 88.8, -88.8, 3e38], np.float32)
+SPECIAL = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 9.0, -9.0, 18.0, -18.0, 88.8, -88.8, 3e38], np.float32)
 HARDSWISH = [
     helper.make_node("Add", ["c", "three"], ["a"]),
     helper.make_node("Clip", ["a", "zero", "six"], ["k"]),
@@ -71,17 +71,19 @@ def test_nan_and_inf_through_a_fused_silu() -> None:
 
 
 @pytest.mark.skipif("fma" not in cpu_features(), reason="MLAS's FMA3 logistic is what onnxruntime runs on FMA hosts")
-def test_sigmoid_and_silu_are_onnxruntimes_bit_for_bit() -> None:
-    # onnxruntime's Sigmoid (and QuickGelu, its fused SiLU) is MLAS's rational logistic; c's scalar
-    # and vector forms compute it step for step.  1003 values: whole vectors and a scalar tail.
-    x = np.concatenate([np.linspace(-20, 20, 993, dtype=np.float32), SPECIAL]).reshape(1, -1)
-    nodes = [helper.make_node("Sigmoid", ["x"], ["s"]), helper.make_node("Mul", ["x", "s"], ["y"])]
-    model = make_model(nodes, {"x": x.shape}, ["s", "y"])
+def test_sigmoid_silu_and_tanh_are_onnxruntimes_bit_for_bit() -> None:
+    # onnxruntime's Sigmoid (and QuickGelu, its fused SiLU) and Tanh are MLAS's rational
+    # approximations; c's scalar and vector forms compute them step for step.  1003 values:
+    # whole vectors and a scalar tail.
+    x = np.concatenate([np.linspace(-20, 20, 991, dtype=np.float32), SPECIAL]).reshape(1, -1)
+    nodes = [helper.make_node("Sigmoid", ["x"], ["s"]), helper.make_node("Mul", ["x", "s"], ["y"]),
+             helper.make_node("Tanh", ["x"], ["t"])]
+    model = make_model(nodes, {"x": x.shape}, ["s", "y", "t"])
     exe = cg.compile(model, targets=["c"])
     assert [s.backend for s in exe.steps] == ["c"]
     got, want = exe.run({"x": x}), run_onnxruntime(model, {"x": x})
-    np.testing.assert_array_equal(got["s"], want["s"])
-    np.testing.assert_array_equal(got["y"], want["y"])
+    for name in ("s", "y", "t"):
+        np.testing.assert_array_equal(got[name], want[name], err_msg=name)
 
 
 def test_depthwise_conv_silu_is_one_kernel() -> None:

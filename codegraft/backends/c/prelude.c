@@ -86,13 +86,22 @@ static inline float cg_sigmoid(float x) {
   const float r = (x * p) / q + 0.5f;
   return r < 0.0f ? 0.0f : r;
 }
+/* onnxruntime's Tanh (and its LSTM and GRU gates): MlasComputeTanh's rational approximation on x
+   clamped to [-9, 9], contracted as its FMA3 kernel (ops/mlas_math.c's cg_mlas_tanh spelled out). */
 static inline float cg_tanh(float x) {
-  const float a = x < 0.0f ? -x : x;
-  const float big = 1.0f - 2.0f / (cg_exp(2.0f * a) + 1.0f);
-  const float a2 = a * a;
-  const float small = a * (1.0f + a2 * (-0.333333333f + a2 * (0.133333333f - a2 * 0.053968254f)));
-  const float t = a < 0.0625f ? small : big;
-  return x < 0.0f ? -t : t;
+  x = x < -9.0f ? -9.0f : x;
+  x = x > 9.0f ? 9.0f : x;
+  const float x2 = x * x;
+  float p = x2 * -2.76076847742355e-16f + 2.00018790482477e-13f;
+  p = x2 * p + -8.60467152213735e-11f;
+  p = x2 * p + 5.12229709037114e-08f;
+  p = x2 * p + 1.48572235717979e-05f;
+  p = x2 * p + 6.37261928875436e-04f;
+  p = x2 * p + 4.89352455891786e-03f;
+  float q = x2 * 1.19825839466702e-06f + 1.18534705686654e-04f;
+  q = x2 * q + 2.26843463243900e-03f;
+  q = x2 * q + 4.89352518554385e-03f;
+  return (x * p) / q;
 }
 static inline float cg_erf(float x) {
   const float a = x < 0.0f ? -x : x;
