@@ -59,6 +59,22 @@ static inline float cg_sincos(float x, double quarter) {
 }
 static inline float cg_sin(float x) { return x == 0.0f ? x : cg_sincos(x, 0.0); } /* sin(-0) = -0 */
 static inline float cg_cos(float x) { return cg_sincos(x, 1.0); }
+static inline float cg_exp_softmax(float x) {  /* cg_vexp_softmax (prelude, below) on one value */
+  x = x < -88.0f ? -88.0f : x;
+  union { float f; int i; } big, scale;
+  big.f = x * 1.44269504088896341f + 12582912.0f;
+  const float n = big.f - 12582912.0f;
+  const float r = x - n * 0.693359375f + n * 2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  scale.i = (big.i - 0x4B400000 + 127) << 23;
+  return p * scale.f;
+}
 static inline float cg_exp_op(float x) {
   return x > 88.72283935546875f ? INFINITY : (x < -103.97f ? 0.0f : cg_exp(x));
 }
@@ -408,8 +424,44 @@ static void cg_lrn(const float* x, float* y, long outer, long C, long inner, lon
    compiler will not reorder a float reduction by itself (no -ffast-math here). */
 /* Relu of a vector as the scalar `v < 0 ? 0 : v` (NaN and -0 pass through); C has no ?: on vectors. */
 static inline vf cg_vrelu(vf v) { return (vf)((vi)v & ~(v < (vf){0})); }
-/* cg_sigmoid, cg_clamp and HardSigmoid on vectors, with the scalar forms' arithmetic
+/* cg_exp, cg_sigmoid, cg_clamp and HardSigmoid on vectors, with the scalar forms' arithmetic
    and NaN behaviour lane by lane: fused into a Conv's register tiles (SiLU, HardSwish). */
+static inline vf cg_vexp(vf x) {
+  const vf hi = (vf){0} + 88.0f, lo = (vf){0} - 104.0f;
+  x = cg_vpick(x > hi, hi, x);
+  x = cg_vpick(x < lo, lo, x);
+  const vf big = x * 1.44269504088896341f + 12582912.0f;
+  const vf n = big - 12582912.0f;
+  const vf r = x - n * 0.693359375f + n * 2.12194440e-4f;
+  vf p = (vf){0} + 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  const vi n_int = (vi)big - 0x4B400000, shift = (n_int < -125) & 64;  /* as cg_exp */
+  return p * (vf)((n_int + shift + 127) << 23) * (vf)((127 - shift) << 23);
+}
+/* e^x for x <= 0 (or NaN) in a Softmax: as onnxruntime's on AVX2, its 2^n built from the exponent
+   bits alone, so 0 from n = -127 down (x < -87.68: masked logits give exactly 0) and subnormal
+   just above; x clamped at -88 keeps n there.  cg_vexp without its upper clamp and subnormal
+   scale; cg_exp_softmax is the same per element for a row's last values. */
+static inline vf cg_vexp_softmax(vf x) {
+  const vf lo = (vf){0} - 88.0f;
+  x = cg_vpick(x < lo, lo, x);
+  const vf big = x * 1.44269504088896341f + 12582912.0f;
+  const vf n = big - 12582912.0f;
+  const vf r = x - n * 0.693359375f + n * 2.12194440e-4f;
+  vf p = (vf){0} + 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  return p * (vf)(((vi)big - 0x4B400000 + 127) << 23);
+}
 static inline vf cg_vsigmoid(vf x) {
   const vf zero = (vf){0}, lo = zero - 18.0f, hi = zero + 18.0f;
   x = cg_vpick(x < lo, lo, x);
@@ -456,16 +508,20 @@ static void cg_softmax_line(const void* ctx, long task) {
   for (; j < n; j++) m = xp[j * inner] > m ? xp[j * inner] : m;
   j = 0;
   if (inner == 1) {
-    for (long t = 0; t < n; t++) yp[t] = cg_exp(xp[t] - m);
     vf vs = (vf){0};
-    for (; j + VW <= n; j += VW) vs += *(const vfu*)(yp + j);
+    for (; j + VW <= n; j += VW) {  /* e^(x - max) stored and summed in one pass */
+      const vf e = cg_vexp_softmax(*(const vfu*)(xp + j) - m);
+      *(vfu*)(yp + j) = e;
+      vs += e;
+    }
     for (int l = 0; l < VW; l++) s += vs[l];
-    for (; j < n; j++) s += yp[j];
+    for (; j < n; j++) s += yp[j] = cg_exp_softmax(xp[j] - m);
     if (k->log) {
       const float shift = m + logf(s);  /* log softmax: x - max - log(sum) */
       for (long t = 0; t < n; t++) yp[t] = xp[t] - shift;
     } else {
-      for (long t = 0; t < n; t++) yp[t] = yp[t] / s;
+      const float scale = 1.0f / s;  /* as onnxruntime's MLAS: one reciprocal, a multiply each */
+      for (long t = 0; t < n; t++) yp[t] *= scale;
     }
     return;
   }
