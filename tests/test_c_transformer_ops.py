@@ -638,6 +638,33 @@ def test_arg_max_and_min_give_int64_indices(op_type: str, axis: int, keepdims: i
     np.testing.assert_array_equal(got["y"], want["y"])
 
 
+@pytest.mark.parametrize("op_type", ["ArgMax", "ArgMin"])
+@pytest.mark.parametrize("last", [0, 1])
+@pytest.mark.parametrize("n", [1, 5, 8, 16, 37, 300])  # rows shorter than a vector, whole vectors, a tail
+def test_arg_extremes_of_rows_with_ties_infinities_and_nans_are_onnxruntimes(op_type: str, last: int, n: int) -> None:
+    # contiguous rows take the vector kernel (each lane's extreme and index); ties, -inf/+inf
+    # and NaN anywhere, a NaN first, rows of only infinities or NaN: as onnxruntime's loop answers
+    import codegraft as cg
+    from codegraft.testing import run_onnxruntime
+
+    rng = np.random.default_rng(n * 2 + last)
+    rows = 64
+    x = rng.integers(-2, 3, (rows, n)).astype(np.float32)  # many ties
+    specials = np.array([np.nan, np.inf, -np.inf], np.float32)
+    mask = rng.random((rows, n)) < 0.2
+    x[mask] = rng.choice(specials, mask.sum())
+    x[0], x[1], x[2] = np.nan, -np.inf, np.inf
+    x[3, 0] = np.nan
+    x[4] = np.where(np.arange(n) % 2, np.nan, -np.inf)
+    x[5] = np.where(np.arange(n) % 2, np.inf, np.nan)
+    model = make_model([helper.make_node(op_type, ["x"], ["i"], axis=1, keepdims=0, select_last_index=last)],
+                       {"x": (rows, n)}, [])
+    model.graph.output.append(helper.make_tensor_value_info("i", 7, None))
+    exe = cg.compile(model, targets=["c"])
+    assert [p.backend for p in exe.report().partitions] == ["c"], exe.report()
+    np.testing.assert_array_equal(exe.run({"x": x})["i"], run_onnxruntime(model, {"x": x})["i"])
+
+
 _EINSUMS = [
     ("abcd,cde->abe", (2, 3, 4, 5), (4, 5, 6), True),  # TF's EinsumDense (g2p-id's BERT)
     ("bij,bjk->bik", (3, 4, 5), (3, 5, 6), False),

@@ -38,7 +38,7 @@ from codegraft.backends.c.ops.conv import Col2Im
 from codegraft.backends.c.ops.data import SHUFFLE, transpose_block
 from codegraft.backends.c.ops.elementwise import INTEGER_HELPERS, INTEGER_KINDS, MLAS_KINDS
 from codegraft.backends.c.ops.gemm import choose_tile
-from codegraft.backends.c.ops.norm import Lrn, MlRows
+from codegraft.backends.c.ops.norm import ArgExtreme, Lrn, MlRows
 from codegraft.backends.c.ops.pool import GlobalAveragePool, Pool
 from codegraft.backends.c.ops.quantize import QGEMM_COLS, QGEMM_ROWS, QGEMM_RUN, QuantMatMul
 from codegraft.backends.c.ops.resize import CubicResize, Resize, row_runs
@@ -341,6 +341,9 @@ def kernel_work(kernel: Kernel, vector: int, winograd: bool = True) -> Work:
         weights = sum(r.size for r in core.r)
         units = len(core.reverse) * unit_blocks(core.hidden)
         return Work(quant_recurrence_flops(core), moved + weights, units, gemm=False, loops=core.steps)
+    if isinstance(core, ArgExtreme):  # a comparison per input value; a task per row (contiguous rows)
+        x = core.inputs[0]
+        return Work(float(x.size), moved, core.outer if core.inner == 1 else 1, gemm=False)
     # Elementwise chains, reductions: a few flops per element, split in 4096-element blocks.
     return Work(float(out.size * (1 + len(kernel.steps))), moved, max(1, out.size // 4096), gemm=False)
 
