@@ -110,6 +110,12 @@ def test_gelu_spelled_out_after_a_matmul() -> None:
     model = make_model(nodes, {"x": (10, 32)}, ["y"], inits)
     assert _kernels(model) == ["MatMul -> div+erf+add+mul+mul"]
     check(model)
+    x = np.concatenate([np.linspace(-6, 6, 300), [np.nan, np.inf, -np.inf, 0.0, -0.0]]).astype(np.float32)
+    x = np.resize(x, (10, 32))  # through the MatMul, values across erf's range, NaN and infinities
+    got, want = cg.compile(model, targets=["c"]).run({"x": x})["y"], run_onnxruntime(model, {"x": x})["y"]
+    assert np.array_equal(np.isnan(got), np.isnan(want))
+    finite = np.isfinite(want)
+    np.testing.assert_allclose(got[finite], want[finite], rtol=1e-5, atol=1e-6)
 
 
 def test_a_side_value_used_elsewhere_is_not_fused_away() -> None:
