@@ -18,27 +18,29 @@ static inline long cg_min(long a, long b) { return a < b ? a : b; }
    NaN propagates as in onnxruntime: every comparison is written so a NaN operand takes the
    branch that returns it (x86 minps/maxps return their second operand on NaN, so
    "x > hi ? hi : x" is still one instruction). */
+/* e^x = p * 2^n on x (a float or a vf) within exp's clamps: n = round(x / ln 2) by the
+   1.5 * 2^23 trick (``big``'s low bits; no float->int conversion, which, like floorf, keeps gcc
+   12 from vectorising the loop), r = x - n ln 2 in two steps, p Cephes' polynomial in r. */
+#define CG_EXP_POLY(x, big, p)                                                                \
+  const __typeof__(x) big = x * 1.44269504088896341f + 12582912.0f;                           \
+  __typeof__(x) p;                                                                             \
+  {                                                                                            \
+    const __typeof__(x) n_ = big - 12582912.0f, r_ = x - n_ * 0.693359375f + n_ * 2.12194440e-4f; \
+    p = r_ * 1.9875691500e-4f + 1.3981999507e-3f;                                              \
+    p = p * r_ + 8.3334519073e-3f;                                                             \
+    p = p * r_ + 4.1665795894e-2f;                                                             \
+    p = p * r_ + 1.6666665459e-1f;                                                             \
+    p = p * r_ + 5.0000001201e-1f;                                                             \
+    p = p * r_ * r_ + r_ + 1.0f;                                                               \
+  }
+static inline int cg_float_bits(float f) { union { float f; int i; } u; u.f = f; return u.i; }
+static inline float cg_bits_float(int i) { union { float f; int i; } u; u.i = i; return u.f; }
 static inline float cg_exp(float x) {
   x = x > 88.0f ? 88.0f : x;
   x = x < -104.0f ? -104.0f : x;
-  /* n = round(x / ln 2) by the 1.5 * 2^23 trick: no float->int conversion, which (like
-     floorf) keeps gcc 12 from vectorising the loop */
-  union { float f; int i; } big, scale;
-  big.f = x * 1.44269504088896341f + 12582912.0f;
-  const float n = big.f - 12582912.0f;
-  const float r = x - n * 0.693359375f + n * 2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  union { float f; int i; } low;
-  const int n_int = big.i - 0x4B400000, shift = n_int < -125 ? 64 : 0;  /* 2^n below the normals */
-  scale.i = (n_int + shift + 127) << 23;
-  low.i = (127 - shift) << 23;  /* 1, or 2^-64 */
-  return p * scale.f * low.f;
+  CG_EXP_POLY(x, big, p)
+  const int n_int = cg_float_bits(big) - 0x4B400000, shift = n_int < -125 ? 64 : 0;  /* 2^n below the normals */
+  return p * cg_bits_float((n_int + shift + 127) << 23) * cg_bits_float((127 - shift) << 23);  /* 1, or 2^-64 */
 }
 /* sin (quarter 0) and cos (quarter 1) within 2 ulp for |x| below 1e4, and within 1e-10 absolute
    far beyond: x - k pi/2 in double (k the nearest quarter turn by the 1.5 * 2^52 trick, no
@@ -59,21 +61,10 @@ static inline float cg_sincos(float x, double quarter) {
 }
 static inline float cg_sin(float x) { return x == 0.0f ? x : cg_sincos(x, 0.0); } /* sin(-0) = -0 */
 static inline float cg_cos(float x) { return cg_sincos(x, 1.0); }
-static inline float cg_exp_softmax(float x) {  /* cg_vexp_softmax (prelude, below) on one value */
+static inline float cg_exp_softmax(float x) {  /* cg_vexp_softmax (below) on one value */
   x = x < -88.0f ? -88.0f : x;
-  union { float f; int i; } big, scale;
-  big.f = x * 1.44269504088896341f + 12582912.0f;
-  const float n = big.f - 12582912.0f;
-  const float r = x - n * 0.693359375f + n * 2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  scale.i = (big.i - 0x4B400000 + 127) << 23;
-  return p * scale.f;
+  CG_EXP_POLY(x, big, p)
+  return p * cg_bits_float((cg_float_bits(big) - 0x4B400000 + 127) << 23);
 }
 static inline float cg_exp_op(float x) {
   return x > 88.72283935546875f ? INFINITY : (x < -103.97f ? 0.0f : cg_exp(x));
@@ -424,42 +415,16 @@ static void cg_lrn(const float* x, float* y, long outer, long C, long inner, lon
    compiler will not reorder a float reduction by itself (no -ffast-math here). */
 /* Relu of a vector as the scalar `v < 0 ? 0 : v` (NaN and -0 pass through); C has no ?: on vectors. */
 static inline vf cg_vrelu(vf v) { return (vf)((vi)v & ~(v < (vf){0})); }
-/* cg_exp, cg_sigmoid, cg_clamp and HardSigmoid on vectors, with the scalar forms' arithmetic
+/* cg_sigmoid, cg_clamp and HardSigmoid on vectors, with the scalar forms' arithmetic
    and NaN behaviour lane by lane: fused into a Conv's register tiles (SiLU, HardSwish). */
-static inline vf cg_vexp(vf x) {
-  const vf hi = (vf){0} + 88.0f, lo = (vf){0} - 104.0f;
-  x = cg_vpick(x > hi, hi, x);
-  x = cg_vpick(x < lo, lo, x);
-  const vf big = x * 1.44269504088896341f + 12582912.0f;
-  const vf n = big - 12582912.0f;
-  const vf r = x - n * 0.693359375f + n * 2.12194440e-4f;
-  vf p = (vf){0} + 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  const vi n_int = (vi)big - 0x4B400000, shift = (n_int < -125) & 64;  /* as cg_exp */
-  return p * (vf)((n_int + shift + 127) << 23) * (vf)((127 - shift) << 23);
-}
 /* e^x for x <= 0 (or NaN) in a Softmax: as onnxruntime's on AVX2, its 2^n built from the exponent
    bits alone, so 0 from n = -127 down (x < -87.68: masked logits give exactly 0) and subnormal
-   just above; x clamped at -88 keeps n there.  cg_vexp without its upper clamp and subnormal
-   scale; cg_exp_softmax is the same per element for a row's last values. */
+   just above; x clamped at -88 keeps n there.  cg_exp's polynomial without its upper clamp and
+   its subnormal scale; cg_exp_softmax is the same per element for a row's last values. */
 static inline vf cg_vexp_softmax(vf x) {
   const vf lo = (vf){0} - 88.0f;
   x = cg_vpick(x < lo, lo, x);
-  const vf big = x * 1.44269504088896341f + 12582912.0f;
-  const vf n = big - 12582912.0f;
-  const vf r = x - n * 0.693359375f + n * 2.12194440e-4f;
-  vf p = (vf){0} + 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
+  CG_EXP_POLY(x, big, p)
   return p * (vf)(((vi)big - 0x4B400000 + 127) << 23);
 }
 static inline vf cg_vsigmoid(vf x) {
