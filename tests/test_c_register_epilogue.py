@@ -68,6 +68,37 @@ def test_conv_bias_residual_relu_on_registers(
     np.testing.assert_allclose(got[finite], want[finite], rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize(("batch", "rows", "depth", "cols"),
+                         [((), 37, 64, 72), ((2, 3), 9, 32, 40), ((), 256, 128, 384)])
+def test_matmul_bias_residual_relu_on_registers(batch: tuple, rows: int, depth: int, cols: int) -> None:
+    """A MatMul's bias + residual + Relu (a transformer's linear layer and skip) on the tile's
+    registers too: ragged rows and columns, a batch of products, NaN and Inf in the residual."""
+    rng = np.random.default_rng(rows)
+    weight = rng.standard_normal((depth, cols)).astype(np.float32)
+    bias = rng.standard_normal(cols).astype(np.float32)
+    shape = [*batch, rows]
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Add", ["h", "b"], ["c"]),
+             helper.make_node("Add", ["c", "r"], ["s"]), helper.make_node("Relu", ["s"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [*shape, depth]),
+         helper.make_tensor_value_info("r", TensorProto.FLOAT, [*shape, cols])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [*shape, cols])],
+        [numpy_helper.from_array(weight, "w"), numpy_helper.from_array(bias, "b")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    assert "static void cg_mkf_" in generate(ir.from_proto(model), host_target(), 1).source
+    x = rng.standard_normal((*shape, depth)).astype(np.float32)
+    r = rng.standard_normal((*shape, cols)).astype(np.float32)
+    r.reshape(-1)[[0, 5, cols + 3, r.size - 1]] = np.nan, np.inf, -np.inf, -0.0
+    got = cg.compile(model, targets=["c"]).run({"x": x, "r": r})["y"]
+    want = run_onnxruntime(model, {"x": x, "r": r})["y"]
+    assert np.array_equal(np.isnan(got), np.isnan(want))
+    assert np.array_equal(np.isinf(got), np.isinf(want))
+    finite = np.isfinite(want)
+    np.testing.assert_allclose(got[finite], want[finite], rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize(("c", "m", "h", "w", "kernel"), [(64, 64, 7, 5, 1), (8, 72, 11, 3, 3), (5, 40, 9, 9, 3)])
 def test_prefetching_loops_compute_the_same(
     c: int, m: int, h: int, w: int, kernel: int, monkeypatch: pytest.MonkeyPatch

@@ -30,7 +30,7 @@ from codegraft.backends.c._node import (
 )
 from codegraft.backends.c.ops._spec import KernelOp, Layout, OnnxOp, core_of
 from codegraft.backends.c.ops.data import Gather
-from codegraft.backends.c.ops.elementwise import emit_epilogue
+from codegraft.backends.c.ops.elementwise import emit_epilogue, vector_epilogue
 from codegraft.backends.c.ops.gemm import c_longs, choose_tile, gemm_function, pack_weights, write_over_residual
 from codegraft.backends.c.ops.norm import ArgExtreme, ml_rows
 from codegraft.backends.c.ops.qconv import quantized_matmul
@@ -271,8 +271,15 @@ def emit_matmul(ctx: Context, kernel: Kernel) -> None:
     blocking = host_blocking(ctx.target.vector_floats)
     split = blocking.split(nmb, 1, -(-rows // p), depth, width, p, ctx.op_threads,
                            weights_outweigh_input=weights_outweigh(depth * cols, rows * depth))
-    driver = gemm_function(ctx, nv, p, contiguous_input=0 if mm.trans_a else rows * depth,
+    # An epilogue of steps with vector forms (bias, residual, GELU's tanh form, SiLU) runs on full
+    # tiles' registers, as a Conv's does.
+    fused = vector_epilogue(kernel)
+    driver = gemm_function(ctx, nv, p, fused, contiguous_input=0 if mm.trans_a else rows * depth, depth=depth,
                            fetch_next=split.fetch_next and b.const is not None)
+    rs_arg = ""
+    if fused is not None:
+        ctx.body.append(f"  static const long {ep}_rs[] = {c_longs(list(fused.row_strides) or [0])};")
+        rs_arg = f", {ep}_rs"
     job = ctx.name("job")
     aoff, boff = ctx.name("aoff"), ctx.name("boff")
     ctx.body.append(f"  static const long {aoff}[] = {c_longs([int(i) * rows * depth for i in a_index])};")
@@ -282,7 +289,7 @@ def emit_matmul(ctx: Context, kernel: Kernel) -> None:
         f"  for (long bi = 0; bi < {nbatch}; bi++) {{\n"
         f"    const cg_gemm_t {job} = {{{ctx.ptr(a)} + {aoff}[bi], {pstride}, {cstride}, {depth}, 1, 1, {rows}, 1, "
         f"{rows}, 1, 1, 1, {job}_tap, 1, {cols}, {nmb}, {wsym} + {boff}[bi], {ctx.ptr(out)}, {cols}, bi * {rows}, "
-        f"{ep}, {ep}_ops, {split.runs}, {split.blocks_per_task}, {int(split.rows_outer)}, 0, 0}};\n"
+        f"{ep}, {ep}_ops, {split.runs}, {split.blocks_per_task}, {int(split.rows_outer)}, 0, 0{rs_arg}}};\n"
         f"    {driver}(&{job});\n  }}"
     )
 
