@@ -42,6 +42,16 @@ def _model(c: int, m: int, h: int, w: int, kernel: int, group: int = 1):  # type
 SHAPES = [(16, 64, 7, 5, 1), (16, 40, 7, 5, 1), (8, 72, 11, 3, 3), (24, 256, 6, 7, 1)]
 
 
+def _assert_like_onnxruntime(model, feeds: dict) -> None:  # type: ignore[no-untyped-def]
+    """``y`` on ``c`` as onnxruntime's: NaN and Inf where it has them, the rest within 1e-5."""
+    got = cg.compile(model, targets=["c"]).run(feeds)["y"]
+    want = run_onnxruntime(model, feeds)["y"]
+    assert np.array_equal(np.isnan(got), np.isnan(want))
+    assert np.array_equal(np.isinf(got), np.isinf(want))
+    finite = np.isfinite(want)
+    np.testing.assert_allclose(got[finite], want[finite], rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize(("c", "m", "h", "w", "kernel", "group"),
                          [(*shape, 1) for shape in SHAPES] + [(136, 136, 7, 9, 1, 4), (12, 60, 5, 5, 3, 3)])
 @pytest.mark.parametrize("special", [False, True])
@@ -60,12 +70,7 @@ def test_conv_bias_residual_relu_on_registers(
         x[0, 0, 0, 1], x[0, 0, h - 1, w - 1] = np.nan, np.inf  # whole output pixels
         r[0, 1, 0, 0], r[0, m - 1, h - 1, w - 2], r[0, 2, 1, 1], r[0, m - 2, 2, 2] = np.nan, np.nan, np.inf, -np.inf
         r[0, 3, 3, 0] = -0.0
-    got = cg.compile(model, targets=["c"]).run({"x": x, "r": r})["y"]
-    want = run_onnxruntime(model, {"x": x, "r": r})["y"]
-    assert np.array_equal(np.isnan(got), np.isnan(want))
-    assert np.array_equal(np.isinf(got), np.isinf(want))
-    finite = np.isfinite(want)
-    np.testing.assert_allclose(got[finite], want[finite], rtol=1e-5, atol=1e-5)
+    _assert_like_onnxruntime(model, {"x": x, "r": r})
 
 
 @pytest.mark.parametrize(("batch", "rows", "depth", "cols"),
@@ -91,12 +96,7 @@ def test_matmul_bias_residual_relu_on_registers(batch: tuple, rows: int, depth: 
     x = rng.standard_normal((*shape, depth)).astype(np.float32)
     r = rng.standard_normal((*shape, cols)).astype(np.float32)
     r.reshape(-1)[[0, 5, cols + 3, r.size - 1]] = np.nan, np.inf, -np.inf, -0.0
-    got = cg.compile(model, targets=["c"]).run({"x": x, "r": r})["y"]
-    want = run_onnxruntime(model, {"x": x, "r": r})["y"]
-    assert np.array_equal(np.isnan(got), np.isnan(want))
-    assert np.array_equal(np.isinf(got), np.isinf(want))
-    finite = np.isfinite(want)
-    np.testing.assert_allclose(got[finite], want[finite], rtol=1e-5, atol=1e-5)
+    _assert_like_onnxruntime(model, {"x": x, "r": r})
 
 
 @pytest.mark.parametrize(("c", "m", "h", "w", "kernel"), [(64, 64, 7, 5, 1), (8, 72, 11, 3, 3), (5, 40, 9, 9, 3)])
