@@ -75,7 +75,7 @@ static inline float cg_exp_op(float x) {
    kernel does, so the two agree bit for bit (ops/mlas_math.c's cg_mlas_logistic is the same
    function with the FMAs spelled out, for the ML ops that must match on every target).  Its 15
    vector instructions took a fused SiLU's epilogue 0.35x the time of e^-x's (ocrsieve_effnet). */
-#define CG_LOGISTIC_BODY(x, x2, p, q)                                                      \
+#define CG_LOGISTIC_BODY(x, x2, p, q)                                                          \
   const __typeof__(x) x2 = x * x;                                                                \
   __typeof__(x) p = x2 * 4.37031012579801e-11f + 1.15627324459942e-07f, q;                      \
   p = x2 * p + 6.08574864600143e-05f;                                                            \

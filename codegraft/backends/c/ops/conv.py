@@ -48,6 +48,7 @@ from codegraft.backends.c.ops.gemm import (
     gemm_function,
     negligible_terms,
     pack_weights,
+    row_strides_arg,
     write_over_residual,
 )
 from codegraft.backends.c.ops.qconv import quantized_conv
@@ -270,10 +271,7 @@ def emit_conv(ctx: Context, kernel: Kernel) -> None:
                            input_floats=n * h * w_ * c)
     driver = gemm_function(ctx, nv, p, fused, contiguous_input=n * h * w_ * c if contiguous else 0,
                            depth=len(taps) * run, fetch_next=split.fetch_next)
-    rs_arg = ""
-    if fused is not None:
-        ctx.body.append(f"  static const long {ep}_rs[] = {c_longs(list(fused.row_strides) or [0])};")
-        rs_arg = f", {ep}_rs"
+    rs_arg = row_strides_arg(ctx, ep, fused)
     job = ctx.name("job")
     ctx.body.append(
         f"  {{ const cg_gemm_t {job} = {{{src}, {c}, 1, {run}, {n}, {hp}, {wp}, {out_spatial[0]}, {out_spatial[1]}, "

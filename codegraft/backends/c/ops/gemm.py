@@ -126,6 +126,15 @@ def gemm_function(
                                                               steps))
 
 
+def row_strides_arg(ctx: Context, ep: str, fused: VectorEpilogue | None) -> str:
+    """The ``cg_gemm_t`` initializer's last field for a register epilogue: ``, <ep>_rs``, each
+    operand's row stride, declared in the entry body; empty without one."""
+    if fused is None:
+        return ""
+    ctx.body.append(f"  static const long {ep}_rs[] = {c_longs(list(fused.row_strides) or [0])};")
+    return f", {ep}_rs"
+
+
 def write_over_residual(ctx: Context, kernel: Kernel) -> None:
     """Let a GEMM kernel's output take the memory of a full-tensor epilogue operand (a
     residual) that nothing reads after it (``Context.write_over``): each element is read by

@@ -31,7 +31,14 @@ from codegraft.backends.c._node import (
 from codegraft.backends.c.ops._spec import KernelOp, Layout, OnnxOp, core_of
 from codegraft.backends.c.ops.data import Gather
 from codegraft.backends.c.ops.elementwise import emit_epilogue, vector_epilogue
-from codegraft.backends.c.ops.gemm import c_longs, choose_tile, gemm_function, pack_weights, write_over_residual
+from codegraft.backends.c.ops.gemm import (
+    c_longs,
+    choose_tile,
+    gemm_function,
+    pack_weights,
+    row_strides_arg,
+    write_over_residual,
+)
 from codegraft.backends.c.ops.norm import ArgExtreme, ml_rows
 from codegraft.backends.c.ops.qconv import quantized_matmul
 
@@ -271,15 +278,12 @@ def emit_matmul(ctx: Context, kernel: Kernel) -> None:
     blocking = host_blocking(ctx.target.vector_floats)
     split = blocking.split(nmb, 1, -(-rows // p), depth, width, p, ctx.op_threads,
                            weights_outweigh_input=weights_outweigh(depth * cols, rows * depth))
-    # An epilogue of steps with vector forms (bias, residual, GELU's tanh form, SiLU) runs on full
+    # An epilogue of steps with vector forms (bias, residual, Relu, SiLU, HardSwish) runs on full
     # tiles' registers, as a Conv's does.
     fused = vector_epilogue(kernel)
     driver = gemm_function(ctx, nv, p, fused, contiguous_input=0 if mm.trans_a else rows * depth, depth=depth,
                            fetch_next=split.fetch_next and b.const is not None)
-    rs_arg = ""
-    if fused is not None:
-        ctx.body.append(f"  static const long {ep}_rs[] = {c_longs(list(fused.row_strides) or [0])};")
-        rs_arg = f", {ep}_rs"
+    rs_arg = row_strides_arg(ctx, ep, fused)
     job = ctx.name("job")
     aoff, boff = ctx.name("aoff"), ctx.name("boff")
     ctx.body.append(f"  static const long {aoff}[] = {c_longs([int(i) * rows * depth for i in a_index])};")
