@@ -50,6 +50,21 @@ def test_tile_width_keeps_the_weight_panel_in_l2() -> None:
     assert xeon.tile(256, 2) == (4, 2)  # never more rows than there are
 
 
+def test_a_panel_may_fill_the_l2_where_a_narrower_tile_pads_more_lanes() -> None:
+    xeon, zen2 = (Blocking.for_cpu(c) for c in (XEON, ZEN2))
+    # uvdoc's 5x5 Conv over 128 channels (K = 3200): at 4 vectors the panel takes 80% of the
+    # L2, at 3 the tiles pad 128 channels to 144 (11% of the lanes): the wider one.
+    assert zen2.tile(128, 1395, depth=3200) == (4, 3)
+    assert xeon.tile(128, 1395, depth=3200) == (4, 6)
+    # 160 channels (K = 4000): 3 vectors pad 4.7%, under what a full L2 costs.
+    assert zen2.tile(160, 1600, depth=4000) == (3, 4)
+    # K = 4608: 4 vectors' 590 KB outgrow the L2; 2 vectors pad nothing and fit.
+    assert zen2.tile(128, 1395, depth=4608) == (2, 6)
+    # A 3x3 over 512 channels on the Xeon: 3 vectors' 884 KB panel fits the L2 but pads 3%,
+    # 2 vectors pad none: the narrower stays.
+    assert xeon.tile(512, 49, depth=4608) == (2, 10)
+
+
 def test_channels_no_width_fits_take_the_tile_the_cost_model_prefers() -> None:
     xeon, zen2 = (Blocking.for_cpu(c) for c in (XEON, ZEN2))
     # shufflenet's groups of 34 and 68 channels: every width of 2-4 vectors wastes > 15%.
