@@ -65,6 +65,24 @@ def test_a_panel_may_fill_the_l2_where_a_narrower_tile_pads_more_lanes() -> None
     assert xeon.tile(512, 49, depth=4608) == (2, 10)
 
 
+def test_a_narrower_tile_of_the_same_step_is_taken_where_it_pads_fewer_lanes() -> None:
+    xeon, zen2 = (Blocking.for_cpu(c) for c in (XEON, ZEN2))
+    # AVX2: 3 x 4 and 4 x 3 both issue 12 multiply-adds and 7 loads a step.  144 channels
+    # are 6 blocks of 24 (none padded) rather than 5 of 32 (10% padded); 136 in 6 of 24 (5.6%)
+    # rather than 5 of 32 (15%), inception_v1's 112 in 5 of 24 (6.7%) rather than 4 of 32 (12.5%).
+    assert zen2.tile(144, 3136, depth=24) == (3, 4)
+    assert zen2.tile(136, 49, depth=136) == (3, 4)
+    assert zen2.tile(112, 169, depth=512) == (3, 4)
+    # Too little saved: 1000 channels pad 2.3% at 4 vectors, 0.8% at 3; 208 pad 7.1% and 3.7%.
+    assert zen2.tile(1000, 169, depth=512) == (4, 3)
+    assert zen2.tile(208, 169, depth=512) == (4, 3)
+    # Not the same step: one row (4 and 3 multiply-adds a step), or AVX-512's 8 x 3 (11 loads
+    # a step against 6 x 4's 10).
+    assert zen2.tile(144, 1, depth=512) == (4, 1)
+    assert xeon.tile(144, 3136, depth=24) == (3, 8)  # 144 = 3 x 48: its widest fitting tile anyway
+    assert xeon.tile(240, 3136, depth=24) == (4, 6)  # 6.25% padded at 4 vectors, none at 3: kept
+
+
 def test_channels_no_width_fits_take_the_tile_the_cost_model_prefers() -> None:
     xeon, zen2 = (Blocking.for_cpu(c) for c in (XEON, ZEN2))
     # shufflenet's groups of 34 and 68 channels: every width of 2-4 vectors wastes > 15%.

@@ -90,6 +90,14 @@ LOOP_POINTERS = 6
 # tiles than as 3 x 4 ones padding 11% of their lanes; a 5x5 over 160 channels at 40x40 (a
 # 500 KB panel, 4.7% padded at 3 vectors) 1.01x.
 FULL_L2_PANEL_COST = 0.05
+# Where a narrower tile issues the same step (Blocking._same_step), the share of lanes it must
+# pad less to be taken: its extra channel blocks each read the tile's input rows once more
+# (squeezenet's 512 -> 1000 classifier, 2.3% against 0.8% padded, ran 1.04x as long cold as 3
+# x 4 tiles).  Zen 3, one layer alone, 3 x 4 against 4 x 3 tiles in one process at 1 / 2
+# threads: 512 -> 112 and 512 -> 144 at 13x13 (inception_v1) 0.91 / 0.92 and 0.94, 24 -> 144
+# at 96x128 and 480 -> 112 at 24x32 (EfficientNet) 0.95 / 0.89 and 0.94 / 0.91, 240 -> 240 at
+# 24x24 (PP-OCR) 0.94 / 0.96, shufflenet's 544 -> 544 in 4 groups at 7x7 0.97 / 0.81.
+FEWER_LANES = 0.05
 TASK_NS = 5000.0  # a task's least work: claiming it (one contended atomic) and warming up stay small
 
 
@@ -203,10 +211,12 @@ class Blocking:
         checked), or whose ``rows`` fit in one tile (the panel is then read once anyway);
         or a wider one whose panel fits in the whole L2 where that saves at least
         :data:`FULL_L2_PANEL_COST` of its lanes (128 channels of a 5x5 Conv, K = 3200, on an
-        AVX-512 Xeon: 4 vectors and an 800 KB panel, not 3 that pad 128 channels to 144).
-        When none does (a group of 34 or 68 channels: shufflenet), the tile of least
-        :meth:`tile_cost` among widths 1-4 and the widths 5-6 that hold every channel in one
-        block::
+        AVX-512 Xeon: 4 vectors and an 800 KB panel, not 3 that pad 128 channels to 144);
+        or a narrower one of the same step (:meth:`_same_step`: AVX2's 3 x 4 for its 4 x 3)
+        where that pads :data:`FEWER_LANES` fewer lanes (144 channels: 6 blocks of 24, not 5
+        of 32 with the last 16 lanes empty).  When none does (a group of 34 or 68 channels:
+        shufflenet), the tile of least :meth:`tile_cost` among widths 1-4 and the widths 5-6
+        that hold every channel in one block::
 
             >>> xeon = Blocking.for_cpu(CpuDescription.avx512_xeon())
             >>> xeon.tile(128, 1395, depth=3200), xeon.tile(144, 1395, depth=3200)
@@ -217,7 +227,9 @@ class Blocking:
             if self._panel_fits(candidate, rows, depth) and waste[candidate] <= 0.15:
                 wider = [nv for nv in (4, 3) if nv > candidate and 4 * depth * nv * self.vector_floats <= self.l2
                          and waste[nv] + FULL_L2_PANEL_COST <= waste[candidate]]
-                nv = wider[0] if wider else candidate
+                twins = [nv for nv in (3, 2) if nv < candidate and self._same_step(nv, candidate, rows)
+                         and self._panel_fits(nv, rows, depth) and waste[nv] + FEWER_LANES <= waste[candidate]]
+                nv = wider[0] if wider else twins[0] if twins else candidate
                 return nv, self.balanced_rows(nv, rows)
         # Widths 5-6 only where they still get 4 rows (32 registers): tiles of 2 rows pay the
         # driver's per-tile work every other row (AVX2, 34 channels: 2 x 5 no faster than 8 x 1).
@@ -226,6 +238,13 @@ class Blocking:
         fitting = [nv for nv in widths if nv == 1 or self._panel_fits(nv, rows, depth)]
         nv = min(fitting, key=lambda nv: (self.tile_cost(nv, channels, rows), -nv))
         return nv, self.balanced_rows(nv, rows)
+
+    def _same_step(self, narrow: int, wide: int, rows: int) -> bool:
+        """Whether a tile of ``narrow`` vectors over ``rows`` rows issues as many multiply-adds a
+        k-step as one of ``wide`` and loads no more (AVX2's 3 x 4 and 4 x 3: 12 and 7; not
+        AVX-512's 8 x 3 and 6 x 4, 24 and 11 against 10, nor 1-row tiles)."""
+        p_narrow, p_wide = self.balanced_rows(narrow, rows), self.balanced_rows(wide, rows)
+        return p_narrow * narrow == p_wide * wide and p_narrow + narrow <= p_wide + wide
 
     def _wasted_lanes(self, nv: int, channels: int) -> float:
         """The share of a ``nv``-vector tiling's lanes past ``channels`` (in its last block)."""
