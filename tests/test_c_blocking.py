@@ -5,6 +5,8 @@ Nothing here depends on the CPU running the test: each case is a ``CpuDescriptio
 
 from __future__ import annotations
 
+import pytest
+
 from codegraft.backends.c._blocking import Blocking, CpuDescription, vector_floats
 from codegraft.backends.c._toolchain import CacheSizes
 
@@ -50,37 +52,42 @@ def test_tile_width_keeps_the_weight_panel_in_l2() -> None:
     assert xeon.tile(256, 2) == (4, 2)  # never more rows than there are
 
 
-def test_a_panel_may_fill_the_l2_where_a_narrower_tile_pads_more_lanes() -> None:
-    xeon, zen2 = (Blocking.for_cpu(c) for c in (XEON, ZEN2))
+# (cpu, channels, rows, depth, the tile): how few lanes a tile pads against where its panel
+# sits and what its k-step issues (Blocking.tile: FULL_L2_PANEL_COST, FEWER_LANES).
+PADDING_CASES = {
     # uvdoc's 5x5 Conv over 128 channels (K = 3200): at 4 vectors the panel takes 80% of the
     # L2, at 3 the tiles pad 128 channels to 144 (11% of the lanes): the wider one.
-    assert zen2.tile(128, 1395, depth=3200) == (4, 3)
-    assert xeon.tile(128, 1395, depth=3200) == (4, 6)
+    "full-l2-panel-avx2": ("zen2", 128, 1395, 3200, (4, 3)),
+    "full-l2-panel-avx512": ("xeon", 128, 1395, 3200, (4, 6)),
     # 160 channels (K = 4000): 3 vectors pad 4.7%, under what a full L2 costs.
-    assert zen2.tile(160, 1600, depth=4000) == (3, 4)
+    "small-saving": ("zen2", 160, 1600, 4000, (3, 4)),
     # K = 4608: 4 vectors' 590 KB outgrow the L2; 2 vectors pad nothing and fit.
-    assert zen2.tile(128, 1395, depth=4608) == (2, 6)
+    "beyond-l2": ("zen2", 128, 1395, 4608, (2, 6)),
     # A 3x3 over 512 channels on the Xeon: 3 vectors' 884 KB panel fits the L2 but pads 3%,
     # 2 vectors pad none: the narrower stays.
-    assert xeon.tile(512, 49, depth=4608) == (2, 10)
-
-
-def test_a_narrower_tile_of_the_same_step_is_taken_where_it_pads_fewer_lanes() -> None:
-    xeon, zen2 = (Blocking.for_cpu(c) for c in (XEON, ZEN2))
-    # AVX2: 3 x 4 and 4 x 3 both issue 12 multiply-adds and 7 loads a step.  144 channels
-    # are 6 blocks of 24 (none padded) rather than 5 of 32 (10% padded); 136 in 6 of 24 (5.6%)
+    "narrower-pads-none": ("xeon", 512, 49, 4608, (2, 10)),
+    # AVX2: 3 x 4 and 4 x 3 both issue 12 multiply-adds and 7 loads a step.  144 channels are
+    # 6 blocks of 24 (none padded) rather than 5 of 32 (10% padded); 136 in 6 of 24 (5.6%)
     # rather than 5 of 32 (15%), inception_v1's 112 in 5 of 24 (6.7%) rather than 4 of 32 (12.5%).
-    assert zen2.tile(144, 3136, depth=24) == (3, 4)
-    assert zen2.tile(136, 49, depth=136) == (3, 4)
-    assert zen2.tile(112, 169, depth=512) == (3, 4)
+    "twin-144": ("zen2", 144, 3136, 24, (3, 4)),
+    "twin-136": ("zen2", 136, 49, 136, (3, 4)),
+    "twin-112": ("zen2", 112, 169, 512, (3, 4)),
     # Too little saved: 1000 channels pad 2.3% at 4 vectors, 0.8% at 3; 208 pad 7.1% and 3.7%.
-    assert zen2.tile(1000, 169, depth=512) == (4, 3)
-    assert zen2.tile(208, 169, depth=512) == (4, 3)
+    "twin-saves-little-1000": ("zen2", 1000, 169, 512, (4, 3)),
+    "twin-saves-little-208": ("zen2", 208, 169, 512, (4, 3)),
     # Not the same step: one row (4 and 3 multiply-adds a step), or AVX-512's 8 x 3 (11 loads
     # a step against 6 x 4's 10).
-    assert zen2.tile(144, 1, depth=512) == (4, 1)
-    assert xeon.tile(144, 3136, depth=24) == (3, 8)  # 144 = 3 x 48: its widest fitting tile anyway
-    assert xeon.tile(240, 3136, depth=24) == (4, 6)  # 6.25% padded at 4 vectors, none at 3: kept
+    "one-row": ("zen2", 144, 1, 512, (4, 1)),
+    "avx512-widest-fits": ("xeon", 144, 3136, 24, (3, 8)),  # 144 = 3 x 48
+    "avx512-no-twin": ("xeon", 240, 3136, 24, (4, 6)),  # 6.25% padded at 4 vectors, none at 3: kept
+}
+
+
+@pytest.mark.parametrize("case", PADDING_CASES.values(), ids=PADDING_CASES.keys())
+def test_tile_width_pads_few_lanes(case: tuple[str, int, int, int, tuple[int, int]]) -> None:
+    cpu, channels, rows, depth, expected = case
+    blocking = Blocking.for_cpu({"zen2": ZEN2, "xeon": XEON}[cpu])
+    assert blocking.tile(channels, rows, depth=depth) == expected
 
 
 def test_channels_no_width_fits_take_the_tile_the_cost_model_prefers() -> None:
