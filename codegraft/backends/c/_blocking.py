@@ -225,7 +225,7 @@ class Blocking:
         waste = {nv: self._wasted_lanes(nv, channels) for nv in (4, 3, 2)}
         for candidate in (4, 3, 2):
             if self._panel_fits(candidate, rows, depth) and waste[candidate] <= 0.15:
-                wider = [nv for nv in (4, 3) if nv > candidate and 4 * depth * nv * self.vector_floats <= self.l2
+                wider = [nv for nv in (4, 3) if nv > candidate and self._panel_bytes(nv, depth) <= self.l2
                          and waste[nv] + FULL_L2_PANEL_COST <= waste[candidate]]
                 twins = [nv for nv in (3, 2) if nv < candidate and self._same_step(nv, candidate, rows)
                          and self._panel_fits(nv, rows, depth) and waste[nv] + FEWER_LANES <= waste[candidate]]
@@ -252,12 +252,16 @@ class Blocking:
         blocks = -(-channels // width)
         return (blocks * width - channels) / (blocks * width)
 
+    def _panel_bytes(self, nv: int, depth: int) -> int:
+        """The bytes of one channel block's weights: ``depth`` steps of ``nv`` vectors of floats."""
+        return 4 * depth * nv * self.vector_floats
+
     def _panel_fits(self, nv: int, rows: int, depth: int) -> bool:
         # With one tile of rows (a batch-1 fully connected layer) the panel is read once
         # whatever its size: nothing to keep in L2, and a narrow tile would leave the
         # kernel one FMA chain per row (vgg19's 25088 x 4096 layer: 14 -> 19 ms at NV = 1).
         single_tile = rows <= self.rows_per_tile(nv)
-        return single_tile or 4 * depth * nv * self.vector_floats <= 3 * self.l2 // 4
+        return single_tile or self._panel_bytes(nv, depth) <= 3 * self.l2 // 4
 
     def tile_cost(self, nv: int, channels: int, rows: int) -> float:
         """Issue slots per multiply-add step of a ``P x nv`` tiling of ``channels x rows``.
