@@ -12,29 +12,29 @@ static inline __attribute__((always_inline)) void ${name}_vectors(const float* x
       if (ih < 0 || ih >= ${h}) continue;
       const float* rp = xr + ih * ${row} + c;
       const long iw0 = ow0 * ${sw} - ${pl};
-      if (interior) {
-        vf in[${span}];
-        #pragma GCC unroll ${span}
-        for (int q = 0; q < ${span}; q++) in[q] = *(const vfu*)(rp + (iw0 + q) * ${c});
-        #pragma GCC unroll ${kw}
-        for (int j = 0; j < ${kw}; j++) {
-          const vf wv = *(const vfu*)(w + (i * ${kw} + j) * ${c} + c);
-          #pragma GCC unroll ${pb}
-          for (int p = 0; p < ${pb}; p++) a[p] += in[p * ${sw} + j * ${dw}] * wv;
-        }
-      } else {
-        #pragma GCC unroll ${kw}
-        for (int j = 0; j < ${kw}; j++) {
-          const vf wv = *(const vfu*)(w + (i * ${kw} + j) * ${c} + c);
-          for (int p = 0; p < np; p++) {
-            const long iw = iw0 + p * ${sw} + j * ${dw};
-            if (iw >= 0 && iw < ${w}) a[p] += *(const vfu*)(rp + iw * ${c}) * wv;
-          }
+      vf wr[${kw}];
+      #pragma GCC unroll ${kw}
+      for (int j = 0; j < ${kw}; j++) wr[j] = *(const vfu*)(w + (i * ${kw} + j) * ${c} + c);
+      if (interior && ((${new_rows} >> i) & 1)) {  /* this row's pixels of the next block: from L3 */
+        #pragma GCC unroll ${step}
+        for (int q = 0; q < ${step}; q++) __builtin_prefetch(rp + (iw0 + ${span} + q) * ${c});
+      }
+      /* Each input vector is loaded once and added into every pixel whose window holds it: per
+         pixel the taps still come in the order j = 0, 1, ..., as ONNX's loop takes them. */
+      #pragma GCC unroll ${span}
+      for (int q = 0; q < ${span}; q++) {
+        if (!interior && (iw0 + q < 0 || iw0 + q >= ${w})) continue;
+        const vf x = *(const vfu*)(rp + (iw0 + q) * ${c});
+        #pragma GCC unroll ${pb}
+        for (int p = 0; p < ${pb}; p++) {
+          const int t = q - p * ${sw};  /* j * dw for the tap of pixel p that reads x */
+          if (t >= 0 && t % ${dw} == 0 && t / ${dw} < ${kw}) a[p] += x * wr[t / ${dw}];
         }
       }
     }
     #pragma GCC unroll ${pb}
-    for (int p = 0; p < ${pb}; p++) *(vfu*)(acc + p * ${c} + c) = a[p];
+    for (int p = 0; p < ${pb}; p++)
+      if (interior || p < np) *(vfu*)(acc + p * ${c} + c) = a[p];
   }
 }
 static inline __attribute__((always_inline)) void ${name}_block(const float* xr, const float* w, float* acc, long ih0,
@@ -63,13 +63,18 @@ static void ${name}_row(const void* ctx, long task) {
   const float* xr = k->x + n * ${image};
   const long ih0 = oh * ${sh} - ${pt};
   float acc[${block}] __attribute__((aligned(64)));
+  /* The channel count as the epilogue sees it.  Knowing 8 or 16 (AVX2 and AVX-512 alike), gcc
+     unrolls the epilogue's channel loop and vectorises across the block's pixels instead, a
+     permute per value: there the count is hidden from it. */
+  long channels = ${c};
+  if (${c} <= 16) __asm__("" : "+r"(channels));
   for (long ow0 = 0; ow0 < ${ow}; ow0 += ${pb}) {
     const long np = cg_min(${pb}, ${ow} - ow0);
     if (np == ${pb} && ow0 >= ${first_in} && ow0 + ${last_pixel} <= ${last_in})
       ${name}_block(xr, k->w, acc, ih0, ow0, ${pb}, 1);
     else
       ${name}_block(xr, k->w, acc, ih0, ow0, np, 0);
-    ${epilogue}(k->ops, k->y, ${c}, acc, ${c}, task * ${ow} + ow0, np, 0, ${c});
+    ${epilogue}(k->ops, k->y, ${c}, acc, ${c}, task * ${ow} + ow0, np, 0, channels);
   }
 }
 static void ${name}(const float* x, const float* w, float* y, const float* const* ops) {
