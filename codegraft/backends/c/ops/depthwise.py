@@ -14,7 +14,7 @@ for 7x7, whose two chains left the FMA ports idle most of the time (384 channels
 Padding is never materialised: a block touching the left or right border runs the same code
 with a check per input column, and computes all ``PB`` pixels, storing those that exist.
 Interior blocks prefetch the next block's pixels of the kernel rows no earlier output row
-read (those come from the L3: 144 channels at 96x128, 3x3, took 1.5x as long without).
+read (those come from the L3: 144 channels at 96x128, 3x3, took 1.8x as long without).
 The fused epilogue (bias, BatchNorm, activation, residual) is a direct call to the
 partition's static ``cg_ep`` function, which the compiler inlines.
 """
