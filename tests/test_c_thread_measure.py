@@ -24,8 +24,7 @@ from codegraft.testing import assert_close, run_onnxruntime
 from tests.c_backend_util import backend, feeds_for, make_model, needs_compiler, run_c
 
 # A cost model that never finds threads worth waking: every kernel estimated at one thread.
-SERIAL = Machine(gemm_flops_per_ns=1e9, other_flops_per_ns=1e9, depthwise_flops_per_ns=1e9,
-                 cache_bytes_per_ns=1e9, memory_bytes_per_ns=1e9,
+SERIAL = Machine(gemm_flops_per_ns=1e9, other_flops_per_ns=1e9, cache_bytes_per_ns=1e9, memory_bytes_per_ns=1e9,
                  l2_bytes=1 << 20, l3_bytes=32 << 20)
 
 

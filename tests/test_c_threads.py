@@ -138,24 +138,3 @@ def test_a_global_pool_counts_its_input_and_its_channel_blocks() -> None:
         (pool,) = [k for k in plan if k.kernel.startswith("GlobalAveragePool")]
         assert pool.work.flops == 13 * 13 * 1000 and pool.work.units == 16
         assert pool.choice.threads > 1
-
-
-def test_depthwise_kernels_are_costed_at_their_own_rate() -> None:
-    """The depthwise kernel runs at 0.2-0.5 of the FMA peak (8 pixels' sums in registers:
-    ops/depthwise.py), not at the plain loops' 0.1; costed at that, shufflenet's 7x7 depthwise
-    layers (a few microseconds) were given 4 of 16 threads and its 28x28 ones 7, for 4-5x the
-    time they take.  At its own rate the 7x7 ones run on one thread, and no layer under 40 us
-    (all but the first, stride 2 at 56x56) takes more than 4."""
-    plan = generate(ir.from_proto(light_model("shufflenet")), AVX512, 16, MACHINE).threads
-    depthwise = [k for k in plan if k.work.depthwise]
-    assert len(depthwise) == 16
-    for k in depthwise:
-        print(f"  {k.choice.threads:2d} threads  {k.work.flops / 1e6:5.2f} MFLOP  {k.choice.serial_us:5.1f} us")
-    assert all(k.choice.threads <= 4 for k in depthwise if k.choice.serial_us < 40)
-    assert sum(k.choice.serial_us < 40 for k in depthwise) == 15
-    assert [k.choice.threads for k in depthwise[-4:]] == [1, 1, 1, 1]  # the 7 x 7 stage
-    # within a factor of two of the kernel's time on a Zen 3 core (AVX2), shufflenet's 3x3 layers
-    # over 116-272 channels at 14x14: 31-32 us, the model's estimate at 8-wide vectors 34
-    avx2 = Machine.for_cpu(8, l2_bytes=1 << 19, l3_bytes=32 << 20)
-    layer = Work(flops=0.96e6, bytes=437e3, units=14, gemm=False, depthwise=True)
-    assert 16 <= choose(layer, 1, avx2).serial_us <= 64

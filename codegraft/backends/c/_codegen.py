@@ -300,7 +300,7 @@ def kernel_work(kernel: Kernel, vector: int, winograd: bool = True) -> Work:
         moved += 4.0 * core.weight.size
         flops = 2.0 * rows * core.weight.size
         if core.group == m and core.weight.size // m == math.prod(core.window.kernel if core.window else (1,)):
-            return Work(flops, moved, phys[0] * (phys[1] if len(phys) == 4 else 1), gemm=False, depthwise=True)
+            return Work(flops, moved, phys[0] * (phys[1] if len(phys) == 4 else 1), gemm=False)  # depthwise rows
         mg = m // core.group
         nv, p = choose_tile(mg, rows, vector, core.weight.size // m)
         return Work(flops, moved, core.group * -(-mg // (nv * vector)) * -(-rows // p), gemm=True)

@@ -55,7 +55,6 @@ class Machine:
 
     gemm_flops_per_ns: float  # one core, register-blocked FMA kernel
     other_flops_per_ns: float  # one core, the plain loops of pools, elementwise, softmax...
-    depthwise_flops_per_ns: float  # one core, the depthwise Conv kernel (ops/depthwise.py)
     cache_bytes_per_ns: float  # one core, data in its caches
     memory_bytes_per_ns: float  # all cores together, streaming from DRAM
     l2_bytes: int  # per core
@@ -63,17 +62,11 @@ class Machine:
 
     @staticmethod
     def for_cpu(vector_floats: int, l2_bytes: int, l3_bytes: int) -> Machine:
-        """Rates from the SIMD width (two FMA pipes at ~2.5 GHz, ~60% of it reached).
-
-        The depthwise kernel holds 8 pixels' sums in registers (ops/depthwise.py) and reached
-        18-41 GFLOP/s on shufflenet's layers on a Zen 3 core (AVX2: 80 at this model's clock),
-        where the plain loops' rate said 8: their threads were chosen for 4-5x the time.
-        """
+        """Rates from the SIMD width (two FMA pipes at ~2.5 GHz, ~60% of it reached)."""
         peak = vector_floats * 2 * 2 * 2.5
         return Machine(
             gemm_flops_per_ns=0.6 * peak,
             other_flops_per_ns=0.1 * peak,
-            depthwise_flops_per_ns=0.35 * peak,
             cache_bytes_per_ns=vector_floats * 4 * 0.5,
             memory_bytes_per_ns=40.0,
             l2_bytes=l2_bytes,
@@ -89,7 +82,6 @@ class Work:
     bytes: float
     units: int
     gemm: bool  # runs on the register-blocked micro-kernel
-    depthwise: bool = False  # runs on the depthwise Conv kernel
     loops: int = 1  # parallel loops, each woken and joined (a Winograd Conv's transforms and GEMM: 3)
     # On 2 up to (not including) this many threads the kernel is one parallel loop whatever
     # ``loops`` says: a Winograd Conv in chunks, each run whole by one thread (ops/winograd.py)
@@ -117,8 +109,7 @@ def estimate_ns(work: Work, threads: int, machine: Machine) -> float:
         >>> [round(estimate_ns(three, t, m) - estimate_ns(chunked, t, m)) for t in (1, 4, 8)]
         [0, 17000, 0]
     """
-    rate = (machine.gemm_flops_per_ns if work.gemm else
-            machine.depthwise_flops_per_ns if work.depthwise else machine.other_flops_per_ns)
+    rate = machine.gemm_flops_per_ns if work.gemm else machine.other_flops_per_ns
     compute = work.flops / (threads * rate)
     bandwidth = threads * machine.cache_bytes_per_ns
     if work.bytes > machine.l3_bytes:
