@@ -76,6 +76,7 @@ def depthwise_function(name: str, s: DepthwiseShape, epilogue: str, vector: int)
     # Output columns whose whole window is inside the row: ow * sw - pl >= 0 and ow * sw - pl + (kw-1)*dw < w.
     first_in = -(-s.pl // s.sw)
     last_in = (s.w - 1 - (s.kw - 1) * s.dw + s.pl) // s.sw  # may be < first_in
+    # Kernel rows that the output row before did not read (its rows are these less sh): a bit each.
     new_rows = sum(1 << i for i in range(s.kh) if s.sh % s.dh or i + s.sh // s.dh >= s.kh)
     return filled(
         "ops/depthwise.c", name=name, epilogue=epilogue, pb=pb, cv=cv, overlap=overlap, scalar_from=scalar_from,
