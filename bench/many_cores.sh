@@ -20,6 +20,9 @@
 # winograd.md (bench.winograd_layers --every-3x3: each layer that can run as Winograd against
 # the same layer run directly, in the model, beyond one thread; those winograd_pays leaves direct
 # marked forced).
+# The steps run in that order of use: scaling, kernels, layers, then the c backend's tests on this
+# machine's vector width (tests.txt; TESTS=0 skips them), idle, winograd, the measured ones last,
+# so a run cut short by a time limit still brings back the done-when table first.
 # About 10-11 minutes on 16 cores, most of it compiling (the measured steps about 3 of them;
 # MEASURED=0 leaves them out, about 8, where a run must stay under the device's 10 minutes;
 # winograd.md about 1).
@@ -41,6 +44,27 @@ py="${PYTHON:-python3}"
 cat "$out/machine.txt"
 "$py" -m bench.c_models --threads "$threads" --repeat 20 \
     --models resnet50,squeezenet,vgg19,inception_v1,densenet121,shufflenet 2>&1 | tee "$out/scaling.md"
+# every kernel of the small models at each count: which ones do not scale
+for model in squeezenet shufflenet inception_v1; do
+    "$py" -m bench.c_kernels --model "$model" --threads "$threads" --repeat 21 --top 25 2>&1 | tee -a "$out/kernels.md"
+done
+# resnet50's, squeezenet's and shufflenet's convolutions against onnxruntime's at the largest count
+for model in resnet50 squeezenet shufflenet; do
+    "$py" -m bench.c_layers --in-model --model "$model" --threads "$most" --repeat 21 2>&1 | tee -a "$out/layers_T$most.md"
+done
+# the c backend's tests on this machine's vector width (CI's machines have AVX2 only): TESTS=0
+# skips them; they need pytest, pytest-xdist and hypothesis
+if [ "${TESTS:-1}" != 0 ]; then
+    "$py" -m pytest -q -n "$(nproc)" -p no:cacheprovider tests/test_c_*.py 2>&1 | tail -40 | tee "$out/tests.txt" || true
+fi
+# each call after 50 ms idle, as a service's requests come: the workers wake for every call
+"$py" -m bench.c_models --threads "$most" --repeat 10 --idle 50 \
+    --models resnet50,squeezenet,inception_v1,densenet121,shufflenet 2>&1 | tee "$out/idle.md"
+# Winograd layers against the same layers run directly, in the models, beyond one thread:
+# whether winograd_pays (set at 1 thread on 2 cores) holds at the counts measured, the layers it
+# leaves direct included (forced)
+"$py" -m bench.winograd_layers --threads "${threads#1,}" --repeat 9 --every-3x3 \
+    --models resnet50,vgg19,inception_v1,squeezenet 2>&1 | tee "$out/winograd.md"
 # the same with every kernel's threads measured on this machine at compile time instead of
 # estimated (CBackend(measure_threads=True)); one thread has nothing to measure, and vgg19
 # (big convolutions only, every one on all threads either way) is the slowest to measure.
@@ -51,18 +75,3 @@ if [ "${MEASURED:-1}" != 0 ] && [ "$most" != 1 ]; then
     # what the measurement found kernel by kernel for the two models issue 18 saw slower on 16
     "$py" -m bench.c_measure --model squeezenet,shufflenet --threads "$most" 2>&1 | tee "$out/measure.md"
 fi
-# each call after 50 ms idle, as a service's requests come: the workers wake for every call
-"$py" -m bench.c_models --threads "$most" --repeat 10 --idle 50 \
-    --models resnet50,squeezenet,inception_v1,densenet121,shufflenet 2>&1 | tee "$out/idle.md"
-for model in resnet50 squeezenet shufflenet; do
-    "$py" -m bench.c_layers --in-model --model "$model" --threads "$most" --repeat 21 2>&1 | tee -a "$out/layers_T$most.md"
-done
-# Winograd layers against the same layers run directly, in the models, beyond one thread:
-# whether winograd_pays (set at 1 thread on 2 cores) holds at the counts measured, the layers it
-# leaves direct included (forced)
-"$py" -m bench.winograd_layers --threads "${threads#1,}" --repeat 9 --every-3x3 \
-    --models resnet50,vgg19,inception_v1,squeezenet 2>&1 | tee "$out/winograd.md"
-# every kernel of the small models at each count: which ones do not scale
-for model in squeezenet shufflenet inception_v1; do
-    "$py" -m bench.c_kernels --model "$model" --threads "$threads" --repeat 21 --top 25 2>&1 | tee -a "$out/kernels.md"
-done
