@@ -168,7 +168,8 @@ def test_exp_and_softmax_underflow_as_onnxruntime() -> None:
         normal = np.abs(want[name]) >= tiny
         np.testing.assert_allclose(got[name][normal], want[name][normal], rtol=1e-6, err_msg=name)
         off = np.abs(got[name][~normal] - want[name][~normal])
-        # onnxruntime's Softmax on an AVX2 core gives 0 for the subnormal ones (its AVX-512 one,
-        # and its Exp, the subnormal values): either, within a step of a subnormal or below the normals
-        flushed = (want[name][~normal] == 0) & (np.abs(got[name][~normal]) < tiny) & (name != "e")
+        # onnxruntime's Softmax on an AVX2 core gives 0 for the subnormal ones, its AVX-512 one (and
+        # its Exp) the subnormal values; c's Softmax gives 0 (tiny weights make subnormal products
+        # downstream): a Softmax's result below the normals may be either there
+        flushed = (np.abs(got[name][~normal]) < tiny) & (name != "e")
         assert (off[~flushed] <= subnormal_step).all(), name

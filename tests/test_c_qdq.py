@@ -15,6 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import codegraft as cg
 from codegraft.backends.c._toolchain import VNNI, cpu_features
+from codegraft.core.irversion import readable_by_runtime
 from codegraft.testing import run_onnxruntime
 
 pytestmark = needs_compiler
@@ -186,7 +187,7 @@ def test_qdq_convs_on_8_bit_products_are_qlinear_convs_bit_for_bit(kernel: int, 
     feeds = {"x": (RNG.standard_normal([2, 24, 15, 14]) * 2).astype(np.float32)}
     assert _kernels(model, feeds).count("QuantConv") == 2
     got = _on_c(model, feeds)
-    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(readable_by_runtime(model).SerializeToString(), providers=["CPUExecutionProvider"])
     want = dict(zip(["q2"], session.run(["q2"], feeds), strict=True))
     np.testing.assert_array_equal(got["q2"], want["q2"])
 
@@ -290,7 +291,7 @@ def _optimized_onnxruntime(model: onnx.ModelProto, feeds: Mapping[str, np.ndarra
     """onnxruntime's default session: its QDQ transformer fuses the units (QLinearMatMul, QGemm, QLinearConv)."""
     import onnxruntime as ort
 
-    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(readable_by_runtime(model).SerializeToString(), providers=["CPUExecutionProvider"])
     return dict(zip(names, session.run(names, dict(feeds)), strict=True))
 
 

@@ -14,6 +14,7 @@ import onnxruntime as ort
 import pytest
 
 import codegraft as cg
+from codegraft.core.irversion import readable_by_runtime
 from codegraft.errors import ModelError
 
 
@@ -38,7 +39,8 @@ def _model(opset: int, output_shape: list[int] | None = None) -> onnx.ModelProto
 def test_read_as_opset_17_and_right(opset: int, targets: list[str], output_shape: list[int] | None) -> None:
     model = _model(opset, output_shape)
     x = np.random.default_rng(1).standard_normal((4, 8)).astype(np.float32)
-    (want,) = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    session = ort.InferenceSession(readable_by_runtime(model).SerializeToString(), providers=["CPUExecutionProvider"])
+    (want,) = session.run(None, {"x": x})
     exe = cg.compile(model, targets)
     np.testing.assert_allclose(exe.run({"x": x})["y"], want, rtol=1e-5, atol=1e-6)
 

@@ -11,6 +11,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import codegraft as cg
+from codegraft.core.irversion import readable_by_runtime
 from codegraft.frontend.model import import_model
 from codegraft.testing import SubsetBackend, light_model, light_model_path
 
@@ -309,7 +310,8 @@ def test_a_zipmap_of_string_labels_and_the_probabilities_too() -> None:
     )  # fmt: skip
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("ai.onnx.ml", 1)])
     x = np.random.default_rng(1).standard_normal((4, 2)).astype(np.float32)
-    session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    readable = readable_by_runtime(model).SerializeToString()
+    session = onnxruntime.InferenceSession(readable, providers=["CPUExecutionProvider"])
     want = session.run(None, {"x": x})
     got = cg.compile(model, targets=["c"]).run({"x": x})
     assert list(got) == ["maps", "p"]

@@ -18,6 +18,7 @@ import pytest
 
 import codegraft as cg
 from bench import corpus
+from codegraft.core.irversion import readable_by_runtime
 from codegraft.lower.shape_values import MAX_VALUE_VERSIONS, static_integer_outputs, with_values
 
 pytest.importorskip("codegraft.backends.c")
@@ -54,7 +55,7 @@ def test_shape_arithmetic_cut_from_its_reshape_runs_on_c_and_is_exact(tmp_path: 
     exe = cg.load_executable(tmp_path / "cut.cgx")  # the loaded artifact specialises the same way
     backends = {step.name: step.backend for step in exe.steps}
     assert sorted(backends.values()).count("c") >= 2, backends  # the cut this test is about
-    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(readable_by_runtime(model).SerializeToString(), providers=["CPUExecutionProvider"])
     rng = np.random.default_rng(0)
     for batch in (1, 3, 3, 5):
         x = rng.standard_normal((batch, 4, 6)).astype(np.float32)
@@ -144,7 +145,8 @@ def test_a_reshape_to_a_computed_shape_gives_its_output_a_rank() -> None:
     model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 13)])
     exe = cg.compile(model, targets=["c"])
     x = np.random.default_rng(0).standard_normal((2, 8, 3, 5)).astype(np.float32)
-    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    session = ort.InferenceSession(readable_by_runtime(model).SerializeToString(), providers=["CPUExecutionProvider"])
+    want = session.run(None, {"x": x})[0]
     np.testing.assert_allclose(exe.run({"x": x})["y"], want, rtol=1e-5, atol=1e-6)
     assert [p.backend for p in exe.report().partitions] == ["c"]
 
@@ -179,7 +181,7 @@ def test_shape_arithmetic_whose_operands_come_from_another_partition_keeps_its_d
     exe = cg.compile(model, ["c"], min_partition_macs=0)  # (light c pieces between host ones: the cut kept)
     concat_step = next(s for s in exe.steps if "target" in s.outputs)
     assert concat_step.backend == "c" and "n1" in concat_step.inputs  # the cut this test is about
-    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(readable_by_runtime(model).SerializeToString(), providers=["CPUExecutionProvider"])
     for batch in (2, 3):
         x = np.random.default_rng(batch).standard_normal((batch, 4, 6)).astype(np.float32)
         np.testing.assert_allclose(exe.run({"x": x})["y"], session.run(None, {"x": x})[0], rtol=1e-6)
