@@ -65,8 +65,10 @@ def test_resnet50_big_convs_get_every_thread_small_kernels_few(resnet50: dict) -
             assert k4.choice.threads == 4, k4.kernel
             # 15 where 16 would leave the slowest thread as many units as 15 do (132 units: 9 each)
             assert threads16 >= 15, k16.kernel
-        if k16.choice.serial_us < 40:  # tiny kernels (the final pool, layout changes): few threads
-            assert k16.choice.threads <= 6, k16.kernel
+        if k16.choice.serial_us < 15:  # tiny kernels (the final pool): one thread or two
+            assert k16.choice.threads <= 2, k16.kernel
+        # (the input's layout change, ~38 us on one thread, takes 12: squeezenet's same transpose
+        # on the 16-core Xeon ran fastest on 8, 0.016 ms, against 0.053 on one and 0.019 on 16)
     counts16 = sorted(k.choice.threads for k in at16)
     assert counts16[0] == 1 and counts16[-1] == 16
     assert any(1 < t < 15 for t in counts16)  # medium kernels: in between

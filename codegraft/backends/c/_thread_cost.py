@@ -42,11 +42,20 @@ import math
 from dataclasses import dataclass
 
 # One kernel's fixed cost of going parallel (publish the job, wake sleepers, wait for the
-# last task) and the extra per thread that joins; microbenchmarks of pools like ours give
-# 1-5 us and 0.3-2 us, and the issue's squeezenet figures (about 60 us lost per kernel
-# going from 4 to 16 threads) sit at the high end under load, so the high end it is.
+# last task) and the extra per thread that joins.  Measured on the 16-core Xeon (issue 18's
+# machine, bench/MANY_CORES.md, `bench.c_measure --model squeezenet --threads 16`): every
+# kernel timed at 1, 2, 4, 8 and 16 threads, small ones (10-60 us on one thread) still gained
+# from 8 to 16, and what a kernel lost beyond its scaled one-thread time hardly grew with the
+# count (8.5 us at 2, 14-15 us at 4, 8 and 16).  The counts this model picks, summed at their
+# measured times, were the measured best's with the extra per thread at 250 ns or less (1.043
+# ms at 16 threads, the best 1.041); at 1500 (the high end of pool microbenchmarks, the value
+# before) 1.222 ms, small kernels kept to 1-7 threads and squeezenet's expand branches side by
+# side on 1 and 15 threads, which ran 1.2x as long as one after the other.  The fixed part did
+# not change a count from 2 to 6 us.
 SYNC_NS = 4000.0
-WAKE_NS = 1500.0
+WAKE_NS = 250.0
+# Go parallel only where estimated at least 10% faster than one thread (as side by side: _branches.GAIN)
+PARALLEL_GAIN = 0.9
 
 
 @dataclass(frozen=True)
@@ -107,7 +116,7 @@ def estimate_ns(work: Work, threads: int, machine: Machine) -> float:
         >>> three = Work(1e8, 1e6, 4096, gemm=True, loops=3)
         >>> chunked = Work(1e8, 1e6, 4096, gemm=True, loops=3, one_loop_below=8)
         >>> [round(estimate_ns(three, t, m) - estimate_ns(chunked, t, m)) for t in (1, 4, 8)]
-        [0, 17000, 0]
+        [0, 9500, 0]
     """
     rate = machine.gemm_flops_per_ns if work.gemm else machine.other_flops_per_ns
     compute = work.flops / (threads * rate)
@@ -134,10 +143,23 @@ def fixed(work: Work, threads: int, machine: Machine) -> Choice:
 
 
 def choose(work: Work, threads: int, machine: Machine) -> Choice:
-    """The thread count in ``1..threads`` with the least estimated time (fewer on ties)."""
-    best, best_ns = 1, estimate_ns(work, 1, machine)
+    """The thread count in ``1..threads`` with the least estimated time (fewer on ties), one
+    thread unless going parallel is estimated at least :data:`PARALLEL_GAIN` faster.
+
+    A data move of a few microseconds stays on one thread where more would save a rounding
+    error of the estimate (on the 16-core Xeon a transpose on one thread took 0.59x its
+    estimate, on several 1.2x)::
+
+        >>> m = Machine.for_cpu(vector_floats=16, l2_bytes=1 << 20, l3_bytes=32 << 20)
+        >>> choose(Work(flops=26656, bytes=213248, units=6, gemm=False), 16, m).threads
+        1
+    """
+    one = estimate_ns(work, 1, machine)
+    best, best_ns = 1, one
     for t in range(2, min(threads, max(1, work.units)) + 1):
         ns = estimate_ns(work, t, machine)
         if ns < best_ns:
             best, best_ns = t, ns
-    return Choice(best, estimate_ns(work, 1, machine) / 1e3, best_ns / 1e3)
+    if best_ns > PARALLEL_GAIN * one:
+        best, best_ns = 1, one
+    return Choice(best, one / 1e3, best_ns / 1e3)
