@@ -441,9 +441,9 @@ def test_one_hot_of_run_time_indices(index_type: str, axis: int) -> None:
         index = np.array([[0, 2, -1, -7], [6, 7, -8, 3], [far, -far, 5, 1]], dtype)
     got = exe.run({"i": index})["y"]
     # the spec: indices cast to int64 (floats truncated), negative ones counted from the end
-    with np.errstate(invalid="ignore"):
-        whole = np.where(np.abs(index) < 2**40, index, 2**40).astype(np.float64)
-    cast = np.trunc(np.nan_to_num(whole, nan=2**40)).astype(np.int64)
+    values = index.astype(np.float64)
+    values = np.where(np.isfinite(values) & (np.abs(values) < 2**40), values, 2**40)
+    cast = np.trunc(values).astype(np.int64)
     cast = np.where(cast < 0, cast + 7, cast)
     hot = (cast[..., None] == np.arange(7)) & (cast[..., None] >= 0)
     want = np.moveaxis(np.where(hot, 2.0, 0.0), -1, axis if axis >= 0 else axis + 3).astype(np.float32)
