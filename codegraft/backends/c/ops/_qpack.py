@@ -69,10 +69,18 @@ def qgemm_packed(weight: np.ndarray, features: frozenset[str]) -> np.ndarray:
     return packed if vnni_build(features) else column_groups(packed)
 
 
+def define_q8(ctx: Context) -> None:
+    """The 8-bit paths' common C (``q8.c``) added to ``ctx`` the first time, after the layout its
+    weights are packed in (``CG_Q8_PACKED_VNNI``, :func:`vnni_build` of the target): ``q8.c``
+    takes the path that reads it whatever CPU the source is later rebuilt for."""
+    packed = int(vnni_build(ctx.target.features))
+    ctx.define_once("cg_q8", lambda: f"#define CG_Q8_PACKED_VNNI {packed}\n" + c_file("ops/q8.c"))
+
+
 def define_qgemm(ctx: Context) -> str:
     """The name of the 8-bit GEMM (``qgemm.c``), its C and that of the AVX2 helpers it shares
     with the quantized LSTM (``q8.c``) added to ``ctx`` the first time."""
-    ctx.define_once("cg_q8", lambda: c_file("ops/q8.c"))
+    define_q8(ctx)
     return ctx.define_once("cg_qgemm", lambda: c_file("ops/qgemm.c"))
 
 
@@ -81,5 +89,5 @@ def as_weight_bytes(ctx: Context, array: np.ndarray) -> str:
     return ctx.weight(np.ascontiguousarray(array).reshape(-1).view(np.float32))
 
 
-__all__ = ["EIGHT_BIT_SPAN", "QGEMM_COLS", "QGEMM_DEPTH", "QGEMM_ROWS", "QGEMM_RUN", "as_weight_bytes", "define_qgemm",
-           "column_groups", "int8_columns", "qgemm_packed", "vnni_build", "vnni_packed"]
+__all__ = ["EIGHT_BIT_SPAN", "QGEMM_COLS", "QGEMM_DEPTH", "QGEMM_ROWS", "QGEMM_RUN", "as_weight_bytes", "define_q8",
+           "define_qgemm", "column_groups", "int8_columns", "qgemm_packed", "vnni_build", "vnni_packed"]

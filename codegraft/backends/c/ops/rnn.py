@@ -44,7 +44,7 @@ from codegraft.backends.c._emit import Context
 from codegraft.backends.c._fuse import Kernel
 from codegraft.backends.c._lowerer import Lowerer, LoweringError
 from codegraft.backends.c._node import attr_float, attr_int, attr_str, is_constant, present, rank_of
-from codegraft.backends.c.ops._qpack import vnni_build
+from codegraft.backends.c.ops._qpack import define_q8, vnni_build
 from codegraft.backends.c.ops._spec import KernelOp, Layout, OnnxOp, core_of
 from codegraft.backends.c.ops.data import slice_op
 from codegraft.backends.c.ops.elementwise import c_float
@@ -533,7 +533,7 @@ def emit_quant_rnn(ctx: Context, kernel: Kernel) -> None:
     hq_floats = -(-3 * op.batch * k4 // 64) * 16
     scratch = 2 * hp + hq_floats + op.batch * blocks * QGEMM_COLS
     ctx.define_once("cg_quant_range", lambda: c_file("ops/quantize.c"))
-    ctx.define_once("cg_q8", lambda: c_file("ops/q8.c"))
+    define_q8(ctx)
     name = ctx.name("qlstm")
     ctx.functions.append(filled(
         "ops/qlstm.c", name=name, dirs=dirs, seq=op.seq, len=op.steps, B=op.batch, H=hidden, GH=gh, Hp=hp,
