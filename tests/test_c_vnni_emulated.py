@@ -48,8 +48,10 @@ def emulated(monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path) -> CBacken
     return CBackend(cache_dir=tmp_path, target=EMULATED, all_qdq_units=True)
 
 
-def _compiled(model: onnx.ModelProto, backend: CBackend, feeds: dict[str, np.ndarray], names: list[str]) -> list[str]:
-    exe = cg.compile(model, targets=[backend])
+def _compiled(model: onnx.ModelProto, c: CBackend, feeds: dict[str, np.ndarray],
+              names: list[str]) -> tuple[list[str], list[np.ndarray]]:
+    """The kernels ``c`` runs ``model`` with (by core op) and the outputs ``names``."""
+    exe = cg.compile(model, targets=[c])
     assert [p.backend for p in exe.report().partitions] == ["c"], exe.report()
     kernels = [op.op_type.split(" ")[0] for _, op in exe.profile(feeds, repeat=1, ops=True).ops]
     got = exe.run(feeds)
