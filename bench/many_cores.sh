@@ -55,7 +55,9 @@ done
 # the c backend's tests on this machine's vector width (CI's machines have AVX2 only): TESTS=0
 # skips them; they need pytest, pytest-xdist and hypothesis
 if [ "${TESTS:-1}" != 0 ]; then
-    "$py" -m pytest -q -n "$(nproc)" -p no:cacheprovider tests/test_c_*.py 2>&1 | tail -40 | tee "$out/tests.txt" || true
+    # the whole output (short tracebacks) in tests.txt: the reasons, not only the names, come back
+    "$py" -m pytest -q -n "$(nproc)" -p no:cacheprovider --tb=short tests/test_c_*.py > "$out/tests.txt" 2>&1 || true
+    tail -5 "$out/tests.txt"
 fi
 # each call after 50 ms idle, as a service's requests come: the workers wake for every call
 "$py" -m bench.c_models --threads "$most" --repeat 10 --idle 50 \
