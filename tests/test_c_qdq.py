@@ -362,17 +362,23 @@ def test_qdq_matmuls_on_8_bit_products_are_qlinear_matmuls_bit_for_bit(
     np.testing.assert_array_equal(got["y"][same], want["y"][same])
 
 
-def _near_half_way(model: onnx.ModelProto, x: np.ndarray, op: str) -> np.ndarray:
-    """Where the exact requantized value (the int32 sums, plus the bias, times the scales, in
-    float64) is within float32 summation error of half-way between two integers."""
+def _exact_sums(model: onnx.ModelProto, x: np.ndarray, op: str) -> np.ndarray:
+    """A :func:`_qdq_linear` unit's int64 sums of (x - x zero)(w - w zero), bias aside."""
     inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
-    xs, xz = np.float64(inits["xs"]), int(inits["xz"])
+    xz = int(inits["xz"])
     info = np.iinfo(inits["xz"].dtype)
     xq = np.clip(np.rint(x / inits["xs"]) + xz, info.min, info.max)
     w = inits["w"].T if op == "Gemm" else inits["w"]  # [depth, cols], zero points per column
     w = w.astype(np.int64) - inits["wz"].astype(np.int64).reshape(1, -1)
-    sums = (xq.astype(np.int64) - xz) @ w
-    scale = xs * inits["ws"].astype(np.float64)
+    return (xq.astype(np.int64) - xz) @ w
+
+
+def _near_half_way(model: onnx.ModelProto, x: np.ndarray, op: str) -> np.ndarray:
+    """Where the exact requantized value (the int32 sums, plus the bias, times the scales, in
+    float64) is within float32 summation error of half-way between two integers."""
+    inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    sums = _exact_sums(model, x, op)
+    scale = np.float64(inits["xs"]) * inits["ws"].astype(np.float64)
     exact = sums * scale / np.float64(inits["ys"])
     if "b" in inits:
         exact = exact + inits["b"].astype(np.float64) * inits["bs"].astype(np.float64) / np.float64(inits["ys"])

@@ -20,7 +20,7 @@ import onnx
 import pytest
 from c_backend_util import backend, needs_compiler, run_c
 from onnx import numpy_helper
-from test_c_qdq import _qdq_convs, _qdq_linear
+from test_c_qdq import _exact_sums, _qdq_convs, _qdq_linear
 from test_c_quantized_lstm import _feeds, quantized_lstm
 
 import codegraft as cg
@@ -93,13 +93,8 @@ def _conv_reference(model: onnx.ModelProto, x: np.ndarray, layers: list[tuple[in
 
 def _matmul_reference(model: onnx.ModelProto, x: np.ndarray, x_dtype: type, op: str) -> np.ndarray:
     inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
-    info = np.iinfo(x_dtype)
-    xs, xz = np.float32(inits["xs"]), int(inits["xz"])
-    xq = np.clip(np.rint(x / xs) + xz, info.min, info.max).astype(np.int64) - xz
-    w = (inits["w"].T if op == "Gemm" else inits["w"]).astype(np.int64)
-    w = w - inits["wz"].astype(np.int64).reshape(1, -1)  # zero points per column (or one)
-    sums = xq @ w + (inits["b"].astype(np.int64) if "b" in inits else 0)
-    multiplier = xs * inits["ws"].reshape(-1) / np.float32(inits["ys"])
+    sums = _exact_sums(model, x, op) + (inits["b"].astype(np.int64) if "b" in inits else 0)
+    multiplier = np.float32(inits["xs"]) * inits["ws"].reshape(-1) / np.float32(inits["ys"])
     return _requantized(sums, multiplier, int(inits["yz"]), x_dtype)
 
 

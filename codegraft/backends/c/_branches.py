@@ -43,9 +43,7 @@ from dataclasses import dataclass
 from codegraft.backends.c import _graph as g
 from codegraft.backends.c._c_files import c_file
 from codegraft.backends.c._fuse import Kernel
-from codegraft.backends.c._thread_cost import SYNC_NS, WAKE_NS, Machine, Work, choose, estimate_ns
-
-GAIN = 0.9  # run a level concurrently only when estimated at least 10% faster
+from codegraft.backends.c._thread_cost import PARALLEL_GAIN, SYNC_NS, WAKE_NS, Machine, Work, choose, estimate_ns
 
 
 @dataclass(frozen=True)
@@ -169,7 +167,7 @@ def _concurrent(members: list[int], works: Sequence[Work], threads: int, machine
             counts[slowest][0], times[slowest] = t, faster
         longest = max(times)
     concurrent = longest + SYNC_NS + WAKE_NS * (len(branches) - 1)
-    if concurrent > GAIN * serial:
+    if concurrent > PARALLEL_GAIN * serial:  # run a level concurrently only where 10% faster
         return None
     return Stage(tuple(map(tuple, branches)), tuple(map(tuple, counts)), serial / 1e3, concurrent / 1e3)
 

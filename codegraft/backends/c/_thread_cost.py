@@ -54,7 +54,8 @@ from dataclasses import dataclass
 # not change a count from 2 to 6 us.
 SYNC_NS = 4000.0
 WAKE_NS = 250.0
-# Go parallel only where estimated at least 10% faster than one thread (as side by side: _branches.GAIN)
+# Go parallel (or side by side, _branches) only where estimated at least 10% faster: within
+# that the estimate's error decides, not the work
 PARALLEL_GAIN = 0.9
 
 
